@@ -1,0 +1,97 @@
+// Format: the descriptor of a binary floating-point format (DESIGN.md, "one rounding function").
+//
+// A Format is validated once when it is built (make_format / parse_format) and is then trusted in hot
+// loops, the way CPFloat validates its optstruct up front.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mpsim {
+
+// How a format encodes NaN.
+//  ieee:     exponent all ones with a non-zero mantissa is NaN, all ones with a zero mantissa is ±inf.
+//  all_ones: only S.1..1.1..1 is NaN; the rest of the top binade holds finite numbers and there is no inf
+//            (OCP fp8 e4m3fn, the "fn" of ml_dtypes' float8_e4m3fn).
+//  neg_zero: the pattern of negative zero (1.0..0.0..0) is the only NaN, there is no -0 and no inf
+//            (the "fnuz" formats of Graphcore/AMD, ml_dtypes' float8_e4m3fnuz / float8_e5m2fnuz).
+enum class NanEncoding : std::uint8_t { ieee, all_ones, neg_zero };
+
+// What happens to results below the smallest normal number.
+enum class Subnormals : std::uint8_t { keep, flush };
+
+// What happens to finite results beyond the largest finite number (and, with saturate, to ±inf inputs,
+// as NVIDIA's __NV_SATFINITE does for fp8).
+enum class Overflow : std::uint8_t { to_inf, saturate };
+
+struct Format {
+  std::string name;         // canonical name ("fp16", "e6m9", ...)
+  int exp_bits = 0;         // width of the exponent field
+  int man_bits = 0;         // stored mantissa bits (precision p = man_bits + 1)
+  int bias = 0;             // exponent bias
+  bool has_inf = true;      // ±inf representable (only with NanEncoding::ieee)
+  NanEncoding nan = NanEncoding::ieee;
+  Subnormals subnormals = Subnormals::keep;
+  Overflow overflow = Overflow::to_inf;
+
+  // ---- derived constants (filled by make_format) ----
+  int precision = 0;        // p = man_bits + 1
+  int emin = 0;             // exponent of the smallest normal number
+  int emax = 0;             // exponent of the largest finite number
+  int storage_bits = 0;     // 1 + exp_bits + man_bits
+  double max_finite = 0;    // largest finite value
+  double min_normal = 0;    // 2^emin
+  double min_subnormal = 0; // 2^(emin - man_bits); equals min_normal when subnormals are flushed
+  double epsilon = 0;       // machine epsilon 2^(1-p): distance from 1 to the next larger number
+  double unit_roundoff = 0; // u = 2^-p: the largest relative error of round-to-nearest
+  std::uint64_t max_finite_bits = 0;  // encoding of +max_finite
+  std::uint64_t inf_bits = 0;         // encoding of +inf (0 when the format has none)
+  std::uint64_t nan_bits = 0;         // encoding of the canonical quiet NaN (positive sign where it has one)
+
+  bool has_nan() const { return true; }
+  bool has_negative_zero() const { return nan != NanEncoding::neg_zero; }
+  std::uint64_t sign_bit() const { return std::uint64_t{1} << (exp_bits + man_bits); }
+  std::uint64_t storage_mask() const { return (std::uint64_t{1} << storage_bits) - 1; }
+  // Bytes of the smallest unsigned integer that holds the encoding: 1, 2, 4 or 8.
+  int storage_bytes() const { return storage_bits <= 8 ? 1 : storage_bits <= 16 ? 2 : storage_bits <= 32 ? 4 : 8; }
+
+  friend bool operator==(const Format& a, const Format& b) {
+    return a.exp_bits == b.exp_bits && a.man_bits == b.man_bits && a.bias == b.bias && a.has_inf == b.has_inf &&
+           a.nan == b.nan && a.subnormals == b.subnormals && a.overflow == b.overflow;
+  }
+};
+
+// Builds and validates a format; throws mpsim::Error naming the problem if it does not fit in a double
+// (exp_bits 2..11, man_bits 0..52, exponent range inside double's normal range).
+Format make_format(std::string name, int exp_bits, int man_bits, int bias, bool has_inf = true,
+                   NanEncoding nan = NanEncoding::ieee, Subnormals subnormals = Subnormals::keep,
+                   Overflow overflow = Overflow::to_inf);
+
+// The named formats.
+const Format& fp64();
+const Format& fp32();
+const Format& fp16();      // IEEE 754 binary16
+const Format& bf16();      // bfloat16
+const Format& tf32();      // NVIDIA TensorFloat-32 (e8m10), held in 32 bits
+const Format& fp8_e4m3();  // OCP 8-bit e4m3fn: bias 7, no inf, NaN = S.1111.111, max 448
+const Format& fp8_e5m2();  // OCP 8-bit e5m2: IEEE-like, bias 15, max 57344
+const Format& fp8_e4m3fnuz();  // Graphcore/AMD e4m3fnuz: bias 8, NaN = 0x80, no -0, max 240
+const Format& fp8_e5m2fnuz();  // Graphcore/AMD e5m2fnuz: bias 16, NaN = 0x80, no -0, max 57344
+
+// Parses a format name: ours ("fp16", "bf16", "tf32", "fp8_e4m3", "fp8_e5m2", "fp32", "fp64"), the
+// ml_dtypes spellings ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", ...),
+// or a custom IEEE-style "eXmY" (bias 2^(X-1)-1, inf and NaN as IEEE). Throws mpsim::Error naming the
+// input on anything else.
+Format parse_format(std::string_view name);
+
+// All named formats, in table order (for `mpsim formats`).
+const std::vector<Format>& named_formats();
+
+// Readable names of the enums, used in reports and CLI parsing.
+std::string_view to_string(NanEncoding);
+std::string_view to_string(Subnormals);
+std::string_view to_string(Overflow);
+
+}  // namespace mpsim

@@ -1,0 +1,79 @@
+// Tests of lib/mpsim/format/format.hpp: the named formats' constants, computed here from their
+// published definitions, and the parser's names and errors.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+
+#include "mpsim/error.hpp"
+#include "mpsim/format/format.hpp"
+
+using namespace mpsim;
+
+TEST_CASE("fp16, bf16, fp32 constants match std::numeric_limits-style definitions", "[format]") {
+  // IEEE 754-2008 binary16: emax 15, p 11.
+  CHECK(fp16().max_finite == 65504.0);
+  CHECK(fp16().min_normal == std::ldexp(1.0, -14));
+  CHECK(fp16().min_subnormal == std::ldexp(1.0, -24));
+  CHECK(fp16().epsilon == std::ldexp(1.0, -10));
+  CHECK(fp16().unit_roundoff == std::ldexp(1.0, -11));
+  CHECK(fp16().max_finite_bits == 0x7bff);
+  CHECK(fp16().inf_bits == 0x7c00);
+  CHECK(fp16().nan_bits == 0x7e00);
+  CHECK(fp32().max_finite == static_cast<double>(std::numeric_limits<float>::max()));
+  CHECK(fp32().min_normal == static_cast<double>(std::numeric_limits<float>::min()));
+  CHECK(fp32().min_subnormal == static_cast<double>(std::numeric_limits<float>::denorm_min()));
+  CHECK(fp32().epsilon == static_cast<double>(std::numeric_limits<float>::epsilon()));
+  CHECK(fp64().max_finite == std::numeric_limits<double>::max());
+  CHECK(fp64().min_subnormal == std::numeric_limits<double>::denorm_min());
+  // bfloat16: float's exponent, 8 bits of precision; largest = (2 - 2^-7) * 2^127.
+  CHECK(bf16().max_finite == (2.0 - std::ldexp(1.0, -7)) * std::ldexp(1.0, 127));
+  CHECK(bf16().min_subnormal == std::ldexp(1.0, -133));
+  CHECK(tf32().storage_bits == 19);
+  CHECK(tf32().min_subnormal == std::ldexp(1.0, -136));
+}
+
+TEST_CASE("fp8 formats follow the OCP and fnuz definitions", "[format]") {
+  // OCP OFP8 rev 1.0, table 1: E4M3 max 448, min normal 2^-6, min subnormal 2^-9; E5M2 max 57344,
+  // min normal 2^-14, min subnormal 2^-16.
+  CHECK(fp8_e4m3().max_finite == 448.0);
+  CHECK(fp8_e4m3().min_normal == std::ldexp(1.0, -6));
+  CHECK(fp8_e4m3().min_subnormal == std::ldexp(1.0, -9));
+  CHECK(fp8_e4m3().max_finite_bits == 0x7e);
+  CHECK(fp8_e4m3().nan_bits == 0x7f);
+  CHECK_FALSE(fp8_e4m3().has_inf);
+  CHECK(fp8_e5m2().max_finite == 57344.0);
+  CHECK(fp8_e5m2().min_subnormal == std::ldexp(1.0, -16));
+  CHECK(fp8_e5m2().inf_bits == 0x7c);
+  // ml_dtypes float8_e4m3fnuz: max 240, min subnormal 2^-10; float8_e5m2fnuz: max 57344, 2^-17.
+  CHECK(fp8_e4m3fnuz().max_finite == 240.0);
+  CHECK(fp8_e4m3fnuz().min_subnormal == std::ldexp(1.0, -10));
+  CHECK(fp8_e4m3fnuz().nan_bits == 0x80);
+  CHECK(fp8_e5m2fnuz().max_finite == 57344.0);
+  CHECK(fp8_e5m2fnuz().min_subnormal == std::ldexp(1.0, -17));
+}
+
+TEST_CASE("parse_format accepts our names, ml_dtypes names and custom eXmY", "[format]") {
+  CHECK(parse_format("float16") == fp16());
+  CHECK(parse_format("bfloat16") == bf16());
+  CHECK(parse_format("float8_e4m3fn") == fp8_e4m3());
+  CHECK(parse_format("float8_e5m2") == fp8_e5m2());
+  CHECK(parse_format("e5m10") == fp16());
+  CHECK(parse_format("e8m7") == bf16());
+  const Format f = parse_format("e6m9");
+  CHECK(f.bias == 31);
+  CHECK(f.max_finite == (2.0 - std::ldexp(1.0, -9)) * std::ldexp(1.0, 31));
+  CHECK(f.min_subnormal == std::ldexp(1.0, -30 - 9));
+}
+
+TEST_CASE("parse_format rejects bad names with a message naming the input", "[format]") {
+  for (const char* bad : {"fp17", "e12m3", "e5m53", "e1m2", "e5m", "", "e5m10x"}) {
+    INFO(bad);
+    try {
+      parse_format(bad);
+      FAIL("no error for '" << bad << "'");
+    } catch (const Error& e) {
+      CHECK(std::string(e.what()).find(std::string("'") + bad + "'") != std::string::npos);
+    }
+  }
+}
