@@ -1,0 +1,181 @@
+#include "mpsim/nn/policy.hpp"
+
+#include <charconv>
+#include <cmath>
+
+#include "mpsim/error.hpp"
+
+namespace mpsim::nn {
+
+std::string_view to_string(OpClass c) {
+  switch (c) {
+    case OpClass::matmul_input: return "matmul_input";
+    case OpClass::matmul_output: return "matmul_output";
+    case OpClass::activation_grad: return "activation_grad";
+    case OpClass::weight_grad: return "weight_grad";
+    case OpClass::weight: return "weight";
+  }
+  return "?";
+}
+
+const std::optional<Format>& PrecisionPolicy::format_of(OpClass c) const {
+  switch (c) {
+    case OpClass::matmul_input: return matmul_input;
+    case OpClass::matmul_output: return matmul_output;
+    case OpClass::activation_grad: return activation_grad;
+    case OpClass::weight_grad: return weight_grad;
+    case OpClass::weight: return weight;
+  }
+  return weight;
+}
+
+std::string PrecisionPolicy::describe() const {
+  std::string out;
+  for (OpClass c : {OpClass::matmul_input, OpClass::matmul_output, OpClass::activation_grad, OpClass::weight_grad,
+                    OpClass::weight}) {
+    if (!out.empty()) out += ' ';
+    out += std::string(to_string(c)) + "=" + (format_of(c) ? format_of(c)->name : std::string("fp32"));
+  }
+  out += " rounding=" + std::string(short_name(rounding.mode));
+  return out;
+}
+
+const std::vector<std::string>& policy_names() {
+  static const std::vector<std::string> names{"fp32", "mixed-fp16", "mixed-bf16", "pure-fp16", "custom:..."};
+  return names;
+}
+
+namespace {
+
+// The mixed policies of autocast (PyTorch AMP): fp16/bf16 GEMM inputs and outputs, gradients between
+// layers in the low format, weight gradients produced by a low-format GEMM; master weights fp32.
+PrecisionPolicy mixed(std::string name, const Format& low) {
+  PrecisionPolicy p;
+  p.name = std::move(name);
+  p.matmul_input = low;
+  p.matmul_output = low;
+  p.activation_grad = low;
+  p.weight_grad = low;
+  return p;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+template <class Int>
+Int parse_int(std::string_view spec, std::string_view key, std::string_view v) {
+  Int out{};
+  auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (ec != std::errc() || ptr != v.data() + v.size())
+    throw Error("precision policy '" + std::string(spec) + "': " + std::string(key) + " needs an integer, got '" +
+                std::string(v) + "'");
+  return out;
+}
+
+}  // namespace
+
+PrecisionPolicy parse_policy(std::string_view spec) {
+  const std::string s(trim(spec));
+  if (s == "fp32") {
+    PrecisionPolicy p;
+    p.name = "fp32";
+    return p;
+  }
+  if (s == "mixed-fp16") return mixed("mixed-fp16", fp16());
+  if (s == "mixed-bf16") return mixed("mixed-bf16", bf16());
+  if (s == "pure-fp16") {
+    PrecisionPolicy p = mixed("pure-fp16", fp16());
+    p.weight = fp16();
+    return p;
+  }
+  constexpr std::string_view prefix = "custom:";
+  if (s.rfind(prefix, 0) != 0)
+    throw Error("unknown precision policy '" + std::string(spec) +
+                "' (expected fp32, mixed-fp16, mixed-bf16, pure-fp16 or custom:KEY=FORMAT,...)");
+  PrecisionPolicy p;
+  p.name = "custom";
+  std::string_view rest = std::string_view(s).substr(prefix.size());
+  if (trim(rest).empty()) throw Error("precision policy '" + std::string(spec) + "': custom policy has no KEY=VALUE");
+  while (!rest.empty()) {
+    const auto comma = rest.find(',');
+    const std::string_view item = trim(rest.substr(0, comma));
+    rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+    const auto eq = item.find('=');
+    if (eq == std::string_view::npos || eq == 0 || eq + 1 == item.size())
+      throw Error("precision policy '" + std::string(spec) + "': expected KEY=VALUE, got '" + std::string(item) + "'");
+    const std::string_view key = trim(item.substr(0, eq));
+    const std::string_view value = trim(item.substr(eq + 1));
+    if (key == "rounding") {
+      try {
+        p.rounding.mode = parse_rounding_mode(value);
+      } catch (const Error& e) {
+        throw Error("precision policy '" + std::string(spec) + "': " + e.what());
+      }
+      continue;
+    }
+    if (key == "sr_seed") {
+      p.rounding.seed = parse_int<std::uint64_t>(spec, key, value);
+      continue;
+    }
+    if (key == "sr_bits") {
+      p.rounding.sr_bits = parse_int<int>(spec, key, value);
+      try {
+        validate(p.rounding);
+      } catch (const Error& e) {
+        throw Error("precision policy '" + std::string(spec) + "': " + e.what());
+      }
+      continue;
+    }
+    std::optional<Format> fmt;
+    if (value != "fp32" && value != "none") {
+      try {
+        fmt = parse_format(value);
+      } catch (const Error& e) {
+        throw Error("precision policy '" + std::string(spec) + "': " + e.what());
+      }
+      // Rounding runs on float arrays: a format wider than float cannot be simulated there.
+      if (fmt->exp_bits > 8 || fmt->man_bits > 23 || fmt->emax > 127 || fmt->emin - fmt->man_bits < -149)
+        throw Error("precision policy '" + std::string(spec) + "': format " + fmt->name +
+                    " is wider than fp32 (use fp32 or none for no rounding)");
+    }
+    if (key == "matmul") {
+      p.matmul_input = fmt;
+      p.matmul_output = fmt;
+    } else if (key == "matmul_input" || key == "matmul_in") {
+      p.matmul_input = fmt;
+    } else if (key == "matmul_output" || key == "matmul_out") {
+      p.matmul_output = fmt;
+    } else if (key == "activation_grad" || key == "act_grad") {
+      p.activation_grad = fmt;
+    } else if (key == "weight_grad" || key == "w_grad") {
+      p.weight_grad = fmt;
+    } else if (key == "weight") {
+      p.weight = fmt;
+    } else {
+      throw Error("precision policy '" + std::string(spec) + "': unknown key '" + std::string(key) +
+                  "' (expected matmul, matmul_input, matmul_output, act_grad, weight_grad, weight, rounding, "
+                  "sr_seed, sr_bits)");
+    }
+  }
+  validate(p.rounding);
+  return p;
+}
+
+Precision::Precision(PrecisionPolicy p) : policy_(std::move(p)) { validate(policy_.rounding); }
+
+void Precision::round(std::string_view site, OpClass cls, std::span<float> data) {
+  const std::optional<Format>& fmt = policy_.format_of(cls);
+  if (!fmt) return;
+  auto it = stats_.find(std::string(site));
+  if (it == stats_.end()) it = stats_.emplace(std::string(site), Stats{}).first;
+  BulkOptions opt;
+  opt.threads = 1;  // the models' arrays are small; one thread keeps the 2-core machine free and the bits fixed
+  opt.index0 = sr_offset_;
+  round_array(std::span<const float>(data.data(), data.size()), data, *fmt, policy_.rounding, &it->second, opt);
+  if (policy_.rounding.mode == RoundingMode::stochastic) sr_offset_ += data.size();
+}
+
+}  // namespace mpsim::nn

@@ -1,0 +1,83 @@
+// The precision policy (DESIGN.md, "Training simulator"), the way autocast works: matrix products and
+// convolutions take inputs rounded to the low format, accumulate in fp32 and round their outputs;
+// softmax, log, exp, losses and reductions stay in fp32; the gradients flowing between layers are
+// stored in the low format (where underflow happens); weight gradients leave their GEMM in the low
+// format; "pure" modes keep the weights themselves in the low format.
+//
+// Every rounding goes through Precision::round() at a named site ("conv1/act_grad", "fc/out"), which
+// calls the bulk engine (round_array) with Stats on: the one rounding path, counted per site.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mpsim/format/bulk.hpp"
+#include "mpsim/format/format.hpp"
+#include "mpsim/format/round.hpp"
+
+namespace mpsim::nn {
+
+// The classes of rounding sites a policy assigns a format to.
+enum class OpClass {
+  matmul_input,     // inputs of a matrix product / convolution (activations and the weight copy)
+  matmul_output,    // results of a matrix product / convolution (after fp32 accumulation)
+  activation_grad,  // gradients stored between layers (dL/d activation)
+  weight_grad,      // weight gradients as produced by their GEMM, before they reach the fp32 master
+  weight,           // the weights themselves ("pure" policies; the optimizer rounds after its update)
+};
+std::string_view to_string(OpClass);
+
+struct PrecisionPolicy {
+  std::string name;  // "fp32", "mixed-fp16", "mixed-bf16", "pure-fp16", or "custom"
+  // nullopt = fp32: the site is left alone (no rounding, no Stats).
+  std::optional<Format> matmul_input, matmul_output, activation_grad, weight_grad, weight;
+  Rounding rounding;  // nearest-even by default
+
+  const std::optional<Format>& format_of(OpClass) const;
+  // "matmul_input=fp16 matmul_output=fp16 ..." for reports.
+  std::string describe() const;
+};
+
+// Parses a policy: "fp32", "mixed-fp16", "mixed-bf16", "pure-fp16", or
+// "custom:KEY=VALUE,KEY=VALUE,..." with keys
+//   matmul (sets matmul_input and matmul_output), matmul_input | matmul_in, matmul_output | matmul_out,
+//   activation_grad | act_grad, weight_grad | w_grad, weight, rounding (a name parse_rounding_mode takes),
+//   sr_seed (stochastic rounding key), sr_bits
+// and values a format name parse_format takes, or "fp32" / "none" for no rounding. Unset keys are fp32.
+// Throws mpsim::Error naming the spec on anything else.
+PrecisionPolicy parse_policy(std::string_view spec);
+
+// The policy names parse_policy knows (for help texts).
+const std::vector<std::string>& policy_names();
+
+class Precision {
+ public:
+  explicit Precision(PrecisionPolicy p);
+  const PrecisionPolicy& policy() const { return policy_; }
+
+  // Rounds `data` in place at `site` if the policy gives `cls` a format, accumulating the bulk engine's
+  // Stats under the site's name. With stochastic rounding, element i of a call uses generator index
+  // sr_offset() + i and the offset then advances by data.size(): reproducible for the same sequence of
+  // calls (checkpoint sr_offset() to resume bit for bit).
+  void round(std::string_view site, OpClass cls, std::span<float> data);
+  // True if round(site, cls, ...) would change anything (lets callers skip copies under fp32).
+  bool rounds(OpClass cls) const { return policy_.format_of(cls).has_value(); }
+
+  const std::map<std::string, Stats>& site_stats() const { return stats_; }
+  void reset_stats() { stats_.clear(); }
+
+  std::uint64_t sr_offset() const { return sr_offset_; }
+  void set_sr_offset(std::uint64_t o) { sr_offset_ = o; }
+
+ private:
+  PrecisionPolicy policy_;
+  std::map<std::string, Stats> stats_;
+  std::uint64_t sr_offset_ = 0;
+};
+
+}  // namespace mpsim::nn
