@@ -167,6 +167,11 @@ PrecisionPolicy parse_policy(std::string_view spec) {
 Precision::Precision(PrecisionPolicy p) : policy_(std::move(p)) { validate(policy_.rounding); }
 
 void Precision::round(std::string_view site, OpClass cls, std::span<float> data) {
+  if (capture_ && (cls == OpClass::activation_grad || cls == OpClass::weight_grad)) {
+    auto h = histograms_.find(std::string(site));
+    if (h == histograms_.end()) h = histograms_.emplace(std::string(site), analysis::make_float_histogram()).first;
+    h->second.add(std::span<const float>(data.data(), data.size()));
+  }
   const std::optional<Format>& fmt = policy_.format_of(cls);
   if (!fmt) return;
   auto it = stats_.find(std::string(site));

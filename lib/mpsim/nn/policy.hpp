@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "mpsim/analysis/histogram.hpp"
 #include "mpsim/format/bulk.hpp"
 #include "mpsim/format/format.hpp"
 #include "mpsim/format/round.hpp"
@@ -71,12 +72,22 @@ class Precision {
   const std::map<std::string, Stats>& site_stats() const { return stats_; }
   void reset_stats() { stats_.clear(); }
 
+  // When on, round() also adds the values BEFORE rounding at activation_grad and weight_grad sites into a
+  // per-site log2 histogram (whatever the policy: under fp32 it is the histogram of the exact gradients).
+  // Values include the loss scale the caller applied.
+  void capture_histograms(bool on) { capture_ = on; }
+  bool capturing_histograms() const { return capture_; }
+  const std::map<std::string, analysis::Log2Histogram>& histograms() const { return histograms_; }
+  void reset_histograms() { histograms_.clear(); }
+
   std::uint64_t sr_offset() const { return sr_offset_; }
   void set_sr_offset(std::uint64_t o) { sr_offset_ = o; }
 
  private:
   PrecisionPolicy policy_;
   std::map<std::string, Stats> stats_;
+  std::map<std::string, analysis::Log2Histogram> histograms_;
+  bool capture_ = false;
   std::uint64_t sr_offset_ = 0;
 };
 
