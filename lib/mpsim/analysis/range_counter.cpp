@@ -1,0 +1,259 @@
+#include "mpsim/analysis/range_counter.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "mpsim/error.hpp"
+
+namespace mpsim::analysis {
+
+namespace {
+
+// Binade keys, as in histogram.cpp: 0 for ±0, bit_width(significand field) for subnormals, exponent
+// field + mant_bits for normals, then inf, then NaN; binade = key - key_bias for finite non-zero keys.
+constexpr int kFloatKeys = 280, kFloatBias = 150;    // inf 278, NaN 279
+constexpr int kDoubleKeys = 2101, kDoubleBias = 1075;  // inf 2099, NaN 2100
+
+constexpr std::uint64_t kSig52 = std::uint64_t{1} << 52;  // "no significand reaches it"
+
+}  // namespace
+
+int outcome_class(double x, const Format& f, const Rounding& r) {
+  const std::uint64_t bits = round_bits(x, f, r, 0);
+  const std::uint64_t mag = bits & ~f.sign_bit() & f.storage_mask();
+  // The classes of mpsim::Stats (bulk.cpp), NaN/inf tested first: in the "fnuz" formats the one NaN
+  // (0x80) has a zero magnitude field.
+  if (is_nan_bits(bits, f) || is_inf_bits(bits, f)) return 3;
+  if (mag == 0) return 0;
+  if (f.overflow == Overflow::saturate && mag == f.max_finite_bits && std::fabs(x) > f.max_finite) return 3;
+  if ((mag >> f.man_bits) == 0) return 1;
+  return 2;
+}
+
+RangeCounter::RangeCounter(const Format& target, const Rounding& rounding) : format_(target), rounding_(rounding) {
+  validate(rounding_);
+  if (rounding_.mode == RoundingMode::stochastic)
+    throw Error("range counts: stochastic rounding has no single outcome per value; use a deterministic mode");
+  if (format_.exp_bits > 10)
+    throw Error("range counts: format " + format_.name + " has " + std::to_string(format_.exp_bits) +
+                " exponent bits; at most 10 are supported (the target must be narrower than double)");
+  const Format& f = format_;
+  const int lo = f.emin - f.man_bits - 3;  // every value at or below this binade rounds alike
+  const int hi = f.emax + 2;               // and at or above this one
+  for (int s = 0; s < 2; ++s) {
+    const double sign = s ? -1.0 : 1.0;
+    auto value = [&](int b, std::uint64_t m) { return sign * std::ldexp(static_cast<double>(kSig52 + m), b - 52); };
+    for (int rank = 1; rank <= 3; ++rank) {
+      // Smallest significand m in binade b whose value reaches `rank` (kSig52 if none): bisection,
+      // valid because rounding is monotone in |x| within a sign.
+      auto threshold = [&](int b) -> std::uint64_t {
+        if (outcome_class(value(b, 0), f, rounding_) >= rank) return 0;
+        if (outcome_class(value(b, kSig52 - 1), f, rounding_) < rank) return kSig52;
+        std::uint64_t below = 0, at = kSig52 - 1;  // class(below) < rank <= class(at)
+        while (at - below > 1) {
+          const std::uint64_t mid = below + (at - below) / 2;
+          (outcome_class(value(b, mid), f, rounding_) >= rank ? at : below) = mid;
+        }
+        return at;
+      };
+      Boundary bd{kNone, kSig52};
+      for (int b = lo; b <= hi; ++b) {
+        const std::uint64_t t = threshold(b);
+        if (bd.binade == kNone) {
+          if (t == kSig52) continue;
+          bd = {b == lo ? (t == 0 ? kAll : b) : b, t};
+          if (b == lo && t != 0)
+            throw Error("range counts: internal error: " + f.name + " has a rounding boundary at binade " +
+                        std::to_string(b) + ", below the range searched");
+        } else if (t != 0) {
+          throw Error("range counts: internal error: " + f.name + " rounding is not monotone at binade " +
+                      std::to_string(b));
+        }
+      }
+      if (bd.binade == kAll) bd.threshold = 0;
+      boundary_[s][rank - 1] = bd;
+    }
+  }
+  init_table(float_table_, 23, kFloatBias, kFloatKeys);
+  init_table(double_table_, 52, kDoubleBias, kDoubleKeys);
+}
+
+void RangeCounter::init_table(Table& t, int mant_bits, int key_bias, int keys) {
+  t.mant_bits = mant_bits;
+  t.key_bias = key_bias;
+  t.keys = keys;
+  const int shift = 52 - mant_bits;
+  for (int s = 0; s < 2; ++s) {
+    std::array<std::pair<std::uint64_t, int>, 3> th;
+    for (int r = 0; r < 3; ++r) {
+      // In the table's units: a significand field m reaches the threshold T iff (m << shift) >= T.
+      const std::uint64_t T = boundary_[s][r].threshold;
+      th[r] = {(T + (std::uint64_t{1} << shift) - 1) >> shift, r};
+    }
+    std::stable_sort(th.begin(), th.end());
+    for (int i = 0; i < 3; ++i) {
+      t.sorted_threshold[s][i] = th[i].first;
+      t.position[s][th[i].second] = i;
+    }
+  }
+  // The double table is large; it is allocated when doubles arrive.
+  if (mant_bits == 23) t.counts.assign(static_cast<std::size_t>(2 * keys * 4), 0);
+}
+
+void RangeCounter::add(std::span<const float> values) {
+  Table& t = float_table_;
+  std::uint64_t* counts = t.counts.data();
+  const std::uint32_t th[2][3] = {
+      {static_cast<std::uint32_t>(t.sorted_threshold[0][0]), static_cast<std::uint32_t>(t.sorted_threshold[0][1]),
+       static_cast<std::uint32_t>(t.sorted_threshold[0][2])},
+      {static_cast<std::uint32_t>(t.sorted_threshold[1][0]), static_cast<std::uint32_t>(t.sorted_threshold[1][1]),
+       static_cast<std::uint32_t>(t.sorted_threshold[1][2])}};
+  std::uint32_t mx = 0, mn = 0xffffffffu;
+  for (const float x : values) {
+    const std::uint32_t u = std::bit_cast<std::uint32_t>(x);
+    const unsigned e = (u >> 23) & 0xffu;
+    const std::uint32_t m = u & 0x7fffffu;
+    const unsigned bw = static_cast<unsigned>(std::bit_width(m));
+    unsigned key = e != 0 ? e + 23 : bw;
+    key += (e == 0xffu) & (m != 0);
+    const unsigned s = u >> 31;
+    // The significand normalised to its leading one (subnormals shifted up), 23 bits after the point.
+    const std::uint32_t sig = e != 0 ? m : (m << (24 - bw)) & 0x7fffffu;
+    const unsigned code = (sig >= th[s][0]) + (sig >= th[s][1]) + (sig >= th[s][2]);
+    ++counts[((s * kFloatKeys + key) << 2) + code];
+    const std::uint32_t a = u & 0x7fffffffu;
+    const bool finite_nonzero = a - 1u < 0x7f7fffffu;
+    mx = std::max(mx, finite_nonzero ? a : 0u);
+    mn = std::min(mn, finite_nonzero ? a : 0xffffffffu);
+  }
+  if (mx != 0) amax_ = std::max(amax_, static_cast<double>(std::bit_cast<float>(mx)));
+  if (mn != 0xffffffffu) {
+    const double v = std::bit_cast<float>(mn);
+    amin_nonzero_ = amin_nonzero_ == 0 ? v : std::min(amin_nonzero_, v);
+  }
+}
+
+void RangeCounter::add(std::span<const double> values) {
+  Table& t = double_table_;
+  if (t.counts.empty()) t.counts.assign(static_cast<std::size_t>(2 * t.keys * 4), 0);
+  std::uint64_t* counts = t.counts.data();
+  std::uint64_t mx = 0, mn = ~std::uint64_t{0};
+  for (const double x : values) {
+    const std::uint64_t u = std::bit_cast<std::uint64_t>(x);
+    const unsigned e = static_cast<unsigned>((u >> 52) & 0x7ffu);
+    const std::uint64_t m = u & (kSig52 - 1);
+    const unsigned bw = static_cast<unsigned>(std::bit_width(m));
+    unsigned key = e != 0 ? e + 52 : bw;
+    key += (e == 0x7ffu) & (m != 0);
+    const unsigned s = static_cast<unsigned>(u >> 63);
+    const std::uint64_t sig = e != 0 ? m : (m << (53 - bw)) & (kSig52 - 1);
+    const auto& th = t.sorted_threshold[s];
+    const unsigned code = (sig >= th[0]) + (sig >= th[1]) + (sig >= th[2]);
+    ++counts[((s * kDoubleKeys + key) << 2) + code];
+    const std::uint64_t a = u & 0x7fffffffffffffffull;
+    const bool finite_nonzero = a - 1u < 0x7fefffffffffffffull;
+    mx = std::max(mx, finite_nonzero ? a : 0);
+    mn = std::min(mn, finite_nonzero ? a : ~std::uint64_t{0});
+  }
+  if (mx != 0) amax_ = std::max(amax_, std::bit_cast<double>(mx));
+  if (mn != ~std::uint64_t{0}) {
+    const double v = std::bit_cast<double>(mn);
+    amin_nonzero_ = amin_nonzero_ == 0 ? v : std::min(amin_nonzero_, v);
+  }
+}
+
+RangeCounter& RangeCounter::operator+=(const RangeCounter& o) {
+  if (!(o.format_ == format_) || o.rounding_.mode != rounding_.mode)
+    throw Error("range counts: cannot add counts for " + o.format_.name + " to counts for " + format_.name);
+  for (auto [mine, theirs] : {std::pair{&float_table_, &o.float_table_}, std::pair{&double_table_, &o.double_table_}}) {
+    if (theirs->counts.empty()) continue;
+    if (mine->counts.empty()) mine->counts.assign(theirs->counts.size(), 0);
+    for (std::size_t i = 0; i < mine->counts.size(); ++i) mine->counts[i] += theirs->counts[i];
+  }
+  amax_ = std::max(amax_, o.amax_);
+  if (o.amin_nonzero_ != 0) amin_nonzero_ = amin_nonzero_ == 0 ? o.amin_nonzero_ : std::min(amin_nonzero_, o.amin_nonzero_);
+  return *this;
+}
+
+void RangeCounter::add_counts(RangeCounts& out, const Table& t, int log2_scale) const {
+  if (t.counts.empty()) return;
+  const int inf_key = t.keys - 2, nan_key = t.keys - 1;
+  for (int s = 0; s < 2; ++s) {
+    auto at = [&](int key, int code) { return t.counts[static_cast<std::size_t>(((s * t.keys + key) << 2) + code)]; };
+    for (int code = 0; code < 4; ++code) {
+      out.zero_in += at(0, code);
+      out.inf_in += at(inf_key, code);
+      out.nan_in += at(nan_key, code);
+    }
+    for (int key = 1; key < inf_key; ++key) {
+      const int b = key - t.key_bias + log2_scale;  // binade of x·S
+      for (int code = 0; code < 4; ++code) {
+        const std::uint64_t n = at(key, code);
+        if (n == 0) continue;
+        int rank = 0;
+        for (int r = 0; r < 3; ++r) {
+          const Boundary& bd = boundary_[s][r];
+          rank += b > bd.binade || (b == bd.binade && code > t.position[s][r]);
+        }
+        out.nonzero_finite += n;
+        switch (rank) {
+          case 0: out.underflow += n; break;
+          case 1: {
+            out.subnormal += n;
+            const int lost = std::min(format_.emin - b, format_.man_bits);
+            out.subnormal_bits_lost_sum += double(lost) * double(n);
+            out.subnormal_bits_lost_max = std::max(out.subnormal_bits_lost_max, lost);
+            break;
+          }
+          case 2: out.normal += n; break;
+          default: out.overflow += n; break;
+        }
+      }
+    }
+  }
+}
+
+RangeCounts RangeCounter::at_scale(int log2_scale) const {
+  RangeCounts out;
+  out.log2_scale = log2_scale;
+  add_counts(out, float_table_, log2_scale);
+  add_counts(out, double_table_, log2_scale);
+  out.total = out.zero_in + out.nan_in + out.inf_in + out.nonzero_finite;
+  return out;
+}
+
+std::uint64_t RangeCounter::total() const {
+  std::uint64_t n = 0;
+  for (const Table* t : {&float_table_, &double_table_})
+    for (const auto c : t->counts) n += c;
+  return n;
+}
+
+Log2Histogram RangeCounter::histogram() const {
+  Log2Histogram h = make_float_histogram();
+  for (const Table* t : {&float_table_, &double_table_}) {
+    if (t->counts.empty()) continue;
+    const int inf_key = t->keys - 2, nan_key = t->keys - 1;
+    for (int s = 0; s < 2; ++s) {
+      for (int key = 0; key < t->keys; ++key) {
+        std::uint64_t n = 0;
+        for (int code = 0; code < 4; ++code) n += t->counts[static_cast<std::size_t>(((s * t->keys + key) << 2) + code)];
+        if (n == 0) continue;
+        if (key == 0) h.zero += n;
+        else if (key == nan_key) h.nan += n;
+        else if (key == inf_key) (s ? h.neg_inf : h.pos_inf) += n;
+        else {
+          const int b = key - t->key_bias;
+          h.widen(std::min(b, h.min_exp), std::max(b, h.max_exp));
+          h.bins[static_cast<std::size_t>(b - h.min_exp)] += n;
+        }
+      }
+    }
+  }
+  return h;
+}
+
+}  // namespace mpsim::analysis

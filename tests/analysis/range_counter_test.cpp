@@ -1,0 +1,219 @@
+// Tests of lib/mpsim/analysis/range_counter.hpp: the counts at every power-of-two scale against a
+// brute-force scalar loop (round_bits of x·2^k, classified here from the decoded value), and against
+// the bulk engine's Stats, on random and adversarial inputs (values exactly on every rounding boundary
+// of each format at each scale, and their float neighbours).
+#include <catch2/catch.hpp>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "mpsim/analysis/range_counter.hpp"
+#include "mpsim/error.hpp"
+#include "mpsim/format/bulk.hpp"
+
+using namespace mpsim;
+using mpsim::analysis::RangeCounter;
+using mpsim::analysis::RangeCounts;
+
+namespace {
+
+struct Brute {
+  std::uint64_t zero_in = 0, nan_in = 0, inf_in = 0, underflow = 0, subnormal = 0, normal = 0, overflow = 0;
+  double lost_sum = 0;
+};
+
+// Classifies by the decoded value (independent of the bit-level classification in the library).
+template <class T>
+Brute brute(const std::vector<T>& v, const Format& f, const Rounding& r, int k) {
+  Brute b;
+  for (const T x : v) {
+    if (std::isnan(x)) { ++b.nan_in; continue; }
+    if (std::isinf(x)) { ++b.inf_in; continue; }
+    if (x == 0) { ++b.zero_in; continue; }
+    const double xs = std::ldexp(static_cast<double>(x), k);
+    const double y = decode(round_bits(xs, f, r), f);
+    if (y == 0) ++b.underflow;
+    else if (std::isnan(y) || std::isinf(y)) ++b.overflow;
+    else if (f.overflow == Overflow::saturate && std::fabs(y) == f.max_finite && std::fabs(xs) > f.max_finite) ++b.overflow;
+    else if (std::fabs(y) < f.min_normal) {
+      ++b.subnormal;
+      b.lost_sum += std::min(f.emin - std::ilogb(xs), f.man_bits);
+    } else ++b.normal;
+  }
+  return b;
+}
+
+bool same(const RangeCounts& c, const Brute& b) {
+  return c.zero_in == b.zero_in && c.nan_in == b.nan_in && c.inf_in == b.inf_in && c.underflow == b.underflow &&
+         c.subnormal == b.subnormal && c.normal == b.normal && c.overflow == b.overflow &&
+         c.subnormal_bits_lost_sum == b.lost_sum;
+}
+
+std::vector<float> log_uniform(std::size_t n, std::uint64_t seed, double lo_exp, double hi_exp) {
+  std::mt19937_64 g(seed);
+  std::uniform_real_distribution<double> e(lo_exp, hi_exp);
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<float>((i & 1 ? -1 : 1) * std::exp2(e(g)));
+  return v;
+}
+
+// Every rounding boundary of f at every scale 2^-k, k in -8..32, with its float neighbours.
+std::vector<float> boundaries(const Format& f) {
+  std::vector<float> v;
+  const double ulp_max = std::ldexp(1.0, f.emax - f.man_bits);
+  const double pts[] = {f.min_subnormal / 2, f.min_subnormal,  f.min_subnormal * 1.5, f.min_normal - f.min_subnormal / 2,
+                        f.min_normal,        f.max_finite,     f.max_finite + ulp_max / 2, f.max_finite + ulp_max,
+                        2 * f.max_finite,    f.min_subnormal / 4};
+  for (int k = -8; k <= 32; ++k)
+    for (const double p : pts) {
+      const float x = static_cast<float>(std::ldexp(p, -k));
+      if (!std::isfinite(x) || x == 0) continue;
+      for (const float y : {x, std::nextafter(x, 0.0f), std::nextafter(x, 1e38f)}) {
+        v.push_back(y);
+        v.push_back(-y);
+      }
+    }
+  return v;
+}
+
+const std::vector<Format>& formats() {
+  static const std::vector<Format> all = {
+      fp16(), bf16(), fp8_e4m3(), fp8_e5m2(), fp8_e4m3fnuz(), tf32(),
+      make_format("e5m10_flush", 5, 10, 15, true, NanEncoding::ieee, Subnormals::flush),
+      make_format("e4m3_sat", 4, 3, 7, false, NanEncoding::all_ones, Subnormals::keep, Overflow::saturate),
+      make_format("e3m1", 3, 1, 3)};
+  return all;
+}
+
+}  // namespace
+
+TEST_CASE("counts at every scale 2^-8..2^32 equal the brute force, every format and deterministic mode",
+          "[range_counter]") {
+  const auto random = log_uniform(4000, 11, -160, 130);
+  std::size_t checks = 0, bad = 0;
+  for (const Format& f : formats()) {
+    std::vector<float> v = boundaries(f);
+    v.insert(v.end(), random.begin(), random.end());
+    v.push_back(0.0f);
+    v.push_back(-0.0f);
+    v.push_back(std::numeric_limits<float>::quiet_NaN());
+    v.push_back(-std::numeric_limits<float>::infinity());
+    v.push_back(std::numeric_limits<float>::denorm_min());
+    for (const RoundingMode m : {RoundingMode::nearest_even, RoundingMode::toward_zero, RoundingMode::up,
+                                 RoundingMode::down, RoundingMode::nearest_away, RoundingMode::to_odd}) {
+      const Rounding r = Rounding::of(m);
+      RangeCounter c(f, r);
+      c.add(v);
+      for (int k = -8; k <= 32; k += (m == RoundingMode::nearest_even ? 1 : 3)) {
+        const RangeCounts got = c.at_scale(k);
+        const Brute want = brute(v, f, r, k);
+        ++checks;
+        if (!same(got, want)) {
+          ++bad;
+          UNSCOPED_INFO(f.name << " " << ieee_name(m) << " 2^" << k << ": underflow " << got.underflow << " vs "
+                               << want.underflow << ", subnormal " << got.subnormal << " vs " << want.subnormal
+                               << ", normal " << got.normal << " vs " << want.normal << ", overflow "
+                               << got.overflow << " vs " << want.overflow << ", lost " << got.subnormal_bits_lost_sum
+                               << " vs " << want.lost_sum);
+        }
+      }
+    }
+  }
+  WARN("range counter: " << checks << " (format, mode, scale) cases against brute force, mismatches " << bad);
+  CHECK(bad == 0);
+}
+
+TEST_CASE("double input, merged streams and the histogram agree with brute force and the bulk engine",
+          "[range_counter]") {
+  const Format& f = fp16();
+  const auto a = log_uniform(20000, 5, -40, 20);
+  const auto b = boundaries(f);
+  std::vector<double> bd(b.begin(), b.end());
+  for (double& x : bd) x *= 1 + std::ldexp(1.0, -40);  // significand bits beyond float's
+  RangeCounter ca(f), cb(f), call(f);
+  ca.add(a);
+  cb.add(bd);
+  call = ca;
+  call += cb;
+  std::size_t bad = 0;
+  for (int k = -8; k <= 32; ++k) {
+    const RangeCounts got = call.at_scale(k);
+    const Brute wa = brute(a, f, {}, k), wb = brute(bd, f, {}, k);
+    bad += got.underflow != wa.underflow + wb.underflow || got.subnormal != wa.subnormal + wb.subnormal ||
+           got.overflow != wa.overflow + wb.overflow || got.normal != wa.normal + wb.normal;
+    // The bulk engine's Stats on the scaled float values.
+    std::vector<float> scaled(a.size()), out(a.size());
+    bool exact_scaling = true;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      scaled[i] = std::ldexp(a[i], k);
+      exact_scaling &= std::ldexp(static_cast<double>(a[i]), k) == static_cast<double>(scaled[i]);
+    }
+    if (exact_scaling) {
+      Stats st;
+      round_array(scaled, out, f, {}, &st);
+      const RangeCounts ga = ca.at_scale(k);
+      bad += st.underflow != ga.underflow || st.subnormal != ga.subnormal || st.overflow != ga.overflow;
+    }
+  }
+  WARN("range counter: float + double streams merged, 41 scales, mismatches " << bad);
+  CHECK(bad == 0);
+  mpsim::analysis::Log2Histogram h = mpsim::analysis::make_float_histogram();
+  h.add(a);
+  h.add(bd);
+  CHECK(call.histogram() == h);
+  double amax = 0, amin = 1e300;
+  for (const float x : a) amax = std::max(amax, double(std::fabs(x))), amin = std::min(amin, double(std::fabs(x)));
+  for (const double x : bd) amax = std::max(amax, std::fabs(x)), amin = std::min(amin, std::fabs(x));
+  CHECK(call.amax() == amax);
+  CHECK(call.amin_nonzero() == amin);
+}
+
+TEST_CASE("adversarial: all subnormal, one exponent, NaN only, alternating signs", "[range_counter]") {
+  std::vector<std::vector<float>> cases;
+  std::mt19937 g(3);
+  {
+    std::vector<float> v;
+    for (std::uint32_t m = 1; m < (1u << 23); m += 997) v.push_back(std::bit_cast<float>(m));
+    cases.push_back(v);
+  }
+  {
+    std::vector<float> v(5000);
+    for (auto& x : v) x = std::bit_cast<float>(static_cast<std::uint32_t>(0x33000000u | (g() & 0x807fffffu)));  // ±[2^-25, 2^-24)
+    cases.push_back(v);
+  }
+  cases.push_back(std::vector<float>(100, std::numeric_limits<float>::quiet_NaN()));
+  {
+    std::vector<float> v(1001);
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = (i % 2 ? -1.0f : 1.0f) * std::ldexp(1.0f, -25);
+    cases.push_back(v);
+  }
+  std::size_t bad = 0, checks = 0;
+  for (const auto& v : cases)
+    for (const Format& f : formats())
+      for (const RoundingMode m : {RoundingMode::nearest_even, RoundingMode::up, RoundingMode::down}) {
+        RangeCounter c(f, Rounding::of(m));
+        c.add(v);
+        for (int k = -8; k <= 32; k += 4) {
+          ++checks;
+          bad += !same(c.at_scale(k), brute(v, f, Rounding::of(m), k));
+        }
+      }
+  WARN("range counter adversarial: " << checks << " cases, mismatches " << bad);
+  CHECK(bad == 0);
+}
+
+TEST_CASE("fp16 boundaries: the tie below the smallest subnormal and the overflow threshold", "[range_counter]") {
+  RangeCounter c(fp16());
+  // Rank 1 (non-zero) starts in binade -25 above the tie 2^-25 (which goes to zero, the even choice).
+  CHECK(c.boundary(0, 1).binade == -25);
+  CHECK(c.boundary(0, 1).threshold == 1);
+  // Overflow starts at 65520 = 2^15 * (1 + 2047/2048).
+  CHECK(c.boundary(0, 3).binade == 15);
+  CHECK(c.boundary(0, 3).threshold == (std::uint64_t{2047} << 41));
+  CHECK_THROWS_AS(RangeCounter(fp16(), Rounding::stochastic(1)), Error);
+  CHECK_THROWS_AS(RangeCounter(fp64()), Error);
+}
