@@ -1,14 +1,29 @@
-// Bulk rounding engine: argument checks, Stats, and the scalar path. (Vector paths and threads: issue 4.)
+// Bulk rounding engine: argument checks, path choice (cpuid), threads, Stats, and the scalar path.
+// The vector kernels live in bulk_kernel.hpp, compiled per ISA in bulk_avx2.cpp and bulk_avx512.cpp.
+// The scalar path calls round_bits() per element: it is the specification the vector paths are
+// tested against bit for bit (tests/format/bulk_exhaustive_test.cpp).
 #include "mpsim/format/bulk.hpp"
 
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <exception>
+#include <limits>
 #include <string>
+#include <type_traits>
+#include <thread>
+#include <vector>
 
 #include "mpsim/error.hpp"
+#include "mpsim/format/bulk_params.hpp"
 
 namespace mpsim {
+
+namespace bd = bulk_detail;
+
+static_assert(static_cast<int>(bd::Mode::stochastic) == static_cast<int>(RoundingMode::stochastic) &&
+              static_cast<int>(bd::Mode::to_odd) == static_cast<int>(RoundingMode::to_odd) &&
+              static_cast<int>(bd::Mode::nearest_even) == static_cast<int>(RoundingMode::nearest_even));
 
 void Stats::merge(const Stats& o) {
   count += o.count;
@@ -35,19 +50,65 @@ std::string_view to_string(Path p) {
   return "?";
 }
 
-bool path_available(Path p) { return p == Path::automatic || p == Path::scalar; }
+namespace {
+
+bool cpu_has_avx2() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                          __builtin_cpu_supports("f16c");
+  return has;
+#else
+  return false;
+#endif
+}
+
+bool cpu_has_avx512() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool has = bd::avx512_compiled() && __builtin_cpu_supports("avx512f") &&
+                          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                          __builtin_cpu_supports("avx512dq");
+  return has;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+bool path_available(Path p) {
+  switch (p) {
+    case Path::automatic:
+    case Path::scalar: return true;
+    case Path::avx2: return cpu_has_avx2();
+    case Path::avx512: return cpu_has_avx512();
+  }
+  return false;
+}
+
+Path best_path() {
+  if (cpu_has_avx512()) return Path::avx512;
+  if (cpu_has_avx2()) return Path::avx2;
+  return Path::scalar;
+}
+
+bool vector_supported(const Format& f) { return f.man_bits <= 22 && f.emin >= -126 && f.storage_bits <= 32; }
 
 namespace {
 
-void check_sizes(std::size_t in, std::size_t out, const void* ip, const void* op) {
+void check_sizes(std::size_t in, std::size_t out, const void* ip, const void* op, const char* who) {
   if (in != out)
-    throw Error("round_array: input has " + std::to_string(in) + " elements but output has " + std::to_string(out));
-  if (in != 0 && (ip == nullptr || op == nullptr)) throw Error("round_array: null pointer with non-zero length");
+    throw Error(std::string(who) + ": input has " + std::to_string(in) + " elements but output has " +
+                std::to_string(out));
+  if (in != 0 && (ip == nullptr || op == nullptr))
+    throw Error(std::string(who) + ": null pointer with non-zero length " + std::to_string(in));
 }
 
-void check_path(const BulkOptions& opt) {
+Path check_path(const BulkOptions& opt) {
   if (!path_available(opt.path))
-    throw Error(std::string("round_array: code path '") + std::string(to_string(opt.path)) + "' is not available on this CPU");
+    throw Error(std::string("round_array: code path '") + std::string(to_string(opt.path)) +
+                "' is not available on this CPU (or this build)");
+  if (opt.threads < 0) throw Error("round_array: thread count must be >= 0, got " + std::to_string(opt.threads));
+  return opt.path == Path::automatic ? best_path() : opt.path;
 }
 
 void check_float_fits(const Format& f) {
@@ -62,6 +123,49 @@ void check_storage(const Format& f) {
                 " bytes, the output array has elements of " + std::to_string(sizeof(Out)));
 }
 
+// ---- threads -----------------------------------------------------------------------------------
+// Below this many elements per thread, starting threads costs more than it saves.
+constexpr std::size_t kMinPerThread = std::size_t{1} << 16;
+
+int thread_count(std::size_t n, const BulkOptions& opt) {
+  std::size_t t = opt.threads > 0 ? static_cast<std::size_t>(opt.threads)
+                                  : std::max(1u, std::thread::hardware_concurrency());
+  t = std::min(t, n / kMinPerThread);
+  return static_cast<int>(std::max<std::size_t>(t, 1));
+}
+
+// Runs work(begin, end, stats) over contiguous ranges, one per thread, and merges the Stats. Every
+// element's result depends only on its value and its index, and the merge is a sum / max / min, so
+// output and Stats are the same bits whatever the thread count.
+template <class Work>
+void parallel_for(std::size_t n, const BulkOptions& opt, Stats* stats, Work work) {
+  const int t = thread_count(n, opt);
+  if (t <= 1) {
+    Stats local;
+    work(std::size_t{0}, n, local);
+    if (stats) stats->merge(local);
+    return;
+  }
+  std::vector<Stats> parts(t);
+  std::vector<std::thread> pool;
+  pool.reserve(t - 1);
+  auto bound = [&](int k) { return k == t ? n : (n / t * k) & ~std::size_t{63}; };
+  std::exception_ptr failure;
+  for (int k = 1; k < t; ++k)
+    pool.emplace_back([&, k] { work(bound(k), bound(k + 1), parts[k]); });
+  try {
+    work(0, bound(1), parts[0]);
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  for (auto& th : pool) th.join();
+  if (failure) std::rethrow_exception(failure);
+  if (stats)
+    for (const Stats& s : parts) stats->merge(s);
+}
+
+// ---- the scalar path: the specification, element by element ------------------------------------
+
 // Classifies one element into the stats.
 template <class T>
 inline void account(Stats& s, T x, std::uint64_t bits, const Format& f) {
@@ -73,7 +177,8 @@ inline void account(Stats& s, T x, std::uint64_t bits, const Format& f) {
   s.max_abs = std::max(s.max_abs, ax);
   if (s.min_abs_nonzero == 0 || ax < s.min_abs_nonzero) s.min_abs_nonzero = ax;
   const std::uint64_t mag = bits & ~f.sign_bit() & f.storage_mask();
-  const bool is_zero = mag == 0 || (f.nan == NanEncoding::neg_zero && bits == 0);
+  // In "fnuz" formats the pattern with magnitude 0 and the sign set is the NaN, not a zero.
+  const bool is_zero = f.nan == NanEncoding::neg_zero ? bits == 0 : mag == 0;
   if (is_zero) { ++s.underflow; ++s.rounded; return; }
   if (is_nan_bits(bits, f) || is_inf_bits(bits, f)) { ++s.overflow; ++s.rounded; return; }
   const double y = decode(bits, f);
@@ -82,89 +187,214 @@ inline void account(Stats& s, T x, std::uint64_t bits, const Format& f) {
   if (y == static_cast<double>(x)) ++s.exact; else ++s.rounded;
 }
 
-template <class In, class Out, class Store>
-void scalar_loop(std::span<const In> in, std::span<Out> out, const Format& f, const Rounding& r, Stats* stats,
-                 const BulkOptions& opt, Store store) {
-  Stats local;
-  for (std::size_t i = 0; i < in.size(); ++i) {
-    const In x = in[i];
-    const std::uint64_t bits = round_bits(x, f, r, opt.index0 + i);
-    if (stats) account(local, x, bits, f);
-    out[i] = store(bits);
+// The float value of an encoding, NaN payloads kept (what round(float) returns).
+inline float decode_to_float(std::uint64_t bits, const Format& f) {
+  if (is_nan_bits(bits, f) && f.nan == NanEncoding::ieee) {
+    const std::uint32_t man = static_cast<std::uint32_t>(bits & ((std::uint64_t{1} << f.man_bits) - 1));
+    return std::bit_cast<float>(((bits & f.sign_bit()) ? 0x80000000u : 0u) | 0x7f800000u |
+                                (man << (23 - f.man_bits)));
   }
-  if (stats) stats->merge(local);
+  return static_cast<float>(decode(bits, f));
 }
 
-template <class In, class Out>
-void round_packed(std::span<const In> in, std::span<Out> out, const Format& f, const Rounding& r, Stats* stats,
-                  const BulkOptions& opt) {
-  check_sizes(in.size(), out.size(), in.data(), out.data());
+template <class In, class Out, class Store>
+void scalar_range(const In* in, Out* out, std::size_t begin, std::size_t end, const Format& f, const Rounding& r,
+                  bool want_stats, Stats& local, std::uint64_t index0, Store store) {
+  for (std::size_t i = begin; i < end; ++i) {
+    const In x = in[i];
+    const std::uint64_t bits = round_bits(x, f, r, index0 + i);
+    if (want_stats) account(local, x, bits, f);
+    out[i] = store(bits);
+  }
+}
+
+// ---- the vector paths ----------------------------------------------------------------------------
+
+bd::KernelParams make_params(const Format& f, const Rounding& r, const BulkOptions& opt) {
+  bd::KernelParams p;
+  p.mode = static_cast<bd::Mode>(r.mode);
+  const int m = f.man_bits;
+  p.man_bits = m;
+  p.sh0 = 23 - m;
+  p.d0 = 127 + f.emin;
+  p.one_m = 1 << m;
+  p.max_finite_bits = static_cast<std::int32_t>(f.max_finite_bits);
+  p.fmt_sign = static_cast<std::int32_t>(f.sign_bit());
+  p.sign_shift = 31 - (f.exp_bits + m);
+  p.mag_mask = static_cast<std::int32_t>(f.storage_mask() & ~f.sign_bit());
+  // The specification's results for overflow, ±inf and NaN inputs, taken from round_bits itself.
+  const float big = std::numeric_limits<float>::max();
+  const float inf = std::numeric_limits<float>::infinity();
+  p.inf_pos = static_cast<std::int32_t>(round_bits(inf, f, r));
+  p.inf_neg = static_cast<std::int32_t>(round_bits(-inf, f, r));
+  // Every format the vector path takes has max_finite below FLT_MAX or no overflow at all; where
+  // FLT_MAX does not overflow, enc > max_finite_bits never happens and these are unused.
+  Rounding det = r;
+  if (det.mode == RoundingMode::stochastic) det.mode = RoundingMode::nearest_even;  // overflow acts as nearest
+  p.ovf_pos = static_cast<std::int32_t>(round_bits(big, f, det));
+  p.ovf_neg = static_cast<std::int32_t>(round_bits(-big, f, det));
+  p.ieee_nan = f.nan == NanEncoding::ieee;
+  p.neg_zero = f.nan == NanEncoding::neg_zero;
+  p.all_ones_nan = f.nan == NanEncoding::all_ones;
+  p.nan_base = static_cast<std::int32_t>(f.inf_bits | (m >= 1 ? (std::uint64_t{1} << (m - 1)) : 0));
+  const float qnan = std::bit_cast<float>(0x7fc00000u);
+  p.nan_pos = static_cast<std::int32_t>(round_bits(qnan, f, r));
+  p.nan_neg = static_cast<std::int32_t>(round_bits(-qnan, f, r));
+  p.flush = f.subnormals == Subnormals::flush;
+  p.daz = r.input_subnormals == InputSubnormals::zero;
+  p.saturate = f.overflow == Overflow::saturate;
+  p.max_finite_f32 = f.max_finite < static_cast<double>(big)
+                         ? static_cast<std::int32_t>(std::bit_cast<std::uint32_t>(static_cast<float>(f.max_finite)))
+                         : 0x7f800000;
+  auto counts = [&](std::uint64_t bits) { return is_nan_bits(bits, f) || is_inf_bits(bits, f) ? -1 : 0; };
+  p.ovf_pos_counts = counts(static_cast<std::uint64_t>(static_cast<std::uint32_t>(p.ovf_pos)));
+  p.ovf_neg_counts = counts(static_cast<std::uint64_t>(static_cast<std::uint32_t>(p.ovf_neg)));
+  p.sr_mask = r.sr_bits >= 32 ? 0xffffffffu : ~((1u << (32 - r.sr_bits)) - 1);
+  const SrKey key = sr_key(r.seed);
+  p.sr_key_lo = key.lo;
+  p.sr_key_hi = key.hi;
+  p.dec_add = (127 - f.bias) * (1 << 23);
+  p.sub_by_shift = f.emin == -126;
+  p.sub_scale = std::ldexp(1.0f, f.emin - m);
+  p.inf_bits = static_cast<std::int32_t>(f.inf_bits);
+  p.nan_mag = static_cast<std::int32_t>(f.nan == NanEncoding::all_ones ? f.nan_bits : f.nan_bits);
+  p.f16c = opt.hardware_convert && f == fp16() && r.mode == RoundingMode::nearest_even &&
+           r.input_subnormals == InputSubnormals::keep;
+  return p;
+}
+
+void to_stats(const bd::StatsAcc& a, std::size_t n, Stats& s) {
+  s.count += n;
+  s.zero_in += a.zero_in;
+  s.nan += a.nan;
+  s.inf_in += a.inf_in;
+  s.exact += a.exact;
+  s.rounded += n - a.zero_in - a.nan - a.inf_in - a.exact;
+  s.underflow += a.underflow;
+  s.subnormal += a.subnormal;
+  s.overflow += a.overflow;
+  if (a.max_a != 0) s.max_abs = std::max(s.max_abs, static_cast<double>(std::bit_cast<float>(a.max_a)));
+  if (a.min_a != 0x7fffffffu) {
+    const double mn = std::bit_cast<float>(a.min_a);
+    if (s.min_abs_nonzero == 0 || mn < s.min_abs_nonzero) s.min_abs_nonzero = mn;
+  }
+}
+
+// Runs the vector kernel of `path` over in[begin, end), splitting where the stochastic index crosses
+// a multiple of 2^32 (the generator's per-block offset changes there).
+void vector_range(Path path, const float* in, void* out, std::size_t out_size, bd::OutKind kind, std::size_t begin,
+                  std::size_t end, std::uint64_t index0, const bd::KernelParams& p, bool want_stats, Stats& local) {
+  auto* kernel = path == Path::avx512 ? bd::round_f32_avx512 : bd::round_f32_avx2;
+  bd::StatsAcc acc;
+  std::size_t i = begin;
+  while (i < end) {
+    const std::uint64_t idx = index0 + i;
+    const std::uint64_t to_boundary = (std::uint64_t{1} << 32) - (idx & 0xffffffffu);
+    const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(end - i, to_boundary));
+    kernel(in + i, static_cast<unsigned char*>(out) + i * out_size, kind, len, idx, p, want_stats ? &acc : nullptr);
+    i += len;
+  }
+  if (want_stats) to_stats(acc, end - begin, local);
+}
+
+template <class Out>
+constexpr bd::OutKind out_kind() {
+  if constexpr (std::is_same_v<Out, float>) return bd::OutKind::f32;
+  if constexpr (std::is_same_v<Out, std::uint8_t>) return bd::OutKind::u8;
+  if constexpr (std::is_same_v<Out, std::uint16_t>) return bd::OutKind::u16;
+  return bd::OutKind::u32;
+}
+
+// Float input into Out (float: simulate; unsigned: packed), any path, any thread count.
+template <class Out>
+void round_float(std::span<const float> in, std::span<Out> out, const Format& f, const Rounding& r, Stats* stats,
+                 const BulkOptions& opt) {
+  const Path path = check_path(opt);
+  const bool want = stats != nullptr;
+  if (path != Path::scalar && vector_supported(f)) {
+    const bd::KernelParams p = make_params(f, r, opt);
+    parallel_for(in.size(), opt, stats, [&](std::size_t b, std::size_t e, Stats& local) {
+      vector_range(path, in.data(), out.data(), sizeof(Out), out_kind<Out>(), b, e, opt.index0, p, want, local);
+    });
+    return;
+  }
+  parallel_for(in.size(), opt, stats, [&](std::size_t b, std::size_t e, Stats& local) {
+    if constexpr (std::is_same_v<Out, float>)
+      scalar_range(in.data(), out.data(), b, e, f, r, want, local, opt.index0,
+                   [&f](std::uint64_t bits) { return decode_to_float(bits, f); });
+    else
+      scalar_range(in.data(), out.data(), b, e, f, r, want, local, opt.index0,
+                   [](std::uint64_t bits) { return static_cast<Out>(bits); });
+  });
+}
+
+template <class Out>
+void round_double_packed(std::span<const double> in, std::span<Out> out, const Format& f, const Rounding& r,
+                         Stats* stats, const BulkOptions& opt) {
+  check_sizes(in.size(), out.size(), in.data(), out.data(), "round_array");
   check_path(opt);
   validate(r);
   check_storage<Out>(f);
-  scalar_loop(in, out, f, r, stats, opt, [](std::uint64_t b) { return static_cast<Out>(b); });
+  parallel_for(in.size(), opt, stats, [&](std::size_t b, std::size_t e, Stats& local) {
+    scalar_range(in.data(), out.data(), b, e, f, r, stats != nullptr, local, opt.index0,
+                 [](std::uint64_t bits) { return static_cast<Out>(bits); });
+  });
+}
+
+template <class Out>
+void round_float_packed(std::span<const float> in, std::span<Out> out, const Format& f, const Rounding& r,
+                        Stats* stats, const BulkOptions& opt) {
+  check_sizes(in.size(), out.size(), in.data(), out.data(), "round_array");
+  validate(r);
+  check_storage<Out>(f);
+  round_float(in, out, f, r, stats, opt);
 }
 
 template <class Out>
 void decode_packed(std::span<const Out> in, std::span<float> out, const Format& f) {
-  check_sizes(in.size(), out.size(), in.data(), out.data());
+  check_sizes(in.size(), out.size(), in.data(), out.data(), "decode_array");
   check_storage<Out>(f);
   check_float_fits(f);
-  for (std::size_t i = 0; i < in.size(); ++i) {
-    const std::uint64_t bits = in[i];
-    if (is_nan_bits(bits, f) && f.nan == NanEncoding::ieee) {
-      const std::uint32_t man = static_cast<std::uint32_t>(bits & ((std::uint64_t{1} << f.man_bits) - 1));
-      out[i] = std::bit_cast<float>(((bits & f.sign_bit()) ? 0x80000000u : 0u) | 0x7f800000u |
-                                    (man << (23 - f.man_bits)));
-    } else {
-      out[i] = static_cast<float>(decode(bits, f));
-    }
+  const Path path = best_path();
+  if (path != Path::scalar && vector_supported(f) && !in.empty()) {
+    const bd::KernelParams p = make_params(f, Rounding{}, BulkOptions{});
+    (path == Path::avx512 ? bd::decode_avx512 : bd::decode_avx2)(in.data(), out_kind<Out>(), out.data(), in.size(), p);
+    return;
   }
+  for (std::size_t i = 0; i < in.size(); ++i) out[i] = decode_to_float(in[i], f);
 }
 
 }  // namespace
 
 void round_array(std::span<const float> in, std::span<float> out, const Format& f, const Rounding& r, Stats* stats,
                  const BulkOptions& opt) {
-  check_sizes(in.size(), out.size(), in.data(), out.data());
-  check_path(opt);
+  check_sizes(in.size(), out.size(), in.data(), out.data(), "round_array");
   validate(r);
   check_float_fits(f);
-  Stats local;
-  for (std::size_t i = 0; i < in.size(); ++i) {
-    const float x = in[i];
-    const std::uint64_t bits = round_bits(x, f, r, opt.index0 + i);
-    if (stats) account(local, x, bits, f);
-    float y;
-    if (is_nan_bits(bits, f) && f.nan == NanEncoding::ieee) {
-      const std::uint32_t man = static_cast<std::uint32_t>(bits & ((std::uint64_t{1} << f.man_bits) - 1));
-      y = std::bit_cast<float>(((bits & f.sign_bit()) ? 0x80000000u : 0u) | 0x7f800000u | (man << (23 - f.man_bits)));
-    } else {
-      y = static_cast<float>(decode(bits, f));
-    }
-    out[i] = y;
-  }
-  if (stats) stats->merge(local);
+  round_float(in, out, f, r, stats, opt);
 }
 
 void round_array(std::span<const double> in, std::span<double> out, const Format& f, const Rounding& r, Stats* stats,
                  const BulkOptions& opt) {
-  check_sizes(in.size(), out.size(), in.data(), out.data());
+  check_sizes(in.size(), out.size(), in.data(), out.data(), "round_array");
   check_path(opt);
   validate(r);
-  scalar_loop(in, out, f, r, stats, opt, [&f](std::uint64_t b) { return decode(b, f); });
+  parallel_for(in.size(), opt, stats, [&](std::size_t b, std::size_t e, Stats& local) {
+    scalar_range(in.data(), out.data(), b, e, f, r, stats != nullptr, local, opt.index0,
+                 [&f](std::uint64_t bits) { return decode(bits, f); });
+  });
 }
 
 void round_array(std::span<const float> in, std::span<std::uint8_t> out, const Format& f, const Rounding& r,
-                 Stats* s, const BulkOptions& o) { round_packed(in, out, f, r, s, o); }
+                 Stats* s, const BulkOptions& o) { round_float_packed(in, out, f, r, s, o); }
 void round_array(std::span<const float> in, std::span<std::uint16_t> out, const Format& f, const Rounding& r,
-                 Stats* s, const BulkOptions& o) { round_packed(in, out, f, r, s, o); }
+                 Stats* s, const BulkOptions& o) { round_float_packed(in, out, f, r, s, o); }
 void round_array(std::span<const float> in, std::span<std::uint32_t> out, const Format& f, const Rounding& r,
-                 Stats* s, const BulkOptions& o) { round_packed(in, out, f, r, s, o); }
+                 Stats* s, const BulkOptions& o) { round_float_packed(in, out, f, r, s, o); }
 void round_array(std::span<const double> in, std::span<std::uint8_t> out, const Format& f, const Rounding& r,
-                 Stats* s, const BulkOptions& o) { round_packed(in, out, f, r, s, o); }
+                 Stats* s, const BulkOptions& o) { round_double_packed(in, out, f, r, s, o); }
 void round_array(std::span<const double> in, std::span<std::uint16_t> out, const Format& f, const Rounding& r,
-                 Stats* s, const BulkOptions& o) { round_packed(in, out, f, r, s, o); }
+                 Stats* s, const BulkOptions& o) { round_double_packed(in, out, f, r, s, o); }
 
 void decode_array(std::span<const std::uint8_t> in, std::span<float> out, const Format& f) { decode_packed(in, out, f); }
 void decode_array(std::span<const std::uint16_t> in, std::span<float> out, const Format& f) { decode_packed(in, out, f); }

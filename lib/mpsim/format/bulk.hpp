@@ -37,7 +37,8 @@ struct Stats {
   friend bool operator==(const Stats&, const Stats&) = default;
 };
 
-// Which code path the engine takes. `automatic` picks the fastest the CPU has (cpuid).
+// Which code path the engine takes. `automatic` picks the fastest the CPU has (cpuid). Forcing a path
+// the CPU lacks is an mpsim::Error.
 enum class Path : std::uint8_t { automatic, scalar, avx2, avx512 };
 std::string_view to_string(Path);
 bool path_available(Path);  // false if the CPU (or the build) lacks it
@@ -46,7 +47,18 @@ struct BulkOptions {
   Path path = Path::automatic;
   int threads = 0;              // 0: the engine's default (all hardware threads for large arrays); 1: none
   std::uint64_t index0 = 0;     // stochastic rounding: element i uses generator index index0 + i
+  // Use a hardware conversion instruction where it is exact for the case (F16C vcvtps2ph for fp16
+  // nearest-even); false forces the software vector code (tests compare both).
+  bool hardware_convert = true;
 };
+
+// The path `automatic` resolves to on this CPU for float input (avx512, avx2 or scalar).
+Path best_path();
+
+// Whether the vector paths handle this format for float input: man_bits <= 22, emin >= -126 and
+// storage up to 32 bits (every named format but fp32 and fp64). Other formats, and double input, run
+// the scalar code (threaded) whatever path is asked for.
+bool vector_supported(const Format& fmt);
 
 // Simulate mode: out[i] = round(in[i]) held in the input's type. `in` and `out` may be the same array.
 // For float output the format must fit in float (exp_bits <= 8 and man_bits <= 23, bias such that its

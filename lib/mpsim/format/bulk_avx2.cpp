@@ -1,0 +1,108 @@
+// The AVX2 (+F16C) kernels of the bulk engine: bulk_kernel.hpp over 8 lanes of __m256i.
+// Compiled with -mavx2 -mfma -mf16c (lib/mpsim/format/meson.build); bulk.cpp calls it only after
+// __builtin_cpu_supports says the CPU has them.
+#include <immintrin.h>
+
+#include "mpsim/format/bulk_kernel.hpp"
+
+namespace mpsim::bulk_detail {
+namespace {
+
+struct Avx2 {
+  using I = __m256i;
+  using M = __m256i;  // a lane mask is a vector of 0 / -1
+  static constexpr int W = 8;
+
+  static I set1(std::int32_t v) { return _mm256_set1_epi32(v); }
+  static I zero() { return _mm256_setzero_si256(); }
+  static I iota() { return _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7); }
+  static I load(const float* p) { return _mm256_castps_si256(_mm256_loadu_ps(p)); }
+  static I load8(const std::uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
+  static I load16(const std::uint16_t* p) { return _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static I load32(const std::uint32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  static void store32(void* p, I v) { _mm256_storeu_si256(static_cast<__m256i*>(p), v); }
+  static void store16(std::uint16_t* p, I v) {
+    const I t = _mm256_permute4x64_epi64(_mm256_packus_epi32(v, v), 0x08);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(t));
+  }
+  static void store8(std::uint8_t* p, I v) {
+    I t = _mm256_packus_epi32(v, v);
+    t = _mm256_packus_epi16(t, t);
+    t = _mm256_permutevar8x32_epi32(t, _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(t));
+  }
+
+  static I add(I a, I b) { return _mm256_add_epi32(a, b); }
+  static I sub(I a, I b) { return _mm256_sub_epi32(a, b); }
+  static I and_(I a, I b) { return _mm256_and_si256(a, b); }
+  static I or_(I a, I b) { return _mm256_or_si256(a, b); }
+  static I xor_(I a, I b) { return _mm256_xor_si256(a, b); }
+  template <int N> static I srli(I a) { return _mm256_srli_epi32(a, N); }
+  template <int N> static I slli(I a) { return _mm256_slli_epi32(a, N); }
+  static I sll(I a, int n) { return _mm256_sll_epi32(a, _mm_cvtsi32_si128(n)); }
+  static I srl(I a, int n) { return _mm256_srl_epi32(a, _mm_cvtsi32_si128(n)); }
+  static I sllv(I a, I n) { return _mm256_sllv_epi32(a, n); }
+  static I srlv(I a, I n) { return _mm256_srlv_epi32(a, n); }
+  static I max(I a, I b) { return _mm256_max_epi32(a, b); }
+  static I min(I a, I b) { return _mm256_min_epi32(a, b); }
+  static I mullo(I a, I b) { return _mm256_mullo_epi32(a, b); }
+
+  static M gt(I a, I b) { return _mm256_cmpgt_epi32(a, b); }
+  static M eq(I a, I b) { return _mm256_cmpeq_epi32(a, b); }
+  static M mand(M a, M b) { return _mm256_and_si256(a, b); }
+  static M mor(M a, M b) { return _mm256_or_si256(a, b); }
+  static M mandnot(M a, M b) { return _mm256_andnot_si256(a, b); }  // ~a & b
+  static M mnot(M a) { return _mm256_xor_si256(a, _mm256_set1_epi32(-1)); }
+  static M mconst(bool b) { return _mm256_set1_epi32(b ? -1 : 0); }
+  static M negmask(I b) { return _mm256_srai_epi32(b, 31); }
+  static I sel(M m, I t, I f) { return _mm256_blendv_epi8(f, t, m); }
+  static I maskz(M m, I x) { return _mm256_and_si256(m, x); }
+  static I count(I c, M m) { return _mm256_sub_epi32(c, m); }
+  // Lanes where the unsigned sum f + r carries out of 32 bits.
+  static M carry(I f, I r) {
+    const I s = _mm256_set1_epi32(static_cast<std::int32_t>(0x80000000u));
+    return _mm256_cmpgt_epi32(_mm256_xor_si256(f, s), _mm256_xor_si256(_mm256_add_epi32(f, r), s));
+  }
+  static I cvt_mul(I v, float s) {
+    return _mm256_castps_si256(_mm256_mul_ps(_mm256_cvtepi32_ps(v), _mm256_set1_ps(s)));
+  }
+  static __m128i cvt_ph(I b) { return _mm256_cvtps_ph(_mm256_castsi256_ps(b), _MM_FROUND_TO_NEAREST_INT); }
+  static I cvt_ph_back(__m128i h) { return _mm256_castps_si256(_mm256_cvtph_ps(h)); }
+  static I widen16(__m128i h) { return _mm256_cvtepu16_epi32(h); }
+  static void store_ph(std::uint16_t* p, __m128i h) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h); }
+
+  static std::uint64_t hsum(I v) {
+    alignas(32) std::uint32_t t[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(t), v);
+    std::uint64_t s = 0;
+    for (int k = 0; k < 8; ++k) s += t[k];
+    return s;
+  }
+  static std::uint32_t hmax(I v) {
+    alignas(32) std::uint32_t t[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(t), v);
+    std::uint32_t r = t[0];
+    for (int k = 1; k < 8; ++k) r = t[k] > r ? t[k] : r;
+    return r;
+  }
+  static std::uint32_t hmin(I v) {
+    alignas(32) std::uint32_t t[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(t), v);
+    std::uint32_t r = t[0];
+    for (int k = 1; k < 8; ++k) r = t[k] < r ? t[k] : r;
+    return r;
+  }
+};
+
+}  // namespace
+
+void round_f32_avx2(const float* in, void* out, OutKind kind, std::size_t n, std::uint64_t index0,
+                    const KernelParams& p, StatsAcc* acc) {
+  round_f32<Avx2>(in, out, kind, n, index0, p, acc);
+}
+
+void decode_avx2(const void* in, OutKind kind, float* out, std::size_t n, const KernelParams& p) {
+  decode_all<Avx2>(in, kind, out, n, p);
+}
+
+}  // namespace mpsim::bulk_detail

@@ -1,0 +1,102 @@
+// The AVX-512 (F/BW/VL/DQ) kernels of the bulk engine: bulk_kernel.hpp over 16 lanes of __m512i with
+// mask registers. Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512dq (meson.build); bulk.cpp
+// calls it only after __builtin_cpu_supports says the CPU has them. Where the compiler cannot build it,
+// meson compiles this file with MPSIM_NO_AVX512 and the path reports itself unavailable.
+#include "mpsim/format/bulk_params.hpp"
+
+#ifndef MPSIM_NO_AVX512
+#include <immintrin.h>
+
+#include "mpsim/format/bulk_kernel.hpp"
+
+namespace mpsim::bulk_detail {
+namespace {
+
+struct Avx512 {
+  using I = __m512i;
+  using M = __mmask16;
+  static constexpr int W = 16;
+
+  static I set1(std::int32_t v) { return _mm512_set1_epi32(v); }
+  static I zero() { return _mm512_setzero_si512(); }
+  static I iota() { return _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
+  static I load(const float* p) { return _mm512_castps_si512(_mm512_loadu_ps(p)); }
+  static I load8(const std::uint8_t* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static I load16(const std::uint16_t* p) { return _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+  static I load32(const std::uint32_t* p) { return _mm512_loadu_si512(p); }
+  static void store32(void* p, I v) { _mm512_storeu_si512(p, v); }
+  static void store16(std::uint16_t* p, I v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(v)); }
+  static void store8(std::uint8_t* p, I v) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtepi32_epi8(v)); }
+
+  static I add(I a, I b) { return _mm512_add_epi32(a, b); }
+  static I sub(I a, I b) { return _mm512_sub_epi32(a, b); }
+  static I and_(I a, I b) { return _mm512_and_si512(a, b); }
+  static I or_(I a, I b) { return _mm512_or_si512(a, b); }
+  static I xor_(I a, I b) { return _mm512_xor_si512(a, b); }
+  template <int N> static I srli(I a) { return _mm512_srli_epi32(a, N); }
+  template <int N> static I slli(I a) { return _mm512_slli_epi32(a, N); }
+  static I sll(I a, int n) { return _mm512_sll_epi32(a, _mm_cvtsi32_si128(n)); }
+  static I srl(I a, int n) { return _mm512_srl_epi32(a, _mm_cvtsi32_si128(n)); }
+  static I sllv(I a, I n) { return _mm512_sllv_epi32(a, n); }
+  static I srlv(I a, I n) { return _mm512_srlv_epi32(a, n); }
+  static I max(I a, I b) { return _mm512_max_epi32(a, b); }
+  static I min(I a, I b) { return _mm512_min_epi32(a, b); }
+  static I mullo(I a, I b) { return _mm512_mullo_epi32(a, b); }
+
+  static M gt(I a, I b) { return _mm512_cmpgt_epi32_mask(a, b); }
+  static M eq(I a, I b) { return _mm512_cmpeq_epi32_mask(a, b); }
+  static M mand(M a, M b) { return static_cast<M>(a & b); }
+  static M mor(M a, M b) { return static_cast<M>(a | b); }
+  static M mandnot(M a, M b) { return static_cast<M>(~a & b); }
+  static M mnot(M a) { return static_cast<M>(~a); }
+  static M mconst(bool b) { return static_cast<M>(b ? 0xffff : 0); }
+  static M negmask(I b) { return _mm512_movepi32_mask(b); }
+  static I sel(M m, I t, I f) { return _mm512_mask_blend_epi32(m, f, t); }
+  static I maskz(M m, I x) { return _mm512_maskz_mov_epi32(m, x); }
+  static I count(I c, M m) { return _mm512_mask_add_epi32(c, m, c, _mm512_set1_epi32(1)); }
+  static M carry(I f, I r) { return _mm512_cmplt_epu32_mask(_mm512_add_epi32(f, r), f); }
+  static I cvt_mul(I v, float s) {
+    return _mm512_castps_si512(_mm512_mul_ps(_mm512_cvtepi32_ps(v), _mm512_set1_ps(s)));
+  }
+  static __m256i cvt_ph(I b) {
+    return _mm512_cvtps_ph(_mm512_castsi512_ps(b), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  static I cvt_ph_back(__m256i h) { return _mm512_castps_si512(_mm512_cvtph_ps(h)); }
+  static I widen16(__m256i h) { return _mm512_cvtepu16_epi32(h); }
+  static void store_ph(std::uint16_t* p, __m256i h) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), h); }
+
+  static std::uint64_t hsum(I v) {
+    alignas(64) std::uint32_t t[16];
+    _mm512_store_si512(t, v);
+    std::uint64_t s = 0;
+    for (int k = 0; k < 16; ++k) s += t[k];
+    return s;
+  }
+  static std::uint32_t hmax(I v) { return static_cast<std::uint32_t>(_mm512_reduce_max_epu32(v)); }
+  static std::uint32_t hmin(I v) { return static_cast<std::uint32_t>(_mm512_reduce_min_epu32(v)); }
+};
+
+}  // namespace
+
+void round_f32_avx512(const float* in, void* out, OutKind kind, std::size_t n, std::uint64_t index0,
+                      const KernelParams& p, StatsAcc* acc) {
+  round_f32<Avx512>(in, out, kind, n, index0, p, acc);
+}
+
+void decode_avx512(const void* in, OutKind kind, float* out, std::size_t n, const KernelParams& p) {
+  decode_all<Avx512>(in, kind, out, n, p);
+}
+
+bool avx512_compiled() { return true; }
+
+}  // namespace mpsim::bulk_detail
+
+#else
+
+namespace mpsim::bulk_detail {
+void round_f32_avx512(const float*, void*, OutKind, std::size_t, std::uint64_t, const KernelParams&, StatsAcc*) {}
+void decode_avx512(const void*, OutKind, float*, std::size_t, const KernelParams&) {}
+bool avx512_compiled() { return false; }
+}  // namespace mpsim::bulk_detail
+
+#endif

@@ -1,0 +1,354 @@
+// Internal to the bulk engine: the vector kernels, written once over a small ISA wrapper `S`
+// (bulk_avx2.cpp: 8 lanes of __m256i; bulk_avx512.cpp: 16 lanes of __m512i with mask registers).
+// Included only by those two files, each compiled with its own -m flags; everything here has internal
+// linkage (anonymous namespace) and uses no std:: inline function, so no AVX-512 instruction can leak
+// into code the linker shares with the rest of the program.
+//
+// The algorithm is the integer one described in bulk_params.hpp: branch-free, every lane carries its
+// own rounding shift (vpsrlvd/vpsllvd), the carry out of the mantissa propagates into the exponent
+// field by plain addition, and the Stats are counted in per-lane 32-bit counters in the same pass.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "mpsim/format/bulk_params.hpp"
+
+namespace mpsim::bulk_detail {
+namespace {
+
+// Counters are 32-bit per lane: fold them into 64-bit totals at least every 2^24 elements.
+constexpr std::size_t kCounterBlock = std::size_t{1} << 24;
+
+template <class S>
+struct Counters {
+  using I = typename S::I;
+  I zero_in = S::zero(), nan = S::zero(), inf_in = S::zero(), exact = S::zero(), underflow = S::zero(),
+    subnormal = S::zero(), overflow = S::zero();
+  I vmax = S::zero(), vmin = S::set1(0x7fffffff);
+
+  void fold(StatsAcc& acc) {
+    acc.zero_in += S::hsum(zero_in);
+    acc.nan += S::hsum(nan);
+    acc.inf_in += S::hsum(inf_in);
+    acc.exact += S::hsum(exact);
+    acc.underflow += S::hsum(underflow);
+    acc.subnormal += S::hsum(subnormal);
+    acc.overflow += S::hsum(overflow);
+    const std::uint32_t mx = S::hmax(vmax), mn = S::hmin(vmin);
+    if (mx > acc.max_a) acc.max_a = mx;
+    if (mn < acc.min_a) acc.min_a = mn;
+    *this = Counters{};
+  }
+};
+
+// Float bits of the value of encodings `res` (the decode() of the specification, NaN payloads kept
+// for IEEE encodings, canonical quiet NaN otherwise).
+template <class S>
+inline typename S::I decode_vec(typename S::I res, const KernelParams& p) {
+  using I = typename S::I;
+  using M = typename S::M;
+  const I mag = S::and_(res, S::set1(p.mag_mask));
+  const int up = 23 - p.man_bits;
+  // Moves the format's sign bit to bit 31.
+  I sign = S::sll(S::and_(res, S::set1(p.fmt_sign)), p.sign_shift);
+  const I normal = S::add(S::sll(mag, up), S::set1(p.dec_add));
+  I sub;
+  if (p.sub_by_shift)
+    sub = S::sll(mag, up);
+  else
+    sub = S::cvt_mul(mag, p.sub_scale);
+  I y = S::sel(S::gt(S::set1(p.one_m), mag), sub, normal);
+  if (p.ieee_nan) {
+    const M special = S::gt(mag, S::set1(p.inf_bits - 1));
+    const I spec = S::or_(S::set1(0x7f800000), S::sll(S::and_(mag, S::set1(p.one_m - 1)), up));
+    y = S::sel(special, spec, y);
+  } else if (p.all_ones_nan) {
+    y = S::sel(S::eq(mag, S::set1(p.nan_mag)), S::set1(0x7fc00000), y);
+  } else {  // neg_zero: the one NaN has the sign bit set and no sign of its own
+    const M isnan = S::eq(res, S::set1(p.nan_mag));
+    y = S::sel(isnan, S::set1(0x7fc00000), y);
+    sign = S::maskz(S::mnot(isnan), sign);
+  }
+  return S::or_(y, sign);
+}
+
+template <class S>
+inline typename S::I lowbias32_vec(typename S::I x) {
+  // Wellons' lowbias32, as round.hpp defines it.
+  x = S::xor_(x, S::template srli<16>(x));
+  x = S::mullo(x, S::set1(static_cast<std::int32_t>(0x7feb352du)));
+  x = S::xor_(x, S::template srli<15>(x));
+  x = S::mullo(x, S::set1(static_cast<std::int32_t>(0x846ca68bu)));
+  x = S::xor_(x, S::template srli<16>(x));
+  return x;
+}
+
+constexpr std::uint32_t lowbias32_scalar(std::uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7feb352dU;
+  x ^= x >> 15;
+  x *= 0x846ca68bU;
+  x ^= x >> 16;
+  return x;
+}
+
+template <class S, OutKind KIND>
+inline void store_out(void* out, std::size_t i, typename S::I res, typename S::I y) {
+  if constexpr (KIND == OutKind::f32) S::store32(static_cast<float*>(out) + i, y);
+  if constexpr (KIND == OutKind::u32) S::store32(static_cast<std::uint32_t*>(out) + i, res);
+  if constexpr (KIND == OutKind::u16) S::store16(static_cast<std::uint16_t*>(out) + i, res);
+  if constexpr (KIND == OutKind::u8) S::store8(static_cast<std::uint8_t*>(out) + i, res);
+}
+
+template <OutKind KIND>
+constexpr std::size_t out_size() {
+  return KIND == OutKind::u8 ? 1 : KIND == OutKind::u16 ? 2 : 4;
+}
+
+// Runs `vec(i, in_ptr, out_ptr)` over full vectors and once over a zero-padded copy of the tail;
+// returns how many padding lanes the tail added (they are +0 inputs: the caller takes them off zero_in).
+template <class S, OutKind KIND, class Vec>
+inline std::size_t for_each_vector(const float* in, void* out, std::size_t n, Vec&& vec) {
+  constexpr int W = S::W;
+  std::size_t i = 0;
+  for (; i + W <= n; i += W) vec(i, in + i, out, i);
+  if (i == n) return 0;
+  alignas(64) float tin[W];
+  alignas(64) unsigned char tout[W * 4];
+  const std::size_t r = n - i;
+  for (int k = 0; k < W; ++k) tin[k] = 0.0f;
+  std::memcpy(tin, in + i, r * sizeof(float));
+  vec(i, tin, static_cast<void*>(tout), 0);
+  std::memcpy(static_cast<unsigned char*>(out) + i * out_size<KIND>(), tout, r * out_size<KIND>());
+  return W - r;
+}
+
+// fp16 nearest-even with subnormals kept: vcvtps2ph is exactly the specification (IEEE conversion,
+// NaN sign and top payload bits kept, quiet bit set; Intel SDM VCVTPS2PH, round.hpp's NaN rule).
+template <class S, bool STATS, OutKind KIND>
+void f16c_loop(const float* in, void* out, std::size_t n, StatsAcc* acc) {
+  using I = typename S::I;
+  using M = typename S::M;
+  Counters<S> c;
+  const I kAbs = S::set1(0x7fffffff), kInf = S::set1(0x7f800000), kZero = S::zero();
+  for (std::size_t blk = 0; blk < n; blk += kCounterBlock) {
+    const std::size_t len = n - blk < kCounterBlock ? n - blk : kCounterBlock;
+    const std::size_t pad = for_each_vector<S, KIND>(in + blk, static_cast<unsigned char*>(out) + blk * out_size<KIND>(), len,
+        [&](std::size_t, const float* src, void* dst, std::size_t j) {
+          const I b = S::load(src);
+          const auto h = S::cvt_ph(b);
+          I res = S::zero(), y = S::zero();
+          if constexpr (KIND == OutKind::f32 || STATS) y = S::cvt_ph_back(h);
+          if constexpr (KIND != OutKind::f32 || STATS) res = S::widen16(h);
+          if constexpr (KIND == OutKind::u16) {
+            S::store_ph(static_cast<std::uint16_t*>(dst) + j, h);
+          } else {
+            store_out<S, KIND>(dst, j, res, y);
+          }
+          if constexpr (STATS) {
+            const I a = S::and_(b, kAbs);
+            const I rmag = S::and_(res, S::set1(0x7fff));
+            const M fin = S::gt(kInf, a);
+            const M isz = S::eq(a, kZero);
+            const M fnz = S::mandnot(isz, fin);
+            c.zero_in = S::count(c.zero_in, isz);
+            c.nan = S::count(c.nan, S::gt(a, kInf));
+            c.inf_in = S::count(c.inf_in, S::eq(a, kInf));
+            c.exact = S::count(c.exact, S::mand(fnz, S::eq(y, b)));
+            c.underflow = S::count(c.underflow, S::mand(fnz, S::eq(rmag, kZero)));
+            c.subnormal = S::count(c.subnormal, S::mand(fnz, S::mand(S::gt(rmag, kZero), S::gt(S::set1(0x400), rmag))));
+            c.overflow = S::count(c.overflow, S::mand(fnz, S::eq(rmag, S::set1(0x7c00))));
+            c.vmax = S::max(c.vmax, S::maskz(fin, a));
+            c.vmin = S::min(c.vmin, S::sel(fnz, a, kAbs));
+          }
+        });
+    if constexpr (STATS) {
+      c.fold(*acc);
+      acc->zero_in -= pad;
+    }
+  }
+}
+
+template <class S, Mode MODE, bool STATS, OutKind KIND>
+void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0, const KernelParams& p,
+                StatsAcc* acc) {
+  using I = typename S::I;
+  using M = typename S::M;
+  const I kAbs = S::set1(0x7fffffff), kInf = S::set1(0x7f800000), kZero = S::zero(), kOne = S::set1(1);
+  const I kSh0 = S::set1(p.sh0), kD0 = S::set1(p.d0), k31 = S::set1(31), k32 = S::set1(32);
+  const I kMaxFin = S::set1(p.max_finite_bits), kSign = S::set1(p.fmt_sign), kOneM = S::set1(p.one_m);
+  const I kOvfPos = S::set1(p.ovf_pos), kOvfNeg = S::set1(p.ovf_neg);
+  const I kInfPos = S::set1(p.inf_pos), kInfNeg = S::set1(p.inf_neg);
+  const I kNanBase = S::set1(p.nan_base), kNanPos = S::set1(p.nan_pos), kNanNeg = S::set1(p.nan_neg);
+  const I kMagMask = S::set1(p.mag_mask), kMaxFinF32 = S::set1(p.max_finite_f32);
+  const I kSrMask = S::set1(static_cast<std::int32_t>(p.sr_mask));
+  const M kOvfPosCounts = S::mconst(p.ovf_pos_counts != 0), kOvfNegCounts = S::mconst(p.ovf_neg_counts != 0);
+  const int m = p.man_bits;
+  const int nan_shift = 23 - m;
+  // Stochastic rounding: element index0 + i draws lowbias32(lo32(index0 + i) + offset(hi32)).
+  const std::uint32_t sr_off = p.sr_key_lo + lowbias32_scalar(static_cast<std::uint32_t>(index0 >> 32) ^ p.sr_key_hi);
+  const I kIdxBase = S::add(S::iota(), S::set1(static_cast<std::int32_t>(static_cast<std::uint32_t>(index0) + sr_off)));
+
+  Counters<S> c;
+  for (std::size_t blk = 0; blk < n; blk += kCounterBlock) {
+    const std::size_t len = n - blk < kCounterBlock ? n - blk : kCounterBlock;
+    const std::size_t pad = for_each_vector<S, KIND>(in + blk, static_cast<unsigned char*>(out) + blk * out_size<KIND>(), len,
+        [&](std::size_t i, const float* src, void* dst, std::size_t j) {
+          const I b = S::load(src);
+          const I a = S::and_(b, kAbs);
+          I ar = a;
+          if (p.daz) ar = S::maskz(S::mnot(S::eq(S::and_(a, kInf), kZero)), a);
+          const I E = S::template srli<23>(ar);
+          const I Ee = S::max(E, kOne);
+          const I d = S::sub(Ee, kD0);
+          const I sh = S::max(S::sub(kSh0, d), kSh0);
+          const I shc = S::min(sh, k31);
+          const I sig = S::sub(ar, S::template slli<23>(S::sub(Ee, kOne)));
+          const M neg = S::negmask(b);
+          const I lowmask = S::sub(S::sllv(kOne, shc), kOne);
+          I mag;
+          if constexpr (MODE == Mode::nearest_even) {
+            const I half_m1 = S::template srli<1>(lowmask);
+            const I odd = S::and_(S::srlv(sig, shc), kOne);
+            mag = S::srlv(S::add(S::add(sig, half_m1), odd), shc);
+          } else if constexpr (MODE == Mode::nearest_away) {
+            mag = S::srlv(S::add(sig, S::add(S::template srli<1>(lowmask), kOne)), shc);
+          } else if constexpr (MODE == Mode::toward_zero) {
+            mag = S::srlv(sig, shc);
+          } else if constexpr (MODE == Mode::up) {
+            mag = S::srlv(S::add(sig, S::maskz(S::mnot(neg), lowmask)), shc);
+          } else if constexpr (MODE == Mode::down) {
+            mag = S::srlv(S::add(sig, S::maskz(neg, lowmask)), shc);
+          } else if constexpr (MODE == Mode::to_odd) {
+            const I rem = S::and_(sig, lowmask);
+            mag = S::or_(S::srlv(sig, shc), S::maskz(S::mnot(S::eq(rem, kZero)), kOne));
+          } else {  // stochastic
+            const I rem = S::and_(sig, lowmask);
+            // The discarded fraction in units of 2^-32, as round_bits truncates it (shift counts of 32
+            // or more give 0 in vpsllvd/vpsrlvd, which is what the specification's cases give).
+            const I frac32 = S::or_(S::sllv(rem, S::sub(k32, sh)), S::srlv(rem, S::sub(sh, k32)));
+            const I rnd = lowbias32_vec<S>(S::add(kIdxBase, S::set1(static_cast<std::int32_t>(i))));
+            const M carry = S::carry(S::and_(frac32, kSrMask), S::and_(rnd, kSrMask));
+            mag = S::count(S::srlv(sig, shc), carry);
+          }
+          I enc = S::add(S::sll(S::max(d, kZero), m), mag);
+          if (p.flush) enc = S::maskz(S::mnot(S::gt(kOneM, enc)), enc);
+          const M ovf = S::gt(enc, kMaxFin);
+          const I sgn_raw = S::maskz(neg, kSign);
+          I sgn = sgn_raw;
+          if (p.neg_zero) sgn = S::maskz(S::mnot(S::eq(enc, kZero)), sgn);
+          I res = S::or_(enc, sgn);
+          res = S::sel(ovf, S::sel(neg, kOvfNeg, kOvfPos), res);
+          const M isinf = S::eq(a, kInf);
+          const M isnan = S::gt(a, kInf);
+          res = S::sel(isinf, S::sel(neg, kInfNeg, kInfPos), res);
+          I nanres;
+          if (p.ieee_nan)
+            nanres = S::or_(S::or_(sgn_raw, kNanBase), S::srl(S::and_(a, S::set1(0x7fffff)), nan_shift));
+          else
+            nanres = S::sel(neg, kNanNeg, kNanPos);
+          res = S::sel(isnan, nanres, res);
+          I y = res;
+          if constexpr (KIND == OutKind::f32) y = decode_vec<S>(res, p);
+          store_out<S, KIND>(dst, j, res, y);
+          if constexpr (STATS) {
+            const I rmag = S::and_(res, kMagMask);
+            const M fin = S::gt(kInf, a);
+            const M isz = S::eq(a, kZero);
+            const M fnz = S::mandnot(isz, fin);
+            const M rz = p.neg_zero ? S::eq(res, kZero) : S::eq(rmag, kZero);
+            const M inexact = S::mnot(S::eq(S::and_(sig, lowmask), kZero));
+            c.zero_in = S::count(c.zero_in, isz);
+            c.nan = S::count(c.nan, isnan);
+            c.inf_in = S::count(c.inf_in, isinf);
+            c.exact = S::count(c.exact, S::mandnot(S::mor(S::mor(inexact, ovf), rz), fnz));
+            c.underflow = S::count(c.underflow, S::mand(fnz, rz));
+            c.subnormal = S::count(c.subnormal, S::mand(fnz, S::mand(S::gt(rmag, kZero), S::gt(kOneM, rmag))));
+            M ovc;
+            if (p.saturate)
+              ovc = S::mand(S::eq(rmag, kMaxFin), S::gt(a, kMaxFinF32));
+            else
+              ovc = S::mand(ovf, S::mor(S::mand(neg, kOvfNegCounts), S::mandnot(neg, kOvfPosCounts)));
+            c.overflow = S::count(c.overflow, S::mand(fnz, ovc));
+            c.vmax = S::max(c.vmax, S::maskz(fin, a));
+            c.vmin = S::min(c.vmin, S::sel(fnz, a, kAbs));
+          }
+        });
+    if constexpr (STATS) {
+      c.fold(*acc);
+      acc->zero_in -= pad;
+    }
+  }
+}
+
+template <class S, Mode MODE, bool STATS>
+void round_dispatch_kind(const float* in, void* out, OutKind kind, std::size_t n, std::uint64_t index0,
+                         const KernelParams& p, StatsAcc* acc) {
+  if constexpr (MODE == Mode::nearest_even) {
+    if (p.f16c && kind == OutKind::f32) return f16c_loop<S, STATS, OutKind::f32>(in, out, n, acc);
+    if (p.f16c && kind == OutKind::u16) return f16c_loop<S, STATS, OutKind::u16>(in, out, n, acc);
+  }
+  switch (kind) {
+    case OutKind::f32: return round_loop<S, MODE, STATS, OutKind::f32>(in, out, n, index0, p, acc);
+    case OutKind::u8: return round_loop<S, MODE, STATS, OutKind::u8>(in, out, n, index0, p, acc);
+    case OutKind::u16: return round_loop<S, MODE, STATS, OutKind::u16>(in, out, n, index0, p, acc);
+    case OutKind::u32: return round_loop<S, MODE, STATS, OutKind::u32>(in, out, n, index0, p, acc);
+  }
+}
+
+template <class S, Mode MODE>
+void round_dispatch_stats(const float* in, void* out, OutKind kind, std::size_t n, std::uint64_t index0,
+                          const KernelParams& p, StatsAcc* acc) {
+  if (acc)
+    round_dispatch_kind<S, MODE, true>(in, out, kind, n, index0, p, acc);
+  else
+    round_dispatch_kind<S, MODE, false>(in, out, kind, n, index0, p, acc);
+}
+
+template <class S>
+void round_f32(const float* in, void* out, OutKind kind, std::size_t n, std::uint64_t index0,
+               const KernelParams& p, StatsAcc* acc) {
+  switch (p.mode) {
+    case Mode::nearest_even: return round_dispatch_stats<S, Mode::nearest_even>(in, out, kind, n, index0, p, acc);
+    case Mode::toward_zero: return round_dispatch_stats<S, Mode::toward_zero>(in, out, kind, n, index0, p, acc);
+    case Mode::up: return round_dispatch_stats<S, Mode::up>(in, out, kind, n, index0, p, acc);
+    case Mode::down: return round_dispatch_stats<S, Mode::down>(in, out, kind, n, index0, p, acc);
+    case Mode::nearest_away: return round_dispatch_stats<S, Mode::nearest_away>(in, out, kind, n, index0, p, acc);
+    case Mode::to_odd: return round_dispatch_stats<S, Mode::to_odd>(in, out, kind, n, index0, p, acc);
+    case Mode::stochastic: return round_dispatch_stats<S, Mode::stochastic>(in, out, kind, n, index0, p, acc);
+  }
+}
+
+template <class S>
+void decode_all(const void* in, OutKind kind, float* out, std::size_t n, const KernelParams& p) {
+  constexpr int W = S::W;
+  using I = typename S::I;
+  std::size_t i = 0;
+  auto one = [&](I res, float* dst) { S::store32(dst, decode_vec<S>(res, p)); };
+  for (; i + W <= n; i += W) {
+    I res;
+    if (kind == OutKind::u8) res = S::load8(static_cast<const std::uint8_t*>(in) + i);
+    else if (kind == OutKind::u16) res = S::load16(static_cast<const std::uint16_t*>(in) + i);
+    else res = S::load32(static_cast<const std::uint32_t*>(in) + i);
+    one(res, out + i);
+  }
+  if (i == n) return;
+  alignas(64) std::uint32_t t[W];
+  alignas(64) float o[W];
+  for (int k = 0; k < W; ++k) {
+    std::uint32_t v = 0;
+    if (i + k < n) {
+      if (kind == OutKind::u8) v = static_cast<const std::uint8_t*>(in)[i + k];
+      else if (kind == OutKind::u16) v = static_cast<const std::uint16_t*>(in)[i + k];
+      else v = static_cast<const std::uint32_t*>(in)[i + k];
+    }
+    t[k] = v;
+  }
+  one(S::load32(t), o);
+  std::memcpy(out + i, o, (n - i) * sizeof(float));
+}
+
+}  // namespace
+}  // namespace mpsim::bulk_detail

@@ -1,0 +1,314 @@
+// Tests of lib/mpsim/format/bulk.hpp on a few hundred thousand chosen and random inputs: every path the
+// CPU has (scalar, avx2, avx512) and thread counts give the bits of the scalar specification
+// round_bits(), in simulate and packed mode, for every format family and rounding mode; Stats equal
+// counts this file computes itself from the input and the specification's result; odd lengths,
+// unaligned pointers, in-place use, decode_array and bad arguments. The 2^32-input comparisons are
+// in bulk_exhaustive_test.cpp.
+#include <catch2/catch.hpp>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "mpsim/error.hpp"
+#include "mpsim/format/bulk.hpp"
+
+using namespace mpsim;
+
+namespace {
+
+std::vector<Path> cpu_paths() {
+  std::vector<Path> p{Path::scalar};
+  if (path_available(Path::avx2)) p.push_back(Path::avx2);
+  if (path_available(Path::avx512)) p.push_back(Path::avx512);
+  return p;
+}
+
+const RoundingMode kModes[] = {RoundingMode::nearest_even, RoundingMode::toward_zero, RoundingMode::up,
+                               RoundingMode::down,         RoundingMode::nearest_away, RoundingMode::to_odd,
+                               RoundingMode::stochastic};
+
+std::vector<Format> test_formats() {
+  std::vector<Format> f = {fp16(), bf16(), tf32(), fp8_e4m3(), fp8_e5m2(), fp8_e4m3fnuz(), fp8_e5m2fnuz(),
+                           parse_format("e6m9"), parse_format("e3m4")};
+  f.push_back(make_format("fp16_flush_sat", 5, 10, 15, true, NanEncoding::ieee, Subnormals::flush, Overflow::saturate));
+  f.push_back(make_format("e4m3_sat", 4, 3, 7, false, NanEncoding::all_ones, Subnormals::keep, Overflow::saturate));
+  f.push_back(make_format("bf16_flush", 8, 7, 127, true, NanEncoding::ieee, Subnormals::flush));
+  return f;
+}
+
+// Inputs: every float around each binade boundary of the formats under test (±1 ulp), specials, float
+// subnormals, and random bit patterns.
+std::vector<float> test_inputs(std::size_t random_count) {
+  std::vector<float> v;
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float x : {0.0f, -0.0f, inf, -inf, std::numeric_limits<float>::max(), std::numeric_limits<float>::min(),
+                  std::numeric_limits<float>::denorm_min(), 65504.0f, 65520.0f, 65519.996f, 448.0f, 464.0f, 57344.0f,
+                  61440.0f, 240.0f})
+    v.push_back(x), v.push_back(-x);
+  for (std::uint32_t nan : {0x7fc00000u, 0x7f800001u, 0x7fbfffffu, 0x7f812345u, 0xffc00001u, 0xff800001u}) v.push_back(std::bit_cast<float>(nan));
+  for (int e = -149; e <= 127; ++e)
+    for (float m : {1.0f, 1.5f, 1.25f, 1.75f, 1.9999999f}) {
+      const float x = std::ldexp(m, e);
+      for (int k = -2; k <= 2; ++k) {
+        const float y = std::bit_cast<float>(std::bit_cast<std::uint32_t>(x) + k);
+        v.push_back(y);
+        v.push_back(-y);
+      }
+    }
+  std::mt19937 rng(12345);
+  for (std::size_t i = 0; i < random_count; ++i) v.push_back(std::bit_cast<float>(static_cast<std::uint32_t>(rng())));
+  return v;
+}
+
+// The test's own classification of one element, from the input and the specification's result.
+void classify(Stats& s, float x, std::uint64_t bits, const Format& f) {
+  ++s.count;
+  if (std::isnan(x)) { ++s.nan; return; }
+  if (std::isinf(x)) { ++s.inf_in; return; }
+  if (x == 0) { ++s.zero_in; return; }
+  const double ax = std::fabs(static_cast<double>(x));
+  s.max_abs = std::max(s.max_abs, ax);
+  s.min_abs_nonzero = s.min_abs_nonzero == 0 ? ax : std::min(s.min_abs_nonzero, ax);
+  const double y = decode(bits, f);
+  if (y != 0 && std::fabs(y) < f.min_normal) ++s.subnormal;  // exact or not
+  if (y == static_cast<double>(x)) { ++s.exact; return; }
+  ++s.rounded;
+  if (y == 0) ++s.underflow;
+  if (std::isnan(y) || std::isinf(y) || (f.overflow == Overflow::saturate && std::fabs(y) == f.max_finite && ax > f.max_finite))
+    ++s.overflow;
+}
+
+bool same_float_bits(float a, float b) { return std::bit_cast<std::uint32_t>(a) == std::bit_cast<std::uint32_t>(b); }
+
+Rounding rounding_of(RoundingMode m) { return m == RoundingMode::stochastic ? Rounding::stochastic(0x5eed, 32) : Rounding::of(m); }
+
+}  // namespace
+
+TEST_CASE("every path matches round_bits for every format and mode, simulate and packed, with Stats", "[bulk]") {
+  const std::vector<float> in = test_inputs(200003);
+  std::size_t checked = 0, mismatches = 0, stats_checked = 0;
+  for (const Format& f : test_formats()) {
+    for (RoundingMode mode : kModes) {
+      for (int variant = 0; variant < 3; ++variant) {
+        Rounding r = rounding_of(mode);
+        if (variant == 1) r.input_subnormals = InputSubnormals::zero;
+        if (variant == 2) {
+          if (mode != RoundingMode::stochastic) continue;
+          r.sr_bits = 5;
+        }
+        const std::uint64_t index0 = 1000;
+        std::vector<std::uint64_t> spec(in.size());
+        Stats want;
+        for (std::size_t i = 0; i < in.size(); ++i) {
+          spec[i] = round_bits(in[i], f, r, index0 + i);
+          classify(want, in[i], spec[i], f);
+        }
+        for (Path path : cpu_paths()) {
+          for (bool hw : {true, false}) {
+            if (path == Path::scalar && !hw) continue;  // the scalar path has no hardware variant
+            BulkOptions opt;
+            opt.path = path;
+            opt.index0 = index0;
+            opt.hardware_convert = hw;
+            opt.threads = 1;
+            std::vector<float> sim(in.size());
+            Stats got_sim;
+            round_array(std::span<const float>(in), std::span<float>(sim), f, r, &got_sim, opt);
+            Stats got_packed;
+            std::size_t bad = 0;
+            if (f.storage_bytes() == 1) {
+              std::vector<std::uint8_t> packed(in.size());
+              round_array(std::span<const float>(in), std::span<std::uint8_t>(packed), f, r, &got_packed, opt);
+              for (std::size_t i = 0; i < in.size(); ++i) bad += packed[i] != spec[i];
+            } else if (f.storage_bytes() == 2) {
+              std::vector<std::uint16_t> packed(in.size());
+              round_array(std::span<const float>(in), std::span<std::uint16_t>(packed), f, r, &got_packed, opt);
+              for (std::size_t i = 0; i < in.size(); ++i) bad += packed[i] != spec[i];
+            } else {
+              std::vector<std::uint32_t> packed(in.size());
+              round_array(std::span<const float>(in), std::span<std::uint32_t>(packed), f, r, &got_packed, opt);
+              for (std::size_t i = 0; i < in.size(); ++i) bad += packed[i] != spec[i];
+            }
+            for (std::size_t i = 0; i < in.size(); ++i) {
+              const float y = round(in[i], f, r, index0 + i);
+              if (!same_float_bits(sim[i], y)) {
+                if (bad < 5)
+                  UNSCOPED_INFO(f.name << " " << short_name(mode) << " " << to_string(path) << " x=" << std::hexfloat
+                                       << in[i] << " got " << sim[i] << " want " << y);
+                ++bad;
+              }
+            }
+            checked += 2 * in.size();
+            mismatches += bad;
+            CHECK(bad == 0);
+            CHECK(got_sim == want);
+            CHECK(got_packed == want);
+            ++stats_checked;
+            if (!(got_sim == want))
+              UNSCOPED_INFO(f.name << " " << short_name(mode) << " " << to_string(path) << " stats: exact " << got_sim.exact
+                                   << "/" << want.exact << " under " << got_sim.underflow << "/" << want.underflow
+                                   << " sub " << got_sim.subnormal << "/" << want.subnormal << " over "
+                                   << got_sim.overflow << "/" << want.overflow << " zero " << got_sim.zero_in << "/"
+                                   << want.zero_in << " max " << got_sim.max_abs << "/" << want.max_abs << " min "
+                                   << got_sim.min_abs_nonzero << "/" << want.min_abs_nonzero);
+          }
+        }
+      }
+    }
+  }
+  WARN("bulk vs round_bits: " << checked << " results compared, " << mismatches << " mismatches; " << stats_checked
+                              << " Stats compared; paths:" << (path_available(Path::avx2) ? " avx2" : "")
+                              << (path_available(Path::avx512) ? " avx512" : " (avx512 not on this CPU: untested)"));
+  CHECK(mismatches == 0);
+}
+
+TEST_CASE("lengths 0, 1, 7, 8, 9, 10^6+3 at unaligned addresses, in place, any thread count", "[bulk]") {
+  const std::vector<float> base = test_inputs(1000003);
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{8}, std::size_t{9},
+                        std::size_t{1000003}}) {
+    for (std::size_t offset : {0, 1, 3}) {
+      for (Path path : cpu_paths()) {
+        for (const Format* f : {&fp16(), &bf16(), &fp8_e4m3()}) {
+          for (RoundingMode mode : {RoundingMode::nearest_even, RoundingMode::stochastic}) {
+            const Rounding r = rounding_of(mode);
+            std::vector<float> buf(n + offset + 1, 7.0f);
+            std::memcpy(buf.data() + offset, base.data(), n * sizeof(float));
+            std::span<float> io(buf.data() + offset, n);
+            BulkOptions opt;
+            opt.path = path;
+            opt.threads = n > 1000 ? 3 : 1;
+            opt.index0 = (std::uint64_t{1} << 32) - 500;  // the stochastic index crosses 2^32 inside the array
+            Stats s;
+            round_array(std::span<const float>(io.data(), n), io, *f, r, &s, opt);  // in place
+            std::size_t bad = 0;
+            for (std::size_t i = 0; i < n; ++i) bad += !same_float_bits(io[i], round(base[i], *f, r, opt.index0 + i));
+            CHECK(bad == 0);
+            CHECK(buf[offset + n] == 7.0f);  // nothing written past the end
+            if (offset > 0) CHECK(buf[offset - 1] == 7.0f);
+            CHECK(s.count == n);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("output and Stats are the same bits for 1, 2, 3 and default threads, stochastic included", "[bulk]") {
+  const std::vector<float> in = test_inputs(1 << 20);
+  for (Path path : cpu_paths()) {
+    for (const Rounding& r : {Rounding::stochastic(42, 32), Rounding::nearest_even()}) {
+      std::vector<std::uint16_t> first;
+      Stats first_stats;
+      for (int threads : {1, 2, 3, 0}) {
+        BulkOptions opt;
+        opt.path = path;
+        opt.threads = threads;
+        std::vector<std::uint16_t> out(in.size());
+        Stats s;
+        round_array(std::span<const float>(in), std::span<std::uint16_t>(out), bf16(), r, &s, opt);
+        if (first.empty()) {
+          first = out;
+          first_stats = s;
+        } else {
+          CHECK(out == first);
+          CHECK(s == first_stats);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("double input matches round_bits, simulate and packed", "[bulk]") {
+  std::mt19937_64 rng(7);
+  std::vector<double> in;
+  for (float x : test_inputs(0)) in.push_back(x);
+  for (int i = 0; i < 100000; ++i) in.push_back(std::bit_cast<double>(rng()));
+  for (const Format* f : {&fp16(), &bf16(), &fp8_e5m2()}) {
+    for (RoundingMode mode : kModes) {
+      const Rounding r = rounding_of(mode);
+      std::vector<double> sim(in.size());
+      Stats s;
+      round_array(std::span<const double>(in), std::span<double>(sim), *f, r, &s);
+      std::size_t bad = 0;
+      for (std::size_t i = 0; i < in.size(); ++i) {
+        const double want = round(in[i], *f, r, i);
+        bad += std::bit_cast<std::uint64_t>(sim[i]) != std::bit_cast<std::uint64_t>(want);
+      }
+      if (f->storage_bytes() == 1) {
+        std::vector<std::uint8_t> packed(in.size());
+        round_array(std::span<const double>(in), std::span<std::uint8_t>(packed), *f, r);
+        for (std::size_t i = 0; i < in.size(); ++i) bad += packed[i] != round_bits(in[i], *f, r, i);
+      } else {
+        std::vector<std::uint16_t> packed(in.size());
+        round_array(std::span<const double>(in), std::span<std::uint16_t>(packed), *f, r);
+        for (std::size_t i = 0; i < in.size(); ++i) bad += packed[i] != round_bits(in[i], *f, r, i);
+      }
+      CHECK(bad == 0);
+      CHECK(s.count == in.size());
+    }
+  }
+}
+
+TEST_CASE("decode_array gives decode() of every fp16, bf16 and fp8 encoding", "[bulk]") {
+  for (const Format* f : {&fp16(), &bf16(), &fp8_e4m3(), &fp8_e5m2(), &fp8_e4m3fnuz(), &fp8_e5m2fnuz()}) {
+    const std::size_t n = std::size_t{1} << f->storage_bits;
+    std::vector<float> out(n);
+    std::size_t bad = 0;
+    auto want = [&](std::uint64_t b) {
+      if (is_nan_bits(b, *f) && f->nan == NanEncoding::ieee) {  // payload kept, as round(float) returns it
+        const std::uint32_t man = static_cast<std::uint32_t>(b & ((1u << f->man_bits) - 1));
+        return std::bit_cast<float>(((b & f->sign_bit()) ? 0x80000000u : 0u) | 0x7f800000u | (man << (23 - f->man_bits)));
+      }
+      return static_cast<float>(decode(b, *f));
+    };
+    if (f->storage_bytes() == 1) {
+      std::vector<std::uint8_t> in(n);
+      for (std::size_t i = 0; i < n; ++i) in[i] = static_cast<std::uint8_t>(i);
+      decode_array(std::span<const std::uint8_t>(in), std::span<float>(out), *f);
+    } else {
+      std::vector<std::uint16_t> in(n);
+      for (std::size_t i = 0; i < n; ++i) in[i] = static_cast<std::uint16_t>(i);
+      decode_array(std::span<const std::uint16_t>(in), std::span<float>(out), *f);
+    }
+    for (std::size_t i = 0; i < n; ++i) bad += !same_float_bits(out[i], want(i));
+    INFO(f->name << ": " << n << " encodings decoded");
+    CHECK(bad == 0);
+  }
+}
+
+TEST_CASE("bad arguments are errors naming the problem", "[bulk]") {
+  std::vector<float> in(10), out(9);
+  std::vector<std::uint8_t> bytes(10);
+  std::vector<std::uint16_t> halves(10);
+  CHECK_THROWS_WITH(round_array(std::span<const float>(in), std::span<float>(out), fp16()),
+                    Catch::Contains("10 elements but output has 9"));
+  CHECK_THROWS_WITH(round_array(std::span<const float>(static_cast<const float*>(nullptr), 10), std::span<float>(in), fp16()),
+                    Catch::Contains("null pointer"));
+  CHECK_THROWS_WITH(round_array(std::span<const float>(in), std::span<std::uint8_t>(bytes), fp16()),
+                    Catch::Contains("stored in 2 bytes"));
+  CHECK_THROWS_WITH(round_array(std::span<const float>(in), std::span<std::uint16_t>(halves), fp8_e4m3()),
+                    Catch::Contains("stored in 1 bytes"));
+  CHECK_THROWS_WITH(round_array(std::span<const float>(in), std::span<float>(in), fp64()),
+                    Catch::Contains("does not fit in float"));
+  CHECK_THROWS_WITH(round_array(std::span<const float>(in), std::span<float>(in), fp16(), Rounding::stochastic(1, 0)),
+                    Catch::Contains("1..32"));
+  CHECK_THROWS_WITH(decode_array(std::span<const std::uint8_t>(bytes), std::span<float>(out), fp8_e4m3()),
+                    Catch::Contains("10 elements but output has 9"));
+  for (Path p : {Path::avx2, Path::avx512}) {
+    BulkOptions opt;
+    opt.path = p;
+    if (path_available(p)) {
+      CHECK_NOTHROW(round_array(std::span<const float>(in), std::span<float>(in), fp16(), {}, nullptr, opt));
+    } else {
+      WARN("path " << to_string(p) << " not on this CPU: forcing it must fail");
+      CHECK_THROWS_WITH(round_array(std::span<const float>(in), std::span<float>(in), fp16(), {}, nullptr, opt),
+                        Catch::Contains("not available"));
+    }
+  }
+  // Length 0 with null pointers is fine.
+  CHECK_NOTHROW(round_array(std::span<const float>(), std::span<float>(), fp16()));
+}
