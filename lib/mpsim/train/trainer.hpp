@@ -1,0 +1,89 @@
+// The training loop (DESIGN.md, "Training simulator"): model x precision policy x loss scaler x
+// optimiser x seed, with fp32 master weights, and its outputs:
+//   run.json     config + summary (final loss, metric, skipped steps, % of activation gradients lost)
+//   steps.csv    one row per step: step, loss, metric (at eval steps), scale, skipped, grad_norm, and for
+//                every activation-gradient rounding site S three columns S:zero, S:subnormal, S:overflow,
+//                the fractions of that step's non-zero finite gradients at S flushed to zero / left
+//                subnormal / overflowed (0 where the policy does not round S)
+//   hist/step_NNNNNN.json   log2 histograms (analysis::Log2Histogram) of activation gradients and weight
+//                gradients at the rounding sites (values before rounding, loss scale included) and of the
+//                unscaled fp32 master gradients, at the chosen steps
+//   checkpoint.mpck         every --checkpoint-every steps and at the end (train/checkpoint.hpp)
+// Everything is written atomically; a run with the same config gives the same bytes in steps.csv
+// whatever the thread count, and a resumed run continues bit for bit.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mpsim/nn/model.hpp"
+#include "mpsim/train/optimizer.hpp"
+#include "mpsim/train/scaler.hpp"
+
+namespace mpsim::train {
+
+// Builds a model (the CLI passes nn::make_model; tests pass their own).
+using ModelFactory =
+    std::function<std::unique_ptr<nn::Model>(std::string_view name, const nn::ModelConfig&, std::uint64_t seed)>;
+
+struct TrainConfig {
+  std::string model = "ssd";
+  nn::ModelConfig model_config;
+  std::string policy = "fp32";    // nn::parse_policy spelling
+  std::string scaler = "none";    // parse_scaler spelling
+  OptimizerConfig optimizer;      // lr 0 = the model's default (default_lr)
+  int steps = 100;                // total optimiser steps (a resumed run continues up to this step)
+  std::uint64_t seed = 0;
+  int accumulate = 1;             // micro-batches per step (gradient accumulation)
+  double clip_norm = 0;           // global-norm clipping after unscaling; 0 = off
+  int eval_every = 0;             // metric every N steps (and at the last step); 0 = steps / 10
+  int checkpoint_every = 0;       // 0 = only at the end
+  int threads = 1;                // threads for the optimiser update (results do not depend on it)
+  std::vector<int> hist_steps;    // steps that write histogram snapshots
+  std::filesystem::path out;      // output folder (created)
+  std::filesystem::path resume;   // checkpoint to resume from (empty = fresh start)
+};
+
+struct TrainSummary {
+  int steps_done = 0;             // last step run
+  double final_loss = 0;
+  nn::Metric final_metric;
+  int skipped_steps = 0;
+  bool diverged = false;          // master weights or loss became non-finite
+  int diverged_at = 0;            // first step with a non-finite loss or weights (0 = never; a dynamic
+                                  // scaler may recover from it: `diverged` says whether the run did)
+  double final_scale = 1;
+  // Over all steps: non-zero finite activation gradients, and how many were flushed to zero / left
+  // subnormal / overflowed by the rounding.
+  std::uint64_t act_grad_nonzero = 0, act_grad_underflow = 0, act_grad_subnormal = 0, act_grad_overflow = 0;
+  double act_grad_lost_fraction() const {
+    return act_grad_nonzero ? static_cast<double>(act_grad_underflow) / act_grad_nonzero : 0.0;
+  }
+  double wall_seconds = 0;
+  nlohmann::json to_json() const;
+};
+
+// Called after every step (step, total) for a progress bar.
+using Progress = std::function<void(int step, int total, double loss, double scale)>;
+
+// The default learning rate of a model for an optimiser (what the study uses).
+double default_lr(std::string_view model, std::string_view optimizer);
+
+// Checks the config (policy, scaler, optimiser, step counts, the checkpoint to resume from) without
+// writing anything; throws mpsim::Error naming the bad input. run_training calls it first.
+void validate(const TrainConfig& config);
+
+// Runs the training and writes the outputs into config.out. Throws mpsim::Error on bad input before
+// anything is written (a mismatched or corrupt checkpoint, an unknown model, ...).
+TrainSummary run_training(const TrainConfig& config, const ModelFactory& factory, const Progress& progress = {});
+
+// The JSON of a config (run.json "config").
+nlohmann::json to_json(const TrainConfig& config);
+
+}  // namespace mpsim::train

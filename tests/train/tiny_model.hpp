@@ -1,0 +1,105 @@
+// A tiny nn::Model for the training-loop tests: linear regression y = w.x + b on data generated from
+// (seed, batch index), with rounding sites like a real layer (matmul input/output, activation gradient,
+// weight gradient), so the loop's scaling, skipping, rounding statistics and checkpoints are exercised
+// without the real models.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mpsim/error.hpp"
+#include "mpsim/format/round.hpp"
+#include "mpsim/nn/model.hpp"
+
+namespace tiny {
+
+class LinearRegression : public mpsim::nn::Model {
+ public:
+  // `grad_scale` multiplies the loss: small values push the activation gradients below fp16's range.
+  LinearRegression(std::string name, int dim, int batch, std::uint64_t seed, double grad_scale = 1.0)
+      : name_(std::move(name)), dim_(dim), batch_(batch), seed_(seed), grad_scale_(grad_scale), w_(dim), dw_(dim), b_(1), db_(1) {
+    for (int i = 0; i < dim; ++i) w_[i] = 0.1f * uniform(seed, 1000 + i);
+  }
+  std::string name() const override { return name_; }
+  std::vector<mpsim::nn::Param> params() override {
+    return {{"lin/weight", w_, dw_}, {"lin/bias", b_, db_}};
+  }
+  double forward_backward(std::uint64_t batch_index, float loss_scale, mpsim::nn::Precision& prec) override {
+    std::vector<float> x(static_cast<std::size_t>(batch_) * dim_), y(batch_), pred(batch_), wcopy(w_);
+    make_batch(batch_index, x, y);
+    prec.round("lin/x", mpsim::nn::OpClass::matmul_input, x);
+    prec.round("lin/w", mpsim::nn::OpClass::matmul_input, wcopy);
+    for (int n = 0; n < batch_; ++n) {
+      float acc = b_[0];
+      for (int i = 0; i < dim_; ++i) acc += wcopy[i] * x[static_cast<std::size_t>(n) * dim_ + i];
+      pred[n] = acc;
+    }
+    prec.round("lin/out", mpsim::nn::OpClass::matmul_output, pred);
+    double loss = 0;
+    std::vector<float> dpred(batch_);
+    for (int n = 0; n < batch_; ++n) {
+      const double e = static_cast<double>(pred[n]) - y[n];
+      loss += 0.5 * e * e * grad_scale_ / batch_;
+      dpred[n] = static_cast<float>(e * grad_scale_ / batch_ * loss_scale);
+    }
+    prec.round("lin/act_grad", mpsim::nn::OpClass::activation_grad, dpred);
+    std::vector<float> gw(dim_, 0.0f);
+    float gb = 0;
+    for (int n = 0; n < batch_; ++n) {
+      gb += dpred[n];
+      for (int i = 0; i < dim_; ++i) gw[i] += dpred[n] * x[static_cast<std::size_t>(n) * dim_ + i];
+    }
+    prec.round("lin/w_grad", mpsim::nn::OpClass::weight_grad, gw);
+    for (int i = 0; i < dim_; ++i) dw_[i] += gw[i];
+    db_[0] += gb;
+    return loss;
+  }
+  mpsim::nn::Metric evaluate(mpsim::nn::Precision&) override {
+    std::vector<float> x(static_cast<std::size_t>(batch_) * dim_), y(batch_);
+    make_batch(1u << 30, x, y);
+    double se = 0;
+    for (int n = 0; n < batch_; ++n) {
+      double p = b_[0];
+      for (int i = 0; i < dim_; ++i) p += static_cast<double>(w_[i]) * x[static_cast<std::size_t>(n) * dim_ + i];
+      se += (p - y[n]) * (p - y[n]);
+    }
+    return {"mse", se / batch_, false};
+  }
+
+ private:
+  static float uniform(std::uint64_t seed, std::uint64_t i) {
+    const std::uint64_t r = mpsim::splitmix64(seed * 0x9E3779B97F4A7C15ull + i);
+    return static_cast<float>(static_cast<double>(r >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+  }
+  void make_batch(std::uint64_t index, std::vector<float>& x, std::vector<float>& y) const {
+    for (int n = 0; n < batch_; ++n) {
+      double t = 0.25;
+      for (int i = 0; i < dim_; ++i) {
+        const float v = uniform(seed_ ^ 0xABCDEFull, index * 1000003ull + static_cast<std::uint64_t>(n) * dim_ + i);
+        x[static_cast<std::size_t>(n) * dim_ + i] = v;
+        t += (i % 3 - 1) * 0.5 * v;
+      }
+      y[n] = static_cast<float>(t + 0.01 * uniform(seed_, index * 7919ull + n));
+    }
+  }
+  std::string name_;
+  int dim_, batch_;
+  std::uint64_t seed_;
+  double grad_scale_;
+  std::vector<float> w_, dw_, b_, db_;
+};
+
+// A factory as run_training takes: "tiny" (dim from config.size, default 8) and "tiny_small_grads"
+// (the loss times 2^-20, so unscaled fp16 activation gradients underflow).
+inline std::unique_ptr<mpsim::nn::Model> make(std::string_view name, const mpsim::nn::ModelConfig& c,
+                                              std::uint64_t seed) {
+  const int dim = c.size > 0 ? c.size : 8, batch = c.batch > 0 ? c.batch : 16;
+  if (name == "tiny") return std::make_unique<LinearRegression>("tiny", dim, batch, seed);
+  if (name == "tiny_small_grads") return std::make_unique<LinearRegression>("tiny_small_grads", dim, batch, seed, std::ldexp(1.0, -20));
+  throw mpsim::Error("unknown model '" + std::string(name) + "'");
+}
+
+}  // namespace tiny

@@ -1,0 +1,277 @@
+// Tests of lib/mpsim/train/trainer.hpp and checkpoint.hpp with a tiny linear-regression model:
+// determinism (same run twice, 1 vs 2 threads: byte-identical steps.csv), resume (2N straight == N, stop,
+// resume to 2N: identical steps.csv tail, weights and optimiser state), the loss scaler's effect on
+// skipped steps and underflow, pure-fp16 weights, and corrupt or mismatched checkpoints.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <unistd.h>
+
+#include "mpsim/error.hpp"
+#include "mpsim/format/round.hpp"
+#include "mpsim/train/checkpoint.hpp"
+#include "mpsim/train/trainer.hpp"
+#include "tiny_model.hpp"
+
+using namespace mpsim;
+using namespace mpsim::train;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path temp_dir(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() / ("mpsim_train_test_" + std::to_string(::getpid())) / name;
+  fs::remove_all(d);
+  fs::create_directories(d.parent_path());
+  return d;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string> lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  for (std::string l; std::getline(ss, l);) out.push_back(l);
+  return out;
+}
+
+TrainConfig base(const std::string& name, const std::string& policy, const std::string& scaler, int steps) {
+  TrainConfig c;
+  c.model = "tiny";
+  c.policy = policy;
+  c.scaler = scaler;
+  c.steps = steps;
+  c.seed = 7;
+  c.optimizer.name = "adamw";
+  c.optimizer.lr = 0.01;
+  c.eval_every = 5;
+  c.out = temp_dir(name);
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("the same run twice, and with 1 and 2 threads, gives byte-identical steps.csv", "[trainer]") {
+  for (const char* policy : {"fp32", "mixed-fp16", "pure-fp16"}) {
+    INFO("policy " << policy);
+    auto a = base(std::string("det_a_") + policy, policy, "dynamic,init_scale=1048576,growth_interval=4", 30);
+    auto b = a;
+    b.out = temp_dir(std::string("det_b_") + policy);
+    auto c = a;
+    c.out = temp_dir(std::string("det_c_") + policy);
+    c.threads = 2;
+    run_training(a, tiny::make);
+    run_training(b, tiny::make);
+    run_training(c, tiny::make);
+    const std::string sa = slurp(a.out / "steps.csv");
+    INFO("steps.csv: " << lines(sa).size() << " lines, " << sa.size() << " bytes");
+    CHECK(lines(sa).size() == 31);
+    CHECK(sa == slurp(b.out / "steps.csv"));
+    CHECK(sa == slurp(c.out / "steps.csv"));
+    CHECK(slurp(a.out / "checkpoint.mpck") == slurp(c.out / "checkpoint.mpck"));
+  }
+}
+
+TEST_CASE("resume: N steps, stop, resume to 2N equals 2N straight, bit for bit", "[trainer]") {
+  for (const char* scaler : {"dynamic,init_scale=1048576,growth_interval=3", "hysteresis:megatron,init_scale=1048576,growth_interval=3",
+                             "hysteresis:deepspeed,init_scale=1048576,growth_interval=3"}) {
+    for (const char* opt : {"sgd", "adamw"}) {
+      INFO("scaler " << scaler << ", optimizer " << opt);
+      auto straight = base("straight", "mixed-fp16", scaler, 24);
+      straight.optimizer.name = opt;
+      straight.hist_steps = {3, 20};
+      straight.eval_every = 4;  // step 12, where the first run stops and evaluates, is an eval step of both
+      auto first = straight;
+      first.out = temp_dir("first");
+      first.steps = 12;
+      auto second = straight;
+      second.out = temp_dir("second");
+      second.resume = first.out / "checkpoint.mpck";
+      const auto s_straight = run_training(straight, tiny::make);
+      run_training(first, tiny::make);
+      const auto s_resumed = run_training(second, tiny::make);
+
+      const auto all = lines(slurp(straight.out / "steps.csv"));
+      const auto head = lines(slurp(first.out / "steps.csv"));
+      const auto tail = lines(slurp(second.out / "steps.csv"));
+      REQUIRE(all.size() == 25);
+      REQUIRE(head.size() == 13);
+      REQUIRE(tail.size() == 13);
+      CHECK(tail[0] == all[0]);  // header
+      int mismatches = 0;
+      for (int i = 1; i <= 12; ++i) {
+        mismatches += head[i] != all[i];
+        mismatches += tail[i] != all[12 + i];
+      }
+      INFO("24 rows compared, " << mismatches << " differ; skipped steps " << s_straight.skipped_steps);
+      CHECK(mismatches == 0);
+      CHECK(s_resumed.skipped_steps == s_straight.skipped_steps);
+      CHECK(s_resumed.final_scale == s_straight.final_scale);
+      CHECK(s_resumed.act_grad_nonzero == s_straight.act_grad_nonzero);
+      const auto ck_a = read_checkpoint(straight.out / "checkpoint.mpck");
+      const auto ck_b = read_checkpoint(second.out / "checkpoint.mpck");
+      REQUIRE(ck_a.tensors.size() == ck_b.tensors.size());
+      for (std::size_t t = 0; t < ck_a.tensors.size(); ++t) {
+        INFO("tensor " << ck_a.tensors[t].name);
+        CHECK(std::memcmp(ck_a.tensors[t].values.data(), ck_b.tensors[t].values.data(),
+                          ck_a.tensors[t].values.size() * 4) == 0);
+      }
+      CHECK(ck_a.header["scaler_state"] == ck_b.header["scaler_state"]);
+      CHECK(slurp(straight.out / "hist/step_000020.json") == slurp(second.out / "hist/step_000020.json"));
+    }
+  }
+}
+
+TEST_CASE("a too-large initial scale overflows fp16: dynamic skips and backs off, static keeps skipping", "[trainer]") {
+  auto dyn = base("overflow_dyn", "mixed-fp16", "dynamic,init_scale=1e9,growth_interval=1000", 20);
+  const auto s = run_training(dyn, tiny::make);
+  const auto rows = lines(slurp(dyn.out / "steps.csv"));
+  // Gradients of order 0.1-1 times 1e9 overflow fp16 (65504) until the scale is below ~6e4: the
+  // first steps are skipped and the scale halves each time.
+  int skipped_prefix = 0;
+  double expected_scale = 1e9;
+  for (std::size_t r = 1; r < rows.size(); ++r) {
+    std::stringstream ss(rows[r]);
+    std::string step, loss, metric, scale, skipped;
+    std::getline(ss, step, ',');
+    std::getline(ss, loss, ',');
+    std::getline(ss, metric, ',');
+    std::getline(ss, scale, ',');
+    std::getline(ss, skipped, ',');
+    if (skipped != "1") break;
+    CHECK(std::stod(scale) == expected_scale);
+    expected_scale /= 2;
+    ++skipped_prefix;
+  }
+  INFO("skipped prefix " << skipped_prefix << ", skipped total " << s.skipped_steps << ", final scale " << s.final_scale);
+  CHECK(skipped_prefix >= 10);
+  CHECK(s.skipped_steps == skipped_prefix);
+  CHECK_FALSE(s.diverged);
+
+  auto fixed = base("overflow_static", "mixed-fp16", "static:1e9", 10);
+  const auto sf = run_training(fixed, tiny::make);
+  CHECK(sf.skipped_steps == 10);  // static never adapts: every step overflows and is skipped
+}
+
+TEST_CASE("small gradients underflow in fp16 without scaling and survive with a scale", "[trainer]") {
+  auto plain = base("under_none", "mixed-fp16", "none", 10);
+  plain.model = "tiny_small_grads";
+  const auto s0 = run_training(plain, tiny::make);
+  auto scaled = plain;
+  scaled.out = temp_dir("under_static");
+  scaled.scaler = "static:1048576";  // 2^20 brings 2^-20-sized gradients back to order 1
+  const auto s1 = run_training(scaled, tiny::make);
+  auto full = plain;
+  full.out = temp_dir("under_fp32");
+  full.policy = "fp32";
+  const auto s2 = run_training(full, tiny::make);
+  INFO("lost: none " << 100 * s0.act_grad_lost_fraction() << "%, static 2^20 " << 100 * s1.act_grad_lost_fraction()
+                     << "%, fp32 " << 100 * s2.act_grad_lost_fraction() << "%; nonzero " << s0.act_grad_nonzero);
+  CHECK(s0.act_grad_nonzero > 0);
+  CHECK(s0.act_grad_lost_fraction() > 0.05);
+  CHECK(s1.act_grad_lost_fraction() == 0.0);
+  CHECK(s2.act_grad_nonzero == 0);  // fp32 does not round the site
+  const auto header = lines(slurp(plain.out / "steps.csv"))[0];
+  CHECK(header == "step,loss,metric,scale,skipped,grad_norm,lin/act_grad:zero,lin/act_grad:subnormal,lin/act_grad:overflow");
+  CHECK(lines(slurp(full.out / "steps.csv"))[0] == header);  // same columns under fp32 (all zero)
+  CHECK(fs::exists(full.out / "hist/step_000001.json"));
+  const auto snap = nlohmann::json::parse(slurp(full.out / "hist/step_000010.json"));
+  CHECK(snap["activation_grad"].contains("lin/act_grad"));
+  CHECK(snap["weight_grad"].contains("lin/w_grad"));
+  CHECK(snap["master_grad"].contains("lin/weight"));
+}
+
+TEST_CASE("pure-fp16 keeps the weights representable in fp16 after every update", "[trainer]") {
+  auto c = base("pure", "pure-fp16", "dynamic,init_scale=1024", 8);
+  run_training(c, tiny::make);
+  const auto ck = read_checkpoint(c.out / "checkpoint.mpck");
+  std::size_t checked = 0;
+  for (const auto& t : ck.tensors) {
+    if (t.name.rfind("param/", 0) != 0) continue;
+    for (float v : t.values) {
+      CHECK(mpsim::round(v, mpsim::fp16()) == v);
+      ++checked;
+    }
+  }
+  INFO(checked << " weights checked");
+  CHECK(checked == 9);
+}
+
+TEST_CASE("corrupt, truncated and mismatched checkpoints are refused, nothing overwritten", "[trainer]") {
+  auto c = base("ck_src", "mixed-fp16", "dynamic", 6);
+  run_training(c, tiny::make);
+  const fs::path good = c.out / "checkpoint.mpck";
+  const std::string bytes = slurp(good);
+
+  auto write = [](const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; };
+  const fs::path dir = temp_dir("ck_bad");
+  fs::create_directories(dir);
+  write(dir / "truncated.mpck", bytes.substr(0, bytes.size() / 2));
+  std::string flipped = bytes;
+  flipped[flipped.size() - 20] ^= 0x40;
+  write(dir / "flipped.mpck", flipped);
+  write(dir / "empty.mpck", "");
+  write(dir / "text.mpck", "hello, not a checkpoint at all");
+  for (const char* name : {"truncated.mpck", "flipped.mpck", "empty.mpck", "text.mpck", "missing.mpck"}) {
+    INFO(name);
+    CHECK_THROWS_AS(read_checkpoint(dir / name), Error);
+    try {
+      read_checkpoint(dir / name);
+    } catch (const Error& e) {
+      UNSCOPED_INFO(name << ": " << e.what());
+      CHECK(std::string(e.what()).find(name) != std::string::npos);
+    }
+  }
+
+  // A resume that fails leaves an existing output folder exactly as it was.
+  auto victim = base("ck_victim", "mixed-fp16", "dynamic", 12);
+  run_training(victim, tiny::make);
+  const std::string before = slurp(victim.out / "steps.csv");
+  const std::string run_before = slurp(victim.out / "run.json");
+  auto bad = victim;
+  bad.resume = dir / "flipped.mpck";
+  CHECK_THROWS_AS(run_training(bad, tiny::make), Error);
+  auto other_shape = victim;
+  other_shape.model_config.size = 12;
+  other_shape.resume = good;
+  CHECK_THROWS_WITH(run_training(other_shape, tiny::make), Catch::Contains("parameter shapes"));
+  auto other_policy = victim;
+  other_policy.policy = "mixed-bf16";
+  other_policy.resume = good;
+  CHECK_THROWS_WITH(run_training(other_policy, tiny::make), Catch::Contains("policy"));
+  auto other_model = victim;
+  other_model.model = "tiny_small_grads";
+  other_model.resume = good;
+  CHECK_THROWS_AS(run_training(other_model, tiny::make), Error);
+  auto done = victim;
+  done.steps = 6;
+  done.resume = good;
+  CHECK_THROWS_WITH(run_training(done, tiny::make), Catch::Contains("nothing to do"));
+  CHECK(slurp(victim.out / "steps.csv") == before);
+  CHECK(slurp(victim.out / "run.json") == run_before);
+}
+
+TEST_CASE("bad configs are refused before anything is written", "[trainer]") {
+  auto c = base("bad_cfg", "fp32", "none", 5);
+  for (auto mutate : std::vector<std::function<void(TrainConfig&)>>{
+           [](TrainConfig& t) { t.policy = "fp17"; },
+           [](TrainConfig& t) { t.scaler = "static:0"; },
+           [](TrainConfig& t) { t.scaler = "static:nan"; },
+           [](TrainConfig& t) { t.scaler = "magic"; },
+           [](TrainConfig& t) { t.optimizer.name = "lamb"; },
+           [](TrainConfig& t) { t.steps = 0; },
+           [](TrainConfig& t) { t.model = "resnet"; },
+       }) {
+    auto t = c;
+    mutate(t);
+    CHECK_THROWS_AS(run_training(t, tiny::make), Error);
+    CHECK_FALSE(fs::exists(t.out));
+  }
+}
