@@ -1,0 +1,68 @@
+// mpsim verify [--exhaustive] [--json FILE] [--only NAME] [--threads N] [--list]: runs the named checks
+// of lib/mpsim/reference/verify.hpp (production rounding against the independent references and, where
+// the CPU has them, hardware conversions) and prints the table; exit status 1 on any mismatch.
+#include <fmt/core.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+#include "command.hpp"
+#include "mpsim/error.hpp"
+#include "mpsim/io/atomic_file.hpp"
+#include "mpsim/reference/verify.hpp"
+
+namespace {
+
+struct VerifyArgs {
+  bool exhaustive = false;
+  bool list = false;
+  int threads = 0;
+  std::string json_path;
+  std::string only;
+};
+
+void setup(CLI::App& app) {
+  auto args = std::make_shared<VerifyArgs>();
+  auto* cmd = app.add_subcommand("verify", "Check rounding against the independent references and hardware");
+  cmd->add_flag("--exhaustive", args->exhaustive, "Every float input (2^32) in every mode instead of the sampled set");
+  cmd->add_option("--json", args->json_path, "Also write the rows as JSON to this file");
+  cmd->add_option("--only", args->only, "Run only the checks whose name contains this text");
+  cmd->add_option("--threads", args->threads, "Worker threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--list", args->list, "List the checks and exit");
+  cmd->callback([args] {
+    namespace v = mpsim::verify;
+    if (args->list) {
+      for (const auto& c : v::checks()) fmt::print("{:<16} {}\n", c.name, c.description);
+      return;
+    }
+    v::Options o;
+    o.exhaustive = args->exhaustive;
+    o.threads = args->threads;
+    o.progress = [](const std::string& line) {
+      fmt::print(stderr, "verify: {}\n", line);
+      std::fflush(stderr);
+    };
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto rows = v::run_checks(o, args->only);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (rows.empty()) throw mpsim::Error("verify: no check matches --only '" + args->only + "'");
+    auto json = v::to_json(rows);
+    json["exhaustive"] = args->exhaustive;
+    json["seconds"] = secs;
+    if (!args->json_path.empty()) mpsim::io::write_text_file(args->json_path, json.dump(2) + "\n");
+    fmt::print("{}", v::format_table(rows));
+    std::uint64_t checked = 0, mismatches = 0;
+    for (const auto& r : rows) {
+      checked += r.checked;
+      mismatches += r.mismatches;
+    }
+    fmt::print("verify: {} rows, {} inputs checked, {} mismatches, {:.1f} s: {}\n", rows.size(), checked, mismatches,
+               secs, mismatches ? "FAILED" : "passed");
+    if (v::any_mismatch(rows)) mpsim::cli::exit_status() = 1;
+  });
+}
+
+const bool registered = mpsim::cli::register_command("verify", setup);
+
+}  // namespace
