@@ -1,0 +1,92 @@
+// Device profiles: how a real device deviates from the IEEE semantics of round_bits(), so the emulator
+// can reproduce that device bit for bit when asked (`--like x86`, `--like cuda-sm90`).
+//
+// A profile is a list of rules, each for one (format, operation): an adjustment of the Format / Rounding
+// the caller asked for (flushed subnormal inputs, flushed subnormal results) and the device's NaN rule
+// (keep the payload as round_bits does, or one canonical pattern). Each rule names its source and whether
+// it was confirmed on hardware; rules taken from headers or manuals only say so.
+//
+// Host code only (no CUDA headers): the CUDA kernels get the same rules through kernels/emu_host.hpp.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mpsim/format/format.hpp"
+#include "mpsim/format/round.hpp"
+
+namespace mpsim {
+
+// What the device is doing when the rule applies.
+enum class Operation : std::uint8_t {
+  convert,     // rounding a float/double into the format (round, the bulk engine, casts in the policy)
+  arithmetic,  // + - * / fma sqrt of two values of the format, result in the format
+};
+std::string_view to_string(Operation);
+Operation parse_operation(std::string_view);  // "convert" | "arith" | "arithmetic"; throws mpsim::Error
+
+// The NaN a device writes.
+enum class NanRule : std::uint8_t {
+  keep_payload,  // round_bits(): sign and top payload bits kept, quiet bit set (x86 F16C, AVX512-BF16)
+  canonical,     // always `canonical_nan_bits`, whatever the input NaN (CUDA)
+};
+
+struct ProfileRule {
+  std::string format;  // Format::name the rule applies to ("fp16", "bf16", "fp8_e4m3", "fp8_e5m2", ...)
+  Operation operation = Operation::convert;
+  bool inputs_subnormal_to_zero = false;  // DAZ: subnormal float inputs read as ±0
+  bool results_subnormal_to_zero = false; // FTZ: subnormal results written as ±0
+  NanRule nan = NanRule::keep_payload;
+  std::uint64_t canonical_nan_bits = 0;   // with NanRule::canonical
+  // With NanRule::canonical: only NaN *inputs* give the canonical pattern; a NaN the conversion makes
+  // itself (overflow or ±inf into a format without inf) keeps round_bits()'s signed pattern.
+  bool canonical_for_nan_inputs_only = false;
+  std::string source;                     // the document / header + function the rule comes from
+  bool confirmed_on_hardware = false;     // false: "from headers, unconfirmed on hardware"
+};
+
+struct Profile {
+  std::string name;         // "x86", "cuda-sm90", "ieee"
+  std::string description;
+  std::vector<ProfileRule> rules;
+
+  // The rule for (format name, operation), or nullptr: the device follows round_bits() there.
+  const ProfileRule* find(std::string_view format, Operation op) const;
+};
+
+// The named profiles: "ieee" (no deviation: round_bits() itself), "x86" (the default of the CLI),
+// "cuda-sm90" (H100, from the CUDA 13.0 headers).
+const std::vector<Profile>& profiles();
+const Profile& profile_ieee();
+const Profile& profile_x86();
+const Profile& profile_cuda_sm90();
+// Looks a profile up by name; throws mpsim::Error naming the input and the known names.
+const Profile& find_profile(std::string_view name);
+
+// Adjusts `fmt` and `r` to what the device does for (fmt, op): DAZ becomes r.input_subnormals = zero,
+// FTZ becomes fmt.subnormals = flush. A format without a rule is left unchanged. Everything round_bits()
+// and the bulk engine do with the adjusted pair then matches the device, except the NaN pattern: pass
+// each result through canonicalize_nan_bits().
+void apply_profile(const Profile& p, Format& fmt, Rounding& r, Operation op = Operation::convert);
+
+// The device's NaN for a result `bits` of `fmt` (a round_bits() output under the adjusted pair):
+// a NaN result becomes the profile's canonical pattern where the rule has one (for rules with
+// canonical_for_nan_inputs_only, only when `input_is_nan`: a NaN operand or input); every other value
+// is returned unchanged.
+std::uint64_t canonicalize_nan_bits(const Profile& p, const Format& fmt, std::uint64_t bits, bool input_is_nan,
+                                    Operation op = Operation::convert);
+
+// round_bits() as the device does it: apply_profile() on copies of fmt and r, round_bits(), then
+// canonicalize_nan_bits(). What `mpsim round --like` computes per element.
+std::uint64_t round_bits_like(const Profile& p, float x, const Format& fmt, const Rounding& r = {},
+                              std::uint64_t index = 0);
+std::uint64_t round_bits_like(const Profile& p, double x, const Format& fmt, const Rounding& r = {},
+                              std::uint64_t index = 0);
+
+// The canonical NaN the profile writes for (fmt, op), if it has one.
+std::optional<std::uint64_t> canonical_nan(const Profile& p, const Format& fmt, Operation op = Operation::convert);
+
+}  // namespace mpsim

@@ -1,0 +1,112 @@
+// Tests of lib/mpsim/format/profile.hpp. Expected encodings come from the documents each rule cites
+// (Intel SDM's VCVTNEPS2BF16 pseudocode; the CUDA 13.0 headers cuda_fp16.hpp, cuda_bf16.hpp,
+// cuda_fp8.hpp), worked out by hand, not from the code under test.
+#include <catch2/catch.hpp>
+
+#include <bit>
+#include <cstdio>
+#include <limits>
+
+#include "mpsim/error.hpp"
+#include "mpsim/format/profile.hpp"
+
+using namespace mpsim;
+
+namespace {
+float f32(std::uint32_t b) { return std::bit_cast<float>(b); }
+}  // namespace
+
+TEST_CASE("profiles are found by name and unknown names are rejected", "[profile]") {
+  CHECK(find_profile("x86").name == "x86");
+  CHECK(find_profile("cuda-sm90").name == "cuda-sm90");
+  CHECK(find_profile("ieee").rules.empty());
+  CHECK_THROWS_WITH(find_profile("tpu"), Catch::Contains("tpu") && Catch::Contains("cuda-sm90"));
+  CHECK(parse_operation("arith") == Operation::arithmetic);
+  CHECK_THROWS_AS(parse_operation("gemm"), Error);
+  for (const auto& p : profiles())
+    for (const auto& r : p.rules) {
+      CHECK(!r.source.empty());
+      CHECK(!r.confirmed_on_hardware);  // nothing here has been run on the devices yet
+    }
+}
+
+TEST_CASE("x86 profile: bf16 conversion reads float subnormals as zero, keeps NaN payloads", "[profile]") {
+  const Profile& p = profile_x86();
+  // 2^-127 is a float subnormal (0x00400000); IEEE keeps it as the bf16 subnormal 0x0040.
+  CHECK(round_bits(f32(0x00400000u), bf16()) == 0x0040);
+  CHECK(round_bits_like(p, f32(0x00400000u), bf16()) == 0x0000);
+  CHECK(round_bits_like(p, f32(0x80400000u), bf16()) == 0x8000);
+  // The smallest normal float is untouched: 0x00800000 -> 0x0080.
+  CHECK(round_bits_like(p, f32(0x00800000u), bf16()) == 0x0080);
+  // NaN: x[31:16] with the quiet bit (bit 6) set: 0xff812345 -> 0xffc1.
+  CHECK(round_bits_like(p, f32(0xff812345u), bf16()) == 0xffc1);
+  // fp16 (F16C) has no rule: a float subnormal still goes through as IEEE (here to +0 by rounding).
+  Format f = fp16();
+  Rounding r;
+  apply_profile(p, f, r);
+  CHECK(r.input_subnormals == InputSubnormals::keep);
+  Format b = bf16();
+  apply_profile(p, b, r);
+  CHECK(r.input_subnormals == InputSubnormals::zero);
+  CHECK(b.subnormals == Subnormals::keep);
+}
+
+TEST_CASE("cuda-sm90 profile: canonical NaNs of the CUDA headers, IEEE elsewhere", "[profile]") {
+  const Profile& p = profile_cuda_sm90();
+  // __internal_float2half: any NaN -> 0x7fff (x86 would give 0xfe00 | payload for a negative one).
+  CHECK(round_bits_like(p, f32(0xffc01234u), fp16()) == 0x7fff);
+  CHECK(round_bits_like(profile_x86(), f32(0xffc01234u), fp16()) == 0xfe00);
+  CHECK(round_bits_like(p, f32(0x7f800001u), bf16()) == 0x7fff);
+  // Subnormals kept (no .ftz): 2^-24 -> fp16 0x0001; float subnormal 2^-127 -> bf16 0x0040.
+  CHECK(round_bits_like(p, 0x1p-24f, fp16()) == 0x0001);
+  CHECK(round_bits_like(p, f32(0x00400000u), bf16()) == 0x0040);
+  // Directed modes keep IEEE overflow: 1e6 with RZ -> 0x7bff, RU -> inf.
+  CHECK(round_bits_like(p, 1e6f, fp16(), Rounding::of(RoundingMode::toward_zero)) == 0x7bff);
+  CHECK(round_bits_like(p, 1e6f, fp16(), Rounding::of(RoundingMode::up)) == 0x7c00);
+  // __nv_cvt_float_to_fp8, e4m3, __NV_NOSAT: NaN -> 0x7F whatever its sign; -inf and -1000 (beyond the
+  // overflow threshold 464) -> 0x7F | sign = 0xFF; 464 itself is a tie that stays 448 (0x7E).
+  const float nan_neg = f32(0xffc00000u);
+  CHECK(round_bits_like(p, nan_neg, fp8_e4m3()) == 0x7f);
+  CHECK(round_bits_like(p, -std::numeric_limits<float>::infinity(), fp8_e4m3()) == 0xff);
+  CHECK(round_bits_like(p, -1000.0f, fp8_e4m3()) == 0xff);
+  CHECK(round_bits_like(p, 464.0f, fp8_e4m3()) == 0x7e);
+  // __NV_SATFINITE: -1000 and -inf -> -448 (0xFE).
+  Format e4sat = fp8_e4m3();
+  e4sat.overflow = Overflow::saturate;
+  CHECK(round_bits_like(p, -1000.0f, e4sat) == 0xfe);
+  CHECK(round_bits_like(p, -std::numeric_limits<float>::infinity(), e4sat) == 0xfe);
+  // e5m2: NaN -> 0x7E | top two mantissa bits of 0x7FFFFFFF = 0x7F; overflow -> inf 0x7C | sign; the tie
+  // at 61440 (0x1.Ep15) overflows (threshold minus one in the header).
+  CHECK(round_bits_like(p, nan_neg, fp8_e5m2()) == 0x7f);
+  CHECK(round_bits_like(p, -1e6f, fp8_e5m2()) == 0xfc);
+  CHECK(round_bits_like(p, 61440.0f, fp8_e5m2()) == 0x7c);
+  CHECK(round_bits_like(p, 61439.0f, fp8_e5m2()) == 0x7b);
+  // Underflow: half the smallest e4m3 subnormal (2^-10) is a tie to +0; just above it rounds to 0x01.
+  CHECK(round_bits_like(p, -0x1p-10f, fp8_e4m3()) == 0x80);
+  CHECK(round_bits_like(p, 0x1.000002p-10f, fp8_e4m3()) == 0x01);
+}
+
+TEST_CASE("canonicalize_nan_bits leaves non-NaN values alone and follows the input rule", "[profile]") {
+  const Profile& p = profile_cuda_sm90();
+  std::uint64_t changed = 0, checked = 0;
+  for (std::uint64_t b = 0; b < 0x10000; ++b) {
+    const std::uint64_t out = canonicalize_nan_bits(p, fp16(), b, true);
+    ++checked;
+    if (out != b) {
+      ++changed;
+      REQUIRE(is_nan_bits(b, fp16()));
+      REQUIRE(out == 0x7fff);
+    }
+  }
+  // 2 * (2^10 - 1) NaN encodings, minus 0x7fff itself.
+  CHECK(changed == 2 * 1023 - 1);
+  // e4m3: a NaN made by overflow keeps its sign; a NaN input becomes 0x7F.
+  CHECK(canonicalize_nan_bits(p, fp8_e4m3(), 0xff, false) == 0xff);
+  CHECK(canonicalize_nan_bits(p, fp8_e4m3(), 0xff, true) == 0x7f);
+  CHECK(canonicalize_nan_bits(p, fp16(), 0xfe00, true, Operation::arithmetic) == 0x7fff);
+  CHECK(canonicalize_nan_bits(profile_x86(), fp16(), 0xfe00, true) == 0xfe00);
+  CHECK(canonical_nan(p, bf16()).value_or(0) == 0x7fff);
+  CHECK(!canonical_nan(profile_x86(), bf16()).has_value());
+  std::printf("canonicalize_nan_bits: %llu fp16 encodings, %llu NaNs canonicalised\n", (unsigned long long)checked,
+              (unsigned long long)changed);
+}
