@@ -1,8 +1,12 @@
 // Row-major Eigen maps over plain buffers: the layers take pointers and sizes (llm.c style) and view
-// them as matrices here. Eigen runs single-threaded in this project (mpsim_nn is built without OpenMP),
-// so every product is computed in one fixed order: the bits do not depend on the thread count.
+// them as matrices here. Eigen's products are kept single-threaded (EIGEN_DONT_PARALLELIZE, also set
+// for every user of mpsim_nn_dep in meson.build, so that an OpenMP build elsewhere cannot change it):
+// every product is computed in one fixed order and the bits do not depend on the thread count.
 #pragma once
 
+#ifndef EIGEN_DONT_PARALLELIZE
+#define EIGEN_DONT_PARALLELIZE
+#endif
 #include <Eigen/Core>
 
 namespace mpsim::nn {
