@@ -15,6 +15,7 @@
 
 #include "mpsim/error.hpp"
 #include "mpsim/format/bulk.hpp"
+#include "mpsim/format/bulk_eigen.hpp"
 
 using namespace mpsim;
 
@@ -311,4 +312,47 @@ TEST_CASE("bad arguments are errors naming the problem", "[bulk]") {
   }
   // Length 0 with null pointers is fine.
   CHECK_NOTHROW(round_array(std::span<const float>(), std::span<float>(), fp16()));
+}
+
+TEST_CASE("Eigen objects round in place and to packed buffers in storage order, blocks slice by slice", "[bulk]") {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> g(0.0f, 1000.0f);
+  Eigen::MatrixXf m(37, 5);
+  for (Eigen::Index k = 0; k < m.size(); ++k) m.data()[k] = g(rng);
+  const Eigen::MatrixXf orig = m;
+  const Rounding sr = Rounding::stochastic(9, 32);
+  BulkOptions opt;
+  opt.index0 = 100;
+  // Whole matrix, in place: element (i, j) is storage position i + 37 j.
+  Stats s;
+  round_in_place(m, bf16(), sr, &s, opt);
+  std::size_t bad = 0;
+  for (Eigen::Index j = 0; j < 5; ++j)
+    for (Eigen::Index i = 0; i < 37; ++i) bad += !same_float_bits(m(i, j), round(orig(i, j), bf16(), sr, 100 + i + 37 * j));
+  CHECK(bad == 0);
+  CHECK(s.count == 185);
+  // A block (columns contiguous, not adjacent): positions count within the block.
+  Eigen::MatrixXf b = orig;
+  round_in_place(b.block(2, 1, 10, 3), fp16(), sr);
+  for (Eigen::Index j = 0; j < 5; ++j)
+    for (Eigen::Index i = 0; i < 37; ++i) {
+      const bool inside = i >= 2 && i < 12 && j >= 1 && j < 4;
+      const float want = inside ? round(orig(i, j), fp16(), sr, (i - 2) + 10 * (j - 1)) : orig(i, j);
+      bad += !same_float_bits(b(i, j), want);
+    }
+  CHECK(bad == 0);
+  // Packed and back, row-major array.
+  Eigen::Array<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> a = orig.array();
+  std::vector<std::uint8_t> packed(a.size());
+  round_to_packed(a, std::span<std::uint8_t>(packed), fp8_e4m3());
+  Eigen::Array<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> back(37, 5);
+  decode_from_packed(std::span<const std::uint8_t>(packed), back, fp8_e4m3());
+  for (Eigen::Index i = 0; i < 37; ++i)
+    for (Eigen::Index j = 0; j < 5; ++j) {
+      bad += packed[i * 5 + j] != round_bits(a(i, j), fp8_e4m3());
+      bad += !same_float_bits(back(i, j), round(a(i, j), fp8_e4m3()));
+    }
+  CHECK(bad == 0);
+  std::vector<std::uint8_t> short_buf(3);
+  CHECK_THROWS_WITH(round_to_packed(a, std::span<std::uint8_t>(short_buf), fp8_e4m3()), Catch::Contains("185 elements"));
 }

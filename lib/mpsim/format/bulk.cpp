@@ -258,8 +258,23 @@ bd::KernelParams make_params(const Format& f, const Rounding& r, const BulkOptio
   p.sub_scale = std::ldexp(1.0f, f.emin - m);
   p.inf_bits = static_cast<std::int32_t>(f.inf_bits);
   p.nan_mag = static_cast<std::int32_t>(f.nan == NanEncoding::all_ones ? f.nan_bits : f.nan_bits);
-  p.f16c = opt.hardware_convert && f == fp16() && r.mode == RoundingMode::nearest_even &&
-           r.input_subnormals == InputSubnormals::keep;
+  p.float_layout = f.exp_bits == 8 && f.bias == 127;
+  p.cap_pos = p.ovf_pos & p.mag_mask;
+  p.cap_neg = p.ovf_neg & p.mag_mask;
+  // The cap works where the overflow result is sign | magnitude >= max_finite_bits; otherwise (the
+  // fnuz NaN 0x80 has magnitude 0) the kernel blends the result in.
+  p.ovf_special = p.ovf_pos != p.cap_pos || p.ovf_neg != (p.cap_neg | p.fmt_sign) ||
+                  p.cap_pos < p.max_finite_bits || p.cap_neg < p.max_finite_bits;
+  if (p.ovf_special) p.cap_pos = p.cap_neg = p.max_finite_bits;  // the kernel blends the result in
+  p.ovf_y_pos = static_cast<std::int32_t>(std::bit_cast<std::uint32_t>(
+      decode_to_float(static_cast<std::uint32_t>(p.ovf_pos), f)));
+  p.ovf_y_neg = static_cast<std::int32_t>(std::bit_cast<std::uint32_t>(
+      decode_to_float(static_cast<std::uint32_t>(p.ovf_neg), f)));
+  p.float_layout_ovf_ok = p.float_layout && f.nan == NanEncoding::ieee;
+  p.uniform = f.emin == -126;
+  const bool f16c_mode = r.mode == RoundingMode::nearest_even || r.mode == RoundingMode::toward_zero ||
+                         r.mode == RoundingMode::up || r.mode == RoundingMode::down;
+  p.f16c = opt.hardware_convert && f == fp16() && f16c_mode && r.input_subnormals == InputSubnormals::keep;
   return p;
 }
 

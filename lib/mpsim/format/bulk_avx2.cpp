@@ -57,6 +57,9 @@ struct Avx2 {
   static M negmask(I b) { return _mm256_srai_epi32(b, 31); }
   static I sel(M m, I t, I f) { return _mm256_blendv_epi8(f, t, m); }
   static I maskz(M m, I x) { return _mm256_and_si256(m, x); }
+  static I maskz_not(M m, I x) { return _mm256_andnot_si256(m, x); }  // x where m is false
+  static I minu(I a, I b) { return _mm256_min_epu32(a, b); }
+  static bool any(M m) { return !_mm256_testz_si256(m, m); }
   static I count(I c, M m) { return _mm256_sub_epi32(c, m); }
   // Lanes where the unsigned sum f + r carries out of 32 bits.
   static M carry(I f, I r) {
@@ -66,7 +69,7 @@ struct Avx2 {
   static I cvt_mul(I v, float s) {
     return _mm256_castps_si256(_mm256_mul_ps(_mm256_cvtepi32_ps(v), _mm256_set1_ps(s)));
   }
-  static __m128i cvt_ph(I b) { return _mm256_cvtps_ph(_mm256_castsi256_ps(b), _MM_FROUND_TO_NEAREST_INT); }
+  template <int IMM> static __m128i cvt_ph(I b) { return _mm256_cvtps_ph(_mm256_castsi256_ps(b), IMM); }
   static I cvt_ph_back(__m128i h) { return _mm256_castps_si256(_mm256_cvtph_ps(h)); }
   static I widen16(__m128i h) { return _mm256_cvtepu16_epi32(h); }
   static void store_ph(std::uint16_t* p, __m128i h) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h); }

@@ -53,13 +53,16 @@ struct Avx512 {
   static M negmask(I b) { return _mm512_movepi32_mask(b); }
   static I sel(M m, I t, I f) { return _mm512_mask_blend_epi32(m, f, t); }
   static I maskz(M m, I x) { return _mm512_maskz_mov_epi32(m, x); }
+  static I maskz_not(M m, I x) { return _mm512_maskz_mov_epi32(static_cast<M>(~m), x); }
+  static I minu(I a, I b) { return _mm512_min_epu32(a, b); }
+  static bool any(M m) { return m != 0; }
   static I count(I c, M m) { return _mm512_mask_add_epi32(c, m, c, _mm512_set1_epi32(1)); }
   static M carry(I f, I r) { return _mm512_cmplt_epu32_mask(_mm512_add_epi32(f, r), f); }
   static I cvt_mul(I v, float s) {
     return _mm512_castps_si512(_mm512_mul_ps(_mm512_cvtepi32_ps(v), _mm512_set1_ps(s)));
   }
-  static __m256i cvt_ph(I b) {
-    return _mm512_cvtps_ph(_mm512_castsi512_ps(b), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  template <int IMM> static __m256i cvt_ph(I b) {
+    return _mm512_cvtps_ph(_mm512_castsi512_ps(b), IMM | _MM_FROUND_NO_EXC);
   }
   static I cvt_ph_back(__m256i h) { return _mm512_castps_si512(_mm512_cvtph_ps(h)); }
   static I widen16(__m256i h) { return _mm512_cvtepu16_epi32(h); }

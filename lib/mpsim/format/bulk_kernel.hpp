@@ -21,24 +21,33 @@ namespace {
 // Counters are 32-bit per lane: fold them into 64-bit totals at least every 2^24 elements.
 constexpr std::size_t kCounterBlock = std::size_t{1} << 24;
 
+// Per-lane Stats counters. Vectors without a NaN/inf input or an overflow (nearly all of them) take
+// the fast path, which counts four things from which the classes follow:
+//   f_zero: x == 0;  f_enc0: result magnitude 0;  f_small: result magnitude below the smallest normal;
+//   f_exact: nothing discarded and the result non-zero
+// (underflow = f_enc0 - f_zero, subnormal = f_small - f_enc0: every zero input gives a zero result).
+// Vectors with a special lane count every class directly (s_*).
 template <class S>
 struct Counters {
   using I = typename S::I;
-  I zero_in = S::zero(), nan = S::zero(), inf_in = S::zero(), exact = S::zero(), underflow = S::zero(),
-    subnormal = S::zero(), overflow = S::zero();
-  I vmax = S::zero(), vmin = S::set1(0x7fffffff);
+  I f_zero = S::zero(), f_enc0 = S::zero(), f_small = S::zero(), f_exact = S::zero();
+  I s_zero = S::zero(), s_nan = S::zero(), s_inf = S::zero(), s_exact = S::zero(), s_under = S::zero(),
+    s_sub = S::zero(), s_over = S::zero();
+  I vmax = S::zero();       // largest finite |x| (float bits; signed compare is exact below 2^31)
+  I vmin_m1 = S::set1(-1);  // smallest non-zero finite |x| minus 1, unsigned (x == 0 wraps to the top)
 
   void fold(StatsAcc& acc) {
-    acc.zero_in += S::hsum(zero_in);
-    acc.nan += S::hsum(nan);
-    acc.inf_in += S::hsum(inf_in);
-    acc.exact += S::hsum(exact);
-    acc.underflow += S::hsum(underflow);
-    acc.subnormal += S::hsum(subnormal);
-    acc.overflow += S::hsum(overflow);
-    const std::uint32_t mx = S::hmax(vmax), mn = S::hmin(vmin);
+    const std::uint64_t fz = S::hsum(f_zero), fe0 = S::hsum(f_enc0), fs = S::hsum(f_small);
+    acc.zero_in += fz + S::hsum(s_zero);
+    acc.underflow += (fe0 - fz) + S::hsum(s_under);
+    acc.subnormal += (fs - fe0) + S::hsum(s_sub);
+    acc.exact += S::hsum(f_exact) + S::hsum(s_exact);
+    acc.nan += S::hsum(s_nan);
+    acc.inf_in += S::hsum(s_inf);
+    acc.overflow += S::hsum(s_over);
+    const std::uint32_t mx = S::hmax(vmax), mn = S::hmin(vmin_m1);
     if (mx > acc.max_a) acc.max_a = mx;
-    if (mn < acc.min_a) acc.min_a = mn;
+    if (mn != 0xffffffffu && mn + 1 < acc.min_a) acc.min_a = mn + 1;
     *this = Counters{};
   }
 };
@@ -72,6 +81,20 @@ inline typename S::I decode_vec(typename S::I res, const KernelParams& p) {
     sign = S::maskz(S::mnot(isnan), sign);
   }
   return S::or_(y, sign);
+}
+
+// decode_vec for finite encodings only (the fast path). Formats with float's exponent field and bias
+// (bf16, tf32, e8mX) are float bit patterns cut short: a shift.
+template <class S>
+inline typename S::I decode_finite_vec(typename S::I res, const KernelParams& p) {
+  using I = typename S::I;
+  if (p.float_layout) return S::sll(res, 23 - p.man_bits);
+  const I mag = S::and_(res, S::set1(p.mag_mask));
+  const int up = 23 - p.man_bits;
+  const I sign = S::sll(S::and_(res, S::set1(p.fmt_sign)), p.sign_shift);
+  const I normal = S::add(S::sll(mag, up), S::set1(p.dec_add));
+  const I sub = p.sub_by_shift ? S::sll(mag, up) : S::cvt_mul(mag, p.sub_scale);
+  return S::or_(S::sel(S::gt(S::set1(p.one_m), mag), sub, normal), sign);
 }
 
 template <class S>
@@ -125,20 +148,64 @@ inline std::size_t for_each_vector(const float* in, void* out, std::size_t n, Ve
   return W - r;
 }
 
-// fp16 nearest-even with subnormals kept: vcvtps2ph is exactly the specification (IEEE conversion,
-// NaN sign and top payload bits kept, quiet bit set; Intel SDM VCVTPS2PH, round.hpp's NaN rule).
-template <class S, bool STATS, OutKind KIND>
-void f16c_loop(const float* in, void* out, std::size_t n, StatsAcc* acc) {
+// Full classification of one vector into the slow-path counters: `res` the encodings, `inexact`
+// the lanes where the result differs from the input unless it is zero.
+template <class S>
+inline void count_slow(Counters<S>& c, typename S::I a, typename S::I res, typename S::M inexact,
+                       typename S::M ovf_counted, const KernelParams& p) {
+  using I = typename S::I;
+  using M = typename S::M;
+  const I kInf = S::set1(0x7f800000), kZero = S::zero();
+  const I rmag = S::and_(res, S::set1(p.mag_mask));
+  const M fin = S::gt(kInf, a);
+  const M isz = S::eq(a, kZero);
+  const M fnz = S::mandnot(isz, fin);
+  const M rz = p.neg_zero ? S::eq(res, kZero) : S::eq(rmag, kZero);
+  c.s_zero = S::count(c.s_zero, isz);
+  c.s_nan = S::count(c.s_nan, S::gt(a, kInf));
+  c.s_inf = S::count(c.s_inf, S::eq(a, kInf));
+  c.s_exact = S::count(c.s_exact, S::mandnot(S::mor(inexact, rz), fnz));
+  c.s_under = S::count(c.s_under, S::mand(fnz, rz));
+  c.s_sub = S::count(c.s_sub, S::mand(fnz, S::mand(S::gt(rmag, kZero), S::gt(S::set1(p.one_m), rmag))));
+  c.s_over = S::count(c.s_over, S::mand(fnz, ovf_counted));
+  c.vmax = S::max(c.vmax, S::maskz(fin, a));
+  c.vmin_m1 = S::minu(c.vmin_m1, S::sel(fnz, S::sub(a, S::set1(1)), S::set1(-1)));
+}
+
+// Fast-path counting: every lane finite. `enc` the result magnitudes before the overflow cap,
+// `kept_all` the lanes where the result equals the input unless zero, `ovf_counted` the overflows.
+template <class S>
+inline void count_fast(Counters<S>& c, typename S::I a, typename S::I enc, typename S::M kept_all,
+                       typename S::M ovf_counted, const KernelParams& p) {
+  using I = typename S::I;
+  using M = typename S::M;
+  const I kZero = S::zero();
+  const M enc0 = S::eq(enc, kZero);
+  c.f_zero = S::count(c.f_zero, S::eq(a, kZero));
+  c.f_enc0 = S::count(c.f_enc0, enc0);
+  c.f_small = S::count(c.f_small, S::gt(S::set1(p.one_m), enc));
+  c.f_exact = S::count(c.f_exact, S::mandnot(enc0, kept_all));
+  c.s_over = S::count(c.s_over, ovf_counted);
+  c.vmax = S::max(c.vmax, a);
+  c.vmin_m1 = S::minu(c.vmin_m1, S::sub(a, S::set1(1)));
+}
+
+// fp16 with subnormals kept in nearest-even, toward zero, up or down: vcvtps2ph with that rounding
+// is exactly the specification (an IEEE conversion: overflow as IEEE 754 section 7.4 says for the
+// mode, NaN sign and top payload bits kept with the quiet bit set; Intel SDM, VCVTPS2PH).
+template <class S, int IMM, bool STATS, OutKind KIND>
+void f16c_loop(const float* in, void* out, std::size_t n, const KernelParams& p, StatsAcc* acc) {
   using I = typename S::I;
   using M = typename S::M;
   Counters<S> c;
-  const I kAbs = S::set1(0x7fffffff), kInf = S::set1(0x7f800000), kZero = S::zero();
+  const I kAbs = S::set1(0x7fffffff), kFinMax = S::set1(0x7f7fffff);
+  const I kInfBits = S::set1(0x7c00);
   for (std::size_t blk = 0; blk < n; blk += kCounterBlock) {
     const std::size_t len = n - blk < kCounterBlock ? n - blk : kCounterBlock;
     const std::size_t pad = for_each_vector<S, KIND>(in + blk, static_cast<unsigned char*>(out) + blk * out_size<KIND>(), len,
         [&](std::size_t, const float* src, void* dst, std::size_t j) {
           const I b = S::load(src);
-          const auto h = S::cvt_ph(b);
+          const auto h = S::template cvt_ph<IMM>(b);
           I res = S::zero(), y = S::zero();
           if constexpr (KIND == OutKind::f32 || STATS) y = S::cvt_ph_back(h);
           if constexpr (KIND != OutKind::f32 || STATS) res = S::widen16(h);
@@ -150,18 +217,12 @@ void f16c_loop(const float* in, void* out, std::size_t n, StatsAcc* acc) {
           if constexpr (STATS) {
             const I a = S::and_(b, kAbs);
             const I rmag = S::and_(res, S::set1(0x7fff));
-            const M fin = S::gt(kInf, a);
-            const M isz = S::eq(a, kZero);
-            const M fnz = S::mandnot(isz, fin);
-            c.zero_in = S::count(c.zero_in, isz);
-            c.nan = S::count(c.nan, S::gt(a, kInf));
-            c.inf_in = S::count(c.inf_in, S::eq(a, kInf));
-            c.exact = S::count(c.exact, S::mand(fnz, S::eq(y, b)));
-            c.underflow = S::count(c.underflow, S::mand(fnz, S::eq(rmag, kZero)));
-            c.subnormal = S::count(c.subnormal, S::mand(fnz, S::mand(S::gt(rmag, kZero), S::gt(S::set1(0x400), rmag))));
-            c.overflow = S::count(c.overflow, S::mand(fnz, S::eq(rmag, S::set1(0x7c00))));
-            c.vmax = S::max(c.vmax, S::maskz(fin, a));
-            c.vmin = S::min(c.vmin, S::sel(fnz, a, kAbs));
+            const M same = S::eq(y, b);
+            if (S::any(S::gt(a, kFinMax))) {
+              count_slow<S>(c, a, res, S::mnot(same), S::eq(rmag, kInfBits), p);
+            } else {
+              count_fast<S>(c, a, rmag, same, S::eq(rmag, kInfBits), p);
+            }
           }
         });
     if constexpr (STATS) {
@@ -171,7 +232,10 @@ void f16c_loop(const float* in, void* out, std::size_t n, StatsAcc* acc) {
   }
 }
 
-template <class S, Mode MODE, bool STATS, OutKind KIND>
+// The software kernel. UNIFORM: the format has float's smallest normal exponent (emin == -126), so
+// every finite float rounds at the same bit (23 - m) of its own bit pattern and the encoding is the
+// rounded pattern shifted down; otherwise each lane computes its own shift (format subnormals).
+template <class S, Mode MODE, bool STATS, OutKind KIND, bool UNIFORM>
 void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0, const KernelParams& p,
                 StatsAcc* acc) {
   using I = typename S::I;
@@ -183,9 +247,14 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
   const I kInfPos = S::set1(p.inf_pos), kInfNeg = S::set1(p.inf_neg);
   const I kNanBase = S::set1(p.nan_base), kNanPos = S::set1(p.nan_pos), kNanNeg = S::set1(p.nan_neg);
   const I kMagMask = S::set1(p.mag_mask), kMaxFinF32 = S::set1(p.max_finite_f32);
+  const I kFinMax = S::set1(0x7f7fffff);
+  const I kCapPos = S::set1(p.cap_pos), kCapNeg = S::set1(p.cap_neg);
+  const I kOvfYPos = S::set1(p.ovf_y_pos), kOvfYNeg = S::set1(p.ovf_y_neg);
   const I kSrMask = S::set1(static_cast<std::int32_t>(p.sr_mask));
+  const I kLow = S::set1((1 << p.sh0) - 1), kHalfM1 = S::set1(((1 << p.sh0) - 1) >> 1), kHalf = S::set1(1 << (p.sh0 - 1));
   const M kOvfPosCounts = S::mconst(p.ovf_pos_counts != 0), kOvfNegCounts = S::mconst(p.ovf_neg_counts != 0);
   const int m = p.man_bits;
+  const int sh0 = p.sh0;
   const int nan_shift = 23 - m;
   // Stochastic rounding: element index0 + i draws lowbias32(lo32(index0 + i) + offset(hi32)).
   const std::uint32_t sr_off = p.sr_key_lo + lowbias32_scalar(static_cast<std::uint32_t>(index0 >> 32) ^ p.sr_key_hi);
@@ -199,82 +268,112 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
           const I b = S::load(src);
           const I a = S::and_(b, kAbs);
           I ar = a;
-          if (p.daz) ar = S::maskz(S::mnot(S::eq(S::and_(a, kInf), kZero)), a);
-          const I E = S::template srli<23>(ar);
-          const I Ee = S::max(E, kOne);
-          const I d = S::sub(Ee, kD0);
-          const I sh = S::max(S::sub(kSh0, d), kSh0);
-          const I shc = S::min(sh, k31);
-          const I sig = S::sub(ar, S::template slli<23>(S::sub(Ee, kOne)));
+          if (p.daz) ar = S::maskz_not(S::eq(S::and_(a, kInf), kZero), a);
           const M neg = S::negmask(b);
-          const I lowmask = S::sub(S::sllv(kOne, shc), kOne);
-          I mag;
-          if constexpr (MODE == Mode::nearest_even) {
-            const I half_m1 = S::template srli<1>(lowmask);
-            const I odd = S::and_(S::srlv(sig, shc), kOne);
-            mag = S::srlv(S::add(S::add(sig, half_m1), odd), shc);
-          } else if constexpr (MODE == Mode::nearest_away) {
-            mag = S::srlv(S::add(sig, S::add(S::template srli<1>(lowmask), kOne)), shc);
-          } else if constexpr (MODE == Mode::toward_zero) {
-            mag = S::srlv(sig, shc);
-          } else if constexpr (MODE == Mode::up) {
-            mag = S::srlv(S::add(sig, S::maskz(S::mnot(neg), lowmask)), shc);
-          } else if constexpr (MODE == Mode::down) {
-            mag = S::srlv(S::add(sig, S::maskz(neg, lowmask)), shc);
-          } else if constexpr (MODE == Mode::to_odd) {
-            const I rem = S::and_(sig, lowmask);
-            mag = S::or_(S::srlv(sig, shc), S::maskz(S::mnot(S::eq(rem, kZero)), kOne));
-          } else {  // stochastic
-            const I rem = S::and_(sig, lowmask);
-            // The discarded fraction in units of 2^-32, as round_bits truncates it (shift counts of 32
-            // or more give 0 in vpsllvd/vpsrlvd, which is what the specification's cases give).
-            const I frac32 = S::or_(S::sllv(rem, S::sub(k32, sh)), S::srlv(rem, S::sub(sh, k32)));
-            const I rnd = lowbias32_vec<S>(S::add(kIdxBase, S::set1(static_cast<std::int32_t>(i))));
-            const M carry = S::carry(S::and_(frac32, kSrMask), S::and_(rnd, kSrMask));
-            mag = S::count(S::srlv(sig, shc), carry);
+          I enc, rem;  // rem: the discarded bits (zero iff the rounding was exact)
+          if constexpr (UNIFORM) {
+            rem = S::and_(ar, kLow);
+            if constexpr (MODE == Mode::nearest_even) {
+              enc = S::srl(S::add(S::add(ar, kHalfM1), S::and_(S::srl(ar, sh0), kOne)), sh0);
+            } else if constexpr (MODE == Mode::nearest_away) {
+              enc = S::srl(S::add(ar, kHalf), sh0);
+            } else if constexpr (MODE == Mode::toward_zero) {
+              enc = S::srl(ar, sh0);
+            } else if constexpr (MODE == Mode::up) {
+              enc = S::srl(S::add(ar, S::maskz_not(neg, kLow)), sh0);
+            } else if constexpr (MODE == Mode::down) {
+              enc = S::srl(S::add(ar, S::maskz(neg, kLow)), sh0);
+            } else if constexpr (MODE == Mode::to_odd) {
+              enc = S::or_(S::srl(ar, sh0), S::maskz_not(S::eq(rem, kZero), kOne));
+            } else {  // stochastic
+              const I frac32 = S::sll(rem, 32 - sh0);
+              const I rnd = lowbias32_vec<S>(S::add(kIdxBase, S::set1(static_cast<std::int32_t>(i))));
+              enc = S::count(S::srl(ar, sh0), S::carry(S::and_(frac32, kSrMask), S::and_(rnd, kSrMask)));
+            }
+          } else {
+            const I E = S::template srli<23>(ar);
+            const I Ee = S::max(E, kOne);
+            const I d = S::sub(Ee, kD0);
+            const I sh = S::max(S::sub(kSh0, d), kSh0);
+            const I shc = S::min(sh, k31);
+            const I sig = S::sub(ar, S::template slli<23>(S::sub(Ee, kOne)));
+            const I lowmask = S::sub(S::sllv(kOne, shc), kOne);
+            rem = S::and_(sig, lowmask);
+            I mag;
+            if constexpr (MODE == Mode::nearest_even) {
+              const I half_m1 = S::template srli<1>(lowmask);
+              const I odd = S::and_(S::srlv(sig, shc), kOne);
+              mag = S::srlv(S::add(S::add(sig, half_m1), odd), shc);
+            } else if constexpr (MODE == Mode::nearest_away) {
+              mag = S::srlv(S::add(sig, S::add(S::template srli<1>(lowmask), kOne)), shc);
+            } else if constexpr (MODE == Mode::toward_zero) {
+              mag = S::srlv(sig, shc);
+            } else if constexpr (MODE == Mode::up) {
+              mag = S::srlv(S::add(sig, S::maskz_not(neg, lowmask)), shc);
+            } else if constexpr (MODE == Mode::down) {
+              mag = S::srlv(S::add(sig, S::maskz(neg, lowmask)), shc);
+            } else if constexpr (MODE == Mode::to_odd) {
+              mag = S::or_(S::srlv(sig, shc), S::maskz_not(S::eq(rem, kZero), kOne));
+            } else {  // stochastic
+              // The discarded fraction in units of 2^-32, truncated as round_bits does (shift counts of
+              // 32 or more give 0 in vpsllvd/vpsrlvd, which is what the specification's cases give).
+              const I frac32 = S::or_(S::sllv(rem, S::sub(k32, sh)), S::srlv(rem, S::sub(sh, k32)));
+              const I rnd = lowbias32_vec<S>(S::add(kIdxBase, S::set1(static_cast<std::int32_t>(i))));
+              mag = S::count(S::srlv(sig, shc), S::carry(S::and_(frac32, kSrMask), S::and_(rnd, kSrMask)));
+            }
+            // A carry out of the mantissa lands in the exponent field by the addition.
+            enc = S::add(S::sll(S::max(d, kZero), m), mag);
           }
-          I enc = S::add(S::sll(S::max(d, kZero), m), mag);
-          if (p.flush) enc = S::maskz(S::mnot(S::gt(kOneM, enc)), enc);
+          if (p.flush) enc = S::maskz_not(S::gt(kOneM, enc), enc);
+          // Overflow: the result's magnitude is capped at the overflow result's (max_finite, inf or the
+          // all-ones NaN, all >= max_finite_bits), which depends on the sign only in directed modes.
           const M ovf = S::gt(enc, kMaxFin);
           const I sgn_raw = S::maskz(neg, kSign);
           I sgn = sgn_raw;
-          if (p.neg_zero) sgn = S::maskz(S::mnot(S::eq(enc, kZero)), sgn);
-          I res = S::or_(enc, sgn);
-          res = S::sel(ovf, S::sel(neg, kOvfNeg, kOvfPos), res);
-          const M isinf = S::eq(a, kInf);
-          const M isnan = S::gt(a, kInf);
-          res = S::sel(isinf, S::sel(neg, kInfNeg, kInfPos), res);
-          I nanres;
-          if (p.ieee_nan)
-            nanres = S::or_(S::or_(sgn_raw, kNanBase), S::srl(S::and_(a, S::set1(0x7fffff)), nan_shift));
-          else
-            nanres = S::sel(neg, kNanNeg, kNanPos);
-          res = S::sel(isnan, nanres, res);
+          if (p.neg_zero) sgn = S::maskz_not(S::eq(enc, kZero), sgn);
+          const I cap = p.cap_pos == p.cap_neg ? kCapPos : S::sel(neg, kCapNeg, kCapPos);
+          I res = S::or_(S::min(enc, cap), sgn);
+          if (p.ovf_special) res = S::sel(ovf, S::sel(neg, kOvfNeg, kOvfPos), res);  // fnuz NaN
           I y = res;
-          if constexpr (KIND == OutKind::f32) y = decode_vec<S>(res, p);
-          store_out<S, KIND>(dst, j, res, y);
-          if constexpr (STATS) {
-            const I rmag = S::and_(res, kMagMask);
-            const M fin = S::gt(kInf, a);
-            const M isz = S::eq(a, kZero);
-            const M fnz = S::mandnot(isz, fin);
-            const M rz = p.neg_zero ? S::eq(res, kZero) : S::eq(rmag, kZero);
-            const M inexact = S::mnot(S::eq(S::and_(sig, lowmask), kZero));
-            c.zero_in = S::count(c.zero_in, isz);
-            c.nan = S::count(c.nan, isnan);
-            c.inf_in = S::count(c.inf_in, isinf);
-            c.exact = S::count(c.exact, S::mandnot(S::mor(S::mor(inexact, ovf), rz), fnz));
-            c.underflow = S::count(c.underflow, S::mand(fnz, rz));
-            c.subnormal = S::count(c.subnormal, S::mand(fnz, S::mand(S::gt(rmag, kZero), S::gt(kOneM, rmag))));
-            M ovc;
-            if (p.saturate)
-              ovc = S::mand(S::eq(rmag, kMaxFin), S::gt(a, kMaxFinF32));
+          // NaN and inf inputs are rare: only vectors holding one take the blends and the full
+          // classification.
+          if (S::any(S::gt(a, kFinMax))) {
+            const M isinf = S::eq(a, kInf);
+            const M isnan = S::gt(a, kInf);
+            res = S::sel(isinf, S::sel(neg, kInfNeg, kInfPos), res);
+            I nanres;
+            if (p.ieee_nan)
+              nanres = S::or_(S::or_(sgn_raw, kNanBase), S::srl(S::and_(a, S::set1(0x7fffff)), nan_shift));
             else
-              ovc = S::mand(ovf, S::mor(S::mand(neg, kOvfNegCounts), S::mandnot(neg, kOvfPosCounts)));
-            c.overflow = S::count(c.overflow, S::mand(fnz, ovc));
-            c.vmax = S::max(c.vmax, S::maskz(fin, a));
-            c.vmin = S::min(c.vmin, S::sel(fnz, a, kAbs));
+              nanres = S::sel(neg, kNanNeg, kNanPos);
+            res = S::sel(isnan, nanres, res);
+            if constexpr (KIND == OutKind::f32) y = decode_vec<S>(res, p);
+            if constexpr (STATS) {
+              M ovc;
+              const I rmag = S::and_(res, kMagMask);
+              if (p.saturate)
+                ovc = S::mand(S::eq(rmag, kMaxFin), S::gt(a, kMaxFinF32));
+              else
+                ovc = S::mand(ovf, S::mor(S::mand(neg, kOvfNegCounts), S::mandnot(neg, kOvfPosCounts)));
+              count_slow<S>(c, a, res, S::mor(S::mnot(S::eq(rem, kZero)), ovf), ovc, p);
+            }
+          } else {
+            if constexpr (KIND == OutKind::f32) {
+              y = decode_finite_vec<S>(res, p);
+              if (!p.float_layout_ovf_ok) y = S::sel(ovf, S::sel(neg, kOvfYNeg, kOvfYPos), y);
+            }
+            if constexpr (STATS) {
+              M ovc;
+              if (p.saturate)
+                ovc = S::gt(a, kMaxFinF32);
+              else if (p.ovf_pos_counts == p.ovf_neg_counts)
+                ovc = p.ovf_pos_counts ? ovf : S::mconst(false);
+              else
+                ovc = S::mand(ovf, S::mor(S::mand(neg, kOvfNegCounts), S::mandnot(neg, kOvfPosCounts)));
+              count_fast<S>(c, a, enc, S::mandnot(ovf, S::eq(rem, kZero)), ovc, p);
+            }
           }
+          store_out<S, KIND>(dst, j, res, y);
         });
     if constexpr (STATS) {
       c.fold(*acc);
@@ -283,18 +382,29 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
   }
 }
 
+template <class S, Mode MODE, bool STATS, OutKind KIND>
+void round_uniform_or_not(const float* in, void* out, std::size_t n, std::uint64_t index0, const KernelParams& p,
+                          StatsAcc* acc) {
+  if (p.uniform)
+    round_loop<S, MODE, STATS, KIND, true>(in, out, n, index0, p, acc);
+  else
+    round_loop<S, MODE, STATS, KIND, false>(in, out, n, index0, p, acc);
+}
+
 template <class S, Mode MODE, bool STATS>
 void round_dispatch_kind(const float* in, void* out, OutKind kind, std::size_t n, std::uint64_t index0,
                          const KernelParams& p, StatsAcc* acc) {
-  if constexpr (MODE == Mode::nearest_even) {
-    if (p.f16c && kind == OutKind::f32) return f16c_loop<S, STATS, OutKind::f32>(in, out, n, acc);
-    if (p.f16c && kind == OutKind::u16) return f16c_loop<S, STATS, OutKind::u16>(in, out, n, acc);
+  if constexpr (MODE == Mode::nearest_even || MODE == Mode::toward_zero || MODE == Mode::up || MODE == Mode::down) {
+    // _MM_FROUND_TO_NEAREST_INT 0, _TO_NEG_INF 1, _TO_POS_INF 2, _TO_ZERO 3 (immintrin.h)
+    constexpr int imm = MODE == Mode::nearest_even ? 0 : MODE == Mode::down ? 1 : MODE == Mode::up ? 2 : 3;
+    if (p.f16c && kind == OutKind::f32) return f16c_loop<S, imm, STATS, OutKind::f32>(in, out, n, p, acc);
+    if (p.f16c && kind == OutKind::u16) return f16c_loop<S, imm, STATS, OutKind::u16>(in, out, n, p, acc);
   }
   switch (kind) {
-    case OutKind::f32: return round_loop<S, MODE, STATS, OutKind::f32>(in, out, n, index0, p, acc);
-    case OutKind::u8: return round_loop<S, MODE, STATS, OutKind::u8>(in, out, n, index0, p, acc);
-    case OutKind::u16: return round_loop<S, MODE, STATS, OutKind::u16>(in, out, n, index0, p, acc);
-    case OutKind::u32: return round_loop<S, MODE, STATS, OutKind::u32>(in, out, n, index0, p, acc);
+    case OutKind::f32: return round_uniform_or_not<S, MODE, STATS, OutKind::f32>(in, out, n, index0, p, acc);
+    case OutKind::u8: return round_uniform_or_not<S, MODE, STATS, OutKind::u8>(in, out, n, index0, p, acc);
+    case OutKind::u16: return round_uniform_or_not<S, MODE, STATS, OutKind::u16>(in, out, n, index0, p, acc);
+    case OutKind::u32: return round_uniform_or_not<S, MODE, STATS, OutKind::u32>(in, out, n, index0, p, acc);
   }
 }
 

@@ -54,8 +54,14 @@ struct KernelParams {
   float sub_scale = 0;               // 2^(emin - m): value of one subnormal step
   std::int32_t inf_bits = 0;         // ieee: +inf encoding (smallest special magnitude)
   std::int32_t nan_mag = 0;          // all_ones: NaN magnitude; neg_zero: the NaN encoding
+  std::int32_t cap_pos = 0, cap_neg = 0;  // magnitude of the overflow result by sign (>= max_finite_bits)
+  bool ovf_special = false;          // the overflow result is not sign | cap (fnuz NaN): blend it in
+  std::int32_t ovf_y_pos = 0, ovf_y_neg = 0;  // float bits of the overflow results (simulate mode)
+  bool float_layout_ovf_ok = false;  // float_layout and IEEE: decode_finite_vec is right for overflow too
+  bool float_layout = false;         // exp_bits 8, bias 127: an encoding is a float bit pattern >> (23 - m)
+  bool uniform = false;              // emin == -126: every finite float rounds at bit 23 - m of its pattern
   // exact hardware instruction
-  bool f16c = false;                 // fp16, nearest-even, subnormals kept: vcvtps2ph is exact
+  bool f16c = false;                 // fp16 with subnormals kept, mode rne/rtz/ru/rd: vcvtps2ph is exact
 };
 
 // Counts of one kernel call; bulk.cpp turns them into Stats.
