@@ -1,0 +1,295 @@
+// Tests of `mpsim round` (tools/mpsim/round.cpp): runs the real binary ($MPSIM_BIN) on .npy files
+// written here and checks every output element against round_bits() computed in the test, the
+// statistics against counts made here, the exit codes, and that a failing run leaves no file behind.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "../io/test_files.hpp"
+#include "mpsim/format/format.hpp"
+#include "mpsim/format/round.hpp"
+#include "mpsim/io/npy.hpp"
+
+using namespace mpsim;
+using mpsim::io::DType;
+using mpsim::test::ScratchDir;
+
+namespace {
+
+struct RunResult {
+  int status;
+  std::string output;  // stdout and stderr together
+};
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+RunResult run_mpsim(const ScratchDir& dir, const std::string& args) {
+  const char* bin = std::getenv("MPSIM_BIN");
+  REQUIRE(bin != nullptr);
+  const auto log = dir.path().parent_path() / (dir.path().filename().string() + ".log");
+  const std::string cmd = quote(bin) + " " + args + " > " + quote(log.string()) + " 2>&1";
+  const int raw = std::system(cmd.c_str());
+  std::ifstream f(log);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  std::filesystem::remove(log);
+  INFO("command: " << cmd << "\noutput: " << ss.str());
+  REQUIRE(WIFEXITED(raw));
+  return {WEXITSTATUS(raw), ss.str()};
+}
+
+// Inputs covering every binade of float from subnormals to overflow, both signs, ties of fp16 and
+// bf16, and the specials.
+std::vector<float> test_inputs(std::size_t random_count) {
+  std::vector<float> x = {0.0f, -0.0f, 1.0f, -1.0f, 1.00048828125f /* fp16 tie 1 + 2^-11 */, 65504.0f, 65520.0f,
+                          65536.0f, 448.0f, 464.0f, 57344.0f, 61440.0f, std::ldexp(1.0f, -24), std::ldexp(1.0f, -25),
+                          std::ldexp(3.0f, -26), std::ldexp(1.0f, -149), -std::ldexp(1.0f, -126), 1.00390625f,
+                          std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::max()};
+  std::mt19937_64 gen(12345);
+  std::uniform_real_distribution<float> expo(-40.0f, 40.0f);
+  for (std::size_t i = 0; i < random_count; ++i) {
+    const float v = std::exp2(expo(gen));
+    x.push_back((gen() & 1) ? -v : v);
+  }
+  return x;
+}
+
+bool same_value(double a, double b) {
+  return (std::isnan(a) && std::isnan(b)) || (a == b && std::signbit(a) == std::signbit(b));
+}
+
+nlohmann::json read_json(const std::filesystem::path& p) {
+  std::ifstream f(p);
+  return nlohmann::json::parse(f);
+}
+
+}  // namespace
+
+TEST_CASE("mpsim round: simulate mode matches round_bits for every format and mode", "[round_cli]") {
+  ScratchDir dir("round-cli");
+  const auto x = test_inputs(2000);
+  mpsim::io::write_npy(dir / "x.npy", mpsim::io::make_npy(std::span<const float>(x), {2, static_cast<std::int64_t>(x.size() / 2)}));
+  const char* formats[] = {"fp16", "bf16", "tf32", "fp8_e4m3", "fp8_e5m2", "e5m7", "float8_e4m3fn"};
+  const char* modes[] = {"rne", "rtz", "ru", "rd", "rna", "rto", "sr"};
+  std::size_t checked = 0, mismatches = 0;
+  for (const char* fname : formats) {
+    for (const char* mname : modes) {
+      const std::string extra = std::string(mname) == "sr" ? " --seed 99 --sr-bits 13" : "";
+      const auto res = run_mpsim(dir, std::string("round --to ") + fname + " --mode " + mname + extra + " " +
+                                          quote((dir / "x.npy").string()) + " " + quote((dir / "y.npy").string()));
+      INFO(fname << " " << mname << ": " << res.output);
+      REQUIRE(res.status == 0);
+      const auto y = mpsim::io::read_npy(dir / "y.npy");
+      CHECK(y.dtype == DType::f32);
+      CHECK(y.shape == std::vector<std::int64_t>{2, static_cast<std::int64_t>(x.size() / 2)});
+      const auto got = mpsim::io::to_float(y);
+      REQUIRE(got.size() == x.size());
+      const Format f = parse_format(fname);
+      Rounding r = Rounding::of(parse_rounding_mode(mname));
+      if (r.mode == RoundingMode::stochastic) r = Rounding::stochastic(99, 13);
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        const double want = decode(round_bits(x[i], f, r, i), f);
+        if (!same_value(got[i], want)) {
+          if (++mismatches <= 5) UNSCOPED_INFO("x=" << x[i] << " got " << got[i] << " want " << want);
+        }
+        ++checked;
+      }
+    }
+  }
+  WARN("simulate mode: " << checked << " elements over 7 formats x 7 modes, " << mismatches << " mismatches");
+  CHECK(mismatches == 0);
+}
+
+TEST_CASE("mpsim round --bits writes the encodings; float64 and float16 inputs; format options", "[round_cli]") {
+  ScratchDir dir("round-cli");
+  const auto x = test_inputs(500);
+  const auto in = (dir / "x.npy").string();
+  mpsim::io::write_npy(in, mpsim::io::make_npy(std::span<const float>(x)));
+  std::size_t checked = 0;
+
+  auto check_bits = [&](const std::string& args, const Format& f, const Rounding& r, DType want_dtype,
+                        const std::vector<double>& xs) {
+    const auto res = run_mpsim(dir, args);
+    INFO(args << ": " << res.output);
+    REQUIRE(res.status == 0);
+    const auto y = mpsim::io::read_npy(dir / "y.npy");
+    CHECK(y.dtype == want_dtype);
+    REQUIRE(y.count() == xs.size());
+    const auto got = mpsim::io::to_double(y);  // integers: exact
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < xs.size(); ++i) {
+      const std::uint64_t want = round_bits(xs[i], f, r, i);
+      if (static_cast<std::uint64_t>(got[i]) != want && ++bad <= 5)
+        UNSCOPED_INFO("x=" << xs[i] << " got " << got[i] << " want " << want);
+      ++checked;
+    }
+    CHECK(bad == 0);
+  };
+  const std::vector<double> xd(x.begin(), x.end());
+  const std::string io = " " + quote(in) + " " + quote((dir / "y.npy").string());
+  check_bits("round --to fp16 --bits" + io, fp16(), {}, DType::u16, xd);
+  check_bits("round --to bf16 --mode rtz --bits" + io, bf16(), Rounding::of(RoundingMode::toward_zero), DType::u16, xd);
+  check_bits("round --to fp8_e4m3 --mode sr --seed 7 --bits" + io, fp8_e4m3(), Rounding::stochastic(7), DType::u8, xd);
+  check_bits("round --to fp8_e5m2 --mode rna --bits" + io, fp8_e5m2(), Rounding::of(RoundingMode::nearest_away),
+             DType::u8, xd);
+  check_bits("round --to tf32 --bits" + io, tf32(), {}, DType::u32, xd);
+
+  SECTION("format options: --subnormals flush, --overflow saturate, --daz") {
+    const Format flush = make_format("fp16", 5, 10, 15, true, NanEncoding::ieee, Subnormals::flush, Overflow::to_inf);
+    check_bits("round --to fp16 --subnormals flush --bits" + io, flush, {}, DType::u16, xd);
+    const Format sat = make_format("fp8_e5m2", 5, 2, 15, true, NanEncoding::ieee, Subnormals::keep, Overflow::saturate);
+    check_bits("round --to fp8_e5m2 --overflow saturate --bits" + io, sat, {}, DType::u8, xd);
+    Rounding daz;
+    daz.input_subnormals = InputSubnormals::zero;
+    check_bits("round --to bf16 --daz --bits" + io, bf16(), daz, DType::u16, xd);
+  }
+  SECTION("float64 input: rounded directly from double, simulate and bits") {
+    std::vector<double> d = xd;
+    d.push_back(1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40));  // above the fp16 tie only in double
+    d.push_back(std::ldexp(1.0, -1074));
+    const auto ind = (dir / "d.npy").string();
+    mpsim::io::write_npy(ind, mpsim::io::make_npy(std::span<const double>(d)));
+    const std::string iod = " " + quote(ind) + " " + quote((dir / "y.npy").string());
+    check_bits("round --to fp16 --bits" + iod, fp16(), {}, DType::u16, d);
+    check_bits("round --to tf32 --mode ru --bits" + iod, tf32(), Rounding::of(RoundingMode::up), DType::u32, d);
+    const auto res = run_mpsim(dir, "round --to fp16" + iod);
+    REQUIRE(res.status == 0);
+    const auto y = mpsim::io::read_npy(dir / "y.npy");
+    CHECK(y.dtype == DType::f64);
+    const auto got = mpsim::io::to_double(y);
+    for (std::size_t i = 0; i < d.size(); ++i) CHECK(same_value(got[i], decode(round_bits(d[i], fp16()), fp16())));
+    CHECK(got[d.size() - 2] == 1.0 + std::ldexp(1.0, -10));
+  }
+  SECTION("float16 input rounds to fp8 and stays float16; bf16 does not fit and is refused") {
+    std::vector<std::uint16_t> h;
+    std::vector<double> hv;
+    for (std::uint32_t b = 0; b < 0x10000; b += 7) {
+      h.push_back(static_cast<std::uint16_t>(b));
+      hv.push_back(decode(b, fp16()));
+    }
+    const auto inh = (dir / "h.npy").string();
+    mpsim::io::write_npy(inh, mpsim::io::make_npy(std::span<const std::uint16_t>(h), DType::f16));
+    const std::string ioh = " " + quote(inh) + " " + quote((dir / "y.npy").string());
+    const auto res = run_mpsim(dir, "round --to fp8_e5m2 --mode rd" + ioh);
+    REQUIRE(res.status == 0);
+    const auto y = mpsim::io::read_npy(dir / "y.npy");
+    CHECK(y.dtype == DType::f16);
+    const auto got = mpsim::io::to_double(y);
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < hv.size(); ++i)
+      if (!same_value(got[i], decode(round_bits(hv[i], fp8_e5m2(), Rounding::of(RoundingMode::down), i), fp8_e5m2())))
+        ++bad;
+    CHECK(bad == 0);
+    checked += hv.size();
+    std::filesystem::remove(dir / "y.npy");
+    const auto bad_res = run_mpsim(dir, "round --to bf16" + ioh);
+    CHECK(bad_res.status == 2);
+    CHECK(bad_res.output.find("do not all fit in float16") != std::string::npos);
+    CHECK(!std::filesystem::exists(dir / "y.npy"));
+  }
+  WARN("--bits and dtype cases: " << checked << " elements compared with round_bits");
+}
+
+TEST_CASE("mpsim round --stats-json and the summary line count what happened", "[round_cli]") {
+  ScratchDir dir("round-cli");
+  const auto x = test_inputs(3000);
+  mpsim::io::write_npy(dir / "x.npy", mpsim::io::make_npy(std::span<const float>(x)));
+  const auto res = run_mpsim(dir, "round --to fp16 --stats-json " + quote((dir / "s.json").string()) + " " +
+                                      quote((dir / "x.npy").string()) + " " + quote((dir / "y.npy").string()));
+  REQUIRE(res.status == 0);
+  // Brute-force counts: classify every input by what round() does to it.
+  std::uint64_t nan = 0, exact = 0, rounded = 0, underflow = 0, subnormal = 0, overflow = 0;
+  for (float v : x) {
+    if (std::isnan(v)) { ++nan; continue; }
+    if (std::isinf(v) || v == 0) continue;
+    const double r = decode(round_bits(v, fp16()), fp16());
+    if (r == v) ++exact;
+    else ++rounded;
+    if (r == 0) ++underflow;
+    if (r != 0 && std::fabs(r) < std::ldexp(1.0, -14)) ++subnormal;
+    if (std::isinf(r)) ++overflow;
+  }
+  const auto j = read_json(dir / "s.json");
+  INFO(j.dump());
+  CHECK(j["count"] == x.size());
+  CHECK(j["nan"] == nan);
+  CHECK(j["exact"] == exact);
+  CHECK(j["rounded"] == rounded);
+  CHECK(j["underflow"] == underflow);
+  CHECK(j["subnormal"] == subnormal);
+  CHECK(j["overflow_num"] == overflow);
+  CHECK(j["format"] == "fp16");
+  CHECK(j["mode"] == "roundTiesToEven");
+  const std::string line = res.output;
+  CHECK(line.find("count " + std::to_string(x.size()) + ", exact " + std::to_string(exact) + ", rounded " +
+                  std::to_string(rounded) + ", underflow " + std::to_string(underflow)) != std::string::npos);
+  WARN("stats of " << x.size() << " values: exact " << exact << ", rounded " << rounded << ", underflow " << underflow
+                   << ", subnormal " << subnormal << ", overflow " << overflow << ", nan " << nan);
+}
+
+TEST_CASE("mpsim round: bad options and inputs exit 2 with one message and leave no output", "[round_cli]") {
+  ScratchDir dir("round-cli");
+  const std::vector<float> x = {1.0f, 2.0f, 3.0f};
+  const auto in = (dir / "x.npy").string();
+  mpsim::io::write_npy(in, mpsim::io::make_npy(std::span<const float>(x)));
+  const std::vector<std::int32_t> ints = {1, 2};
+  mpsim::io::NpyArray ia;
+  ia.dtype = DType::i32;
+  ia.shape = {2};
+  ia.data.resize(8);
+  std::memcpy(ia.data.data(), ints.data(), 8);
+  mpsim::io::write_npy(dir / "ints.npy", ia);
+  auto bytes = mpsim::test::read_bytes(in);
+  bytes.resize(bytes.size() - 2);
+  mpsim::test::write_bytes(dir / "short.npy", bytes);
+  mpsim::test::write_bytes(dir / "junk.npy", mpsim::test::bytes_of("hello, not an array"));
+  const auto before = dir.files().size();
+
+  const std::string out = quote((dir / "out.npy").string());
+  const std::string stats = quote((dir / "s.json").string());
+  const std::pair<std::string, std::string> cases[] = {
+      {"round --to fp17 " + quote(in) + " " + out, "fp17"},
+      {"round --to fp16 --mode nearest " + quote(in) + " " + out, "unknown rounding mode 'nearest'"},
+      {"round --to fp16 --mode sr --sr-bits 0 " + quote(in) + " " + out, "random bits must be 1..32"},
+      {"round --to fp16 --mode sr --sr-bits 33 " + quote(in) + " " + out, "random bits must be 1..32"},
+      {"round --to fp16 --sr-bits 8 " + quote(in) + " " + out, "--sr-bits applies only to --mode sr"},
+      {"round --to fp16 --mode sr --sr-bits many " + quote(in) + " " + out, "sr-bits"},
+      {"round --to fp16 --subnormals drop " + quote(in) + " " + out, "--subnormals: unknown value 'drop'"},
+      {"round --to fp16 --overflow wrap " + quote(in) + " " + out, "--overflow: unknown value 'wrap'"},
+      {"round --to fp16 " + quote((dir / "short.npy").string()) + " " + out, "short.npy"},
+      {"round --to fp16 " + quote((dir / "junk.npy").string()) + " " + out, "bad magic"},
+      {"round --to fp16 " + quote((dir / "missing.npy").string()) + " " + out, "missing.npy: cannot open"},
+      {"round --to fp16 " + quote((dir / "ints.npy").string()) + " " + out, "this one is int32"},
+      {"round --to fp64 " + quote(in) + " " + out, "does not fit in float"},
+      {"round --to fp64 --bits " + quote(in) + " " + out, "--bits writes formats of up to 32 bits"},
+      {"round --to fp16 --stats-json " + stats + " " + quote(in) + " " + quote((dir / "no/such/dir/o.npy").string()),
+       "cannot create"},
+      {"round --to fp16 --stats-json " + quote((dir / "no/such/s.json").string()) + " " + quote(in) + " " + out,
+       "cannot create"},
+      {"round " + quote(in) + " " + out, "--to is required"},
+  };
+  for (const auto& [args, what] : cases) {
+    const auto res = run_mpsim(dir, args);
+    INFO("args: " << args << "\noutput: " << res.output);
+    CHECK(res.status == 2);
+    CHECK(res.output.find(what) != std::string::npos);
+    CHECK(!std::filesystem::exists(dir / "out.npy"));
+    CHECK(!std::filesystem::exists(dir / "s.json"));
+    CHECK(dir.files().size() == before);  // no temporaries either
+  }
+  WARN("checked " << std::size(cases) << " bad invocations: exit 2, message, no output");
+}
