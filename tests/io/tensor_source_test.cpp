@@ -1,0 +1,363 @@
+// Tests of lib/mpsim/io/tensor_source.hpp: .npy, .npz (stored and deflate), safetensors and raw files
+// built byte by byte here (zip records per PKWARE APPNOTE, safetensors per its README), their values
+// streamed in small chunks and compared with the values the test put in, and every kind of bad file.
+#include <catch2/catch.hpp>
+#include <zlib.h>
+
+#include <bit>
+#include <cmath>
+#include <limits>
+
+#include "mpsim/error.hpp"
+#include "mpsim/io/npy.hpp"
+#include "mpsim/io/tensor_source.hpp"
+#include "test_files.hpp"
+
+using namespace mpsim;
+using namespace mpsim::io;
+using mpsim::test::append;
+using mpsim::test::append_le;
+using mpsim::test::Bytes;
+using mpsim::test::ScratchDir;
+
+namespace {
+
+const float finf = std::numeric_limits<float>::infinity();
+
+struct Member {
+  std::string name;
+  Bytes data;
+  bool deflate = false;
+};
+
+Bytes deflate_raw(const Bytes& in) {
+  z_stream z{};
+  REQUIRE(deflateInit2(&z, 6, Z_DEFLATED, -15, 8, Z_DEFAULT_STRATEGY) == Z_OK);
+  Bytes out(deflateBound(&z, in.size()) + 16);
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<std::byte*>(in.data()));
+  z.avail_in = static_cast<uInt>(in.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  REQUIRE(deflate(&z, Z_FINISH) == Z_STREAM_END);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  return out;
+}
+
+// A zip file as PKWARE APPNOTE.TXT describes it: local headers + data, central directory, end record.
+Bytes zip_file(const std::vector<Member>& members) {
+  Bytes out, cd;
+  for (const auto& m : members) {
+    const Bytes body = m.deflate ? deflate_raw(m.data) : m.data;
+    const auto crc = static_cast<std::uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(m.data.data()),
+                                                      static_cast<uInt>(m.data.size())));
+    const auto offset = static_cast<std::uint32_t>(out.size());
+    const std::uint16_t method = m.deflate ? 8 : 0;
+    append_le(out, std::uint32_t{0x04034b50});
+    for (std::uint16_t v : {std::uint16_t{20}, std::uint16_t{0}, method, std::uint16_t{0}, std::uint16_t{0}}) append_le(out, v);
+    append_le(out, crc);
+    append_le(out, static_cast<std::uint32_t>(body.size()));
+    append_le(out, static_cast<std::uint32_t>(m.data.size()));
+    append_le(out, static_cast<std::uint16_t>(m.name.size()));
+    append_le(out, std::uint16_t{0});
+    append(out, m.name);
+    append(out, body);
+    append_le(cd, std::uint32_t{0x02014b50});
+    for (std::uint16_t v : {std::uint16_t{20}, std::uint16_t{20}, std::uint16_t{0}, method, std::uint16_t{0}, std::uint16_t{0}})
+      append_le(cd, v);
+    append_le(cd, crc);
+    append_le(cd, static_cast<std::uint32_t>(body.size()));
+    append_le(cd, static_cast<std::uint32_t>(m.data.size()));
+    append_le(cd, static_cast<std::uint16_t>(m.name.size()));
+    for (int i = 0; i < 4; ++i) append_le(cd, std::uint16_t{0});  // extra, comment, disk, internal attrs
+    append_le(cd, std::uint32_t{0});                               // external attrs
+    append_le(cd, offset);
+    append(cd, m.name);
+  }
+  const auto cd_offset = static_cast<std::uint32_t>(out.size());
+  append(out, cd);
+  append_le(out, std::uint32_t{0x06054b50});
+  append_le(out, std::uint16_t{0});
+  append_le(out, std::uint16_t{0});
+  append_le(out, static_cast<std::uint16_t>(members.size()));
+  append_le(out, static_cast<std::uint16_t>(members.size()));
+  append_le(out, static_cast<std::uint32_t>(cd.size()));
+  append_le(out, cd_offset);
+  append_le(out, std::uint16_t{0});
+  return out;
+}
+
+// safetensors: u64 LE header length, the JSON, then the data.
+Bytes safetensors_file(const std::string& json, const Bytes& data) {
+  Bytes out;
+  append_le(out, static_cast<std::uint64_t>(json.size()));
+  append(out, json);
+  append(out, data);
+  return out;
+}
+
+template <class T>
+Bytes le_bytes(std::initializer_list<T> values) {
+  Bytes b;
+  for (T v : values) {
+    if constexpr (std::is_floating_point_v<T>)
+      append_le(b, std::bit_cast<std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>(v));
+    else
+      append_le(b, v);
+  }
+  return b;
+}
+
+// Streams the tensor in chunks of `chunk` and checks the offsets are contiguous.
+std::vector<double> stream_all(const TensorSource& s, const TensorRef& t, std::size_t chunk) {
+  std::vector<double> out;
+  s.for_each_chunk_double(t, chunk, [&](std::span<const double> v, std::uint64_t offset) {
+    CHECK(offset == out.size());
+    CHECK(v.size() <= chunk);
+    out.insert(out.end(), v.begin(), v.end());
+  });
+  std::vector<float> f;
+  s.for_each_chunk(t, chunk, [&](std::span<const float> v, std::uint64_t) { f.insert(f.end(), v.begin(), v.end()); });
+  CHECK(f.size() == out.size());
+  return out;
+}
+
+bool same(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (!(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i])))) return false;
+  return true;
+}
+
+void expect_error(const std::string& what, const std::function<void()>& fn) {
+  try {
+    fn();
+    FAIL("no error; expected one containing '" << what << "'");
+  } catch (const mpsim::Error& e) {
+    INFO("message: " << e.what());
+    CHECK(std::string(e.what()).find(what) != std::string::npos);
+  }
+}
+
+Bytes npy_of(const NpyArray& a) { return npy_bytes(a); }
+
+}  // namespace
+
+TEST_CASE(".npy through TensorSource: chunks, big-endian, Fortran order, dtype override", "[tensor_source]") {
+  ScratchDir dir("ts");
+  std::vector<float> x(1000);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::ldexp(1.0f + float(i) / 1024, int(i % 60) - 30);
+  write_npy(dir / "x.npy", make_npy(std::span<const float>(x), {10, 100}));
+  auto s = TensorSource::open(dir / "x.npy");
+  CHECK(s.kind() == FileKind::npy);
+  REQUIRE(s.tensors().size() == 1);
+  const auto& t = s.tensors()[0];
+  CHECK(t.name.empty());
+  CHECK(t.label == (dir / "x.npy").string());
+  CHECK(t.shape == std::vector<std::int64_t>{10, 100});
+  CHECK(t.count == 1000);
+  CHECK(same(stream_all(s, t, 7), std::vector<double>(x.begin(), x.end())));
+  CHECK(s.read_float(t) == x);
+
+  // Big-endian float64, Fortran order 2x3.
+  Bytes be;
+  for (double v : {1.0, 4.0, 2.0, 5.0, 3.0, 6.0}) mpsim::test::append_be(be, std::bit_cast<std::uint64_t>(v));
+  mpsim::test::write_bytes(dir / "f.npy", mpsim::test::npy_file("{'descr': '>f8', 'fortran_order': True, 'shape': (2, 3), }", be));
+  auto f = TensorSource::open(dir / "f.npy");
+  CHECK(same(stream_all(f, f.tensors()[0], 4), {1, 2, 3, 4, 5, 6}));
+
+  // uint16 holding bf16 bits, read with a dtype override; float arrays refuse one.
+  const std::vector<std::uint16_t> bits = {0x3f80, 0xc000, 0x7f80, 0x0001};
+  write_npy(dir / "b.npy", make_npy(std::span<const std::uint16_t>(bits)));
+  auto b = TensorSource::open(dir / "b.npy", {.dtype = DType::bf16_bits});
+  CHECK(b.tensors()[0].dtype == DType::bf16_bits);
+  CHECK(b.tensors()[0].stored == DType::u16);
+  CHECK(same(stream_all(b, b.tensors()[0], 3), {1.0, -2.0, finf, std::ldexp(1.0, -133)}));
+  expect_error("holds float32, which cannot be read as bfloat16",
+               [&] { TensorSource::open(dir / "x.npy", {.dtype = DType::bf16_bits}); });
+}
+
+TEST_CASE(".npz: stored and deflated members, every array named, values streamed", "[tensor_source]") {
+  ScratchDir dir("ts");
+  std::vector<float> big(5000);
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = float(i) * 0.25f - 300;
+  const std::vector<double> d = {0.1, -1e300, 5e-324};
+  const std::vector<std::uint16_t> h = {0x3c00, 0x0001, 0xfc00};
+  const std::vector<std::uint8_t> e4 = {0x38, 0x7e, 0x01};
+  Bytes fortran;
+  for (float v : {1.f, 3.f, 2.f, 4.f}) append_le(fortran, std::bit_cast<std::uint32_t>(v));
+  const Bytes zip = zip_file({
+      {"weights.npy", npy_of(make_npy(std::span<const float>(big), {50, 100})), true},
+      {"bias.npy", npy_of(make_npy(std::span<const double>(d))), false},
+      {"half.npy", npy_of(make_npy(std::span<const std::uint16_t>(h), DType::f16)), true},
+      {"fp8.npy", npy_of(make_npy(std::span<const std::uint8_t>(e4))), false},
+      {"fortran.npy", mpsim::test::npy_file("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }", fortran), true},
+  });
+  mpsim::test::write_bytes(dir / "g.npz", zip);
+  auto s = TensorSource::open(dir / "g.npz", {.dtype = DType::fp8_e4m3_bits});
+  CHECK(s.kind() == FileKind::npz);
+  REQUIRE(s.tensors().size() == 5);
+  CHECK(s.tensors()[0].name == "weights");
+  CHECK(s.tensors()[0].label == (dir / "g.npz").string() + ":weights");
+  CHECK(s.tensors()[0].deflated);
+  CHECK(s.tensors()[0].shape == std::vector<std::int64_t>{50, 100});
+  CHECK(same(stream_all(s, s.tensor("weights"), 333), std::vector<double>(big.begin(), big.end())));
+  CHECK(same(stream_all(s, s.tensor("bias"), 2), d));
+  CHECK(same(stream_all(s, s.tensor("half"), 2), {1.0, std::ldexp(1.0, -24), -std::numeric_limits<double>::infinity()}));
+  CHECK(s.tensor("fp8").dtype == DType::fp8_e4m3_bits);  // the override applies to the uint8 member
+  CHECK(s.tensor("half").dtype == DType::f16);           // and leaves float members alone
+  CHECK(same(stream_all(s, s.tensor("fp8"), 2), {1.0, 448.0, std::ldexp(1.0, -9)}));
+  CHECK(same(stream_all(s, s.tensor("fortran"), 3), {1, 2, 3, 4}));
+  expect_error("no tensor named 'nope'", [&] { s.tensor("nope"); });
+}
+
+TEST_CASE("safetensors: every dtype, named, in file order; metadata ignored", "[tensor_source]") {
+  ScratchDir dir("ts");
+  Bytes data;
+  append(data, le_bytes<float>({1.5f, -2.0f, finf, 0.0f, 3.0f, -0.5f}));   // a: F32 [2,3]   0..24
+  append(data, le_bytes<std::uint16_t>({0x3c00, 0x7bff}));                  // h: F16 [2]     24..28
+  append(data, le_bytes<std::uint16_t>({0x3f80, 0x4049}));                  // b: BF16 [2]    28..32
+  append(data, le_bytes<std::uint8_t>({0x38, 0x7e}));                       // e: F8_E4M3     32..34
+  append(data, le_bytes<std::uint8_t>({0x3c, 0x7b}));                       // m: F8_E5M2     34..36
+  append(data, le_bytes<double>({0.1}));                                    // d: F64 []      36..44
+  const std::string json =
+      R"({"__metadata__": {"format": "pt"}, "d": {"dtype": "F64", "shape": [], "data_offsets": [36, 44]},)"
+      R"( "a": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]},)"
+      R"( "h": {"dtype": "F16", "shape": [2], "data_offsets": [24, 28]},)"
+      R"( "b": {"dtype": "BF16", "shape": [2], "data_offsets": [28, 32]},)"
+      R"( "m": {"dtype": "F8_E5M2", "shape": [2], "data_offsets": [34, 36]},)"
+      R"( "e": {"dtype": "F8_E4M3", "shape": [2, 1], "data_offsets": [32, 34]}})";
+  mpsim::test::write_bytes(dir / "m.safetensors", safetensors_file(json, data));
+  auto s = TensorSource::open(dir / "m.safetensors");
+  CHECK(s.kind() == FileKind::safetensors);
+  std::vector<std::string> names;
+  for (const auto& t : s.tensors()) names.push_back(t.name);
+  CHECK(names == std::vector<std::string>{"a", "h", "b", "e", "m", "d"});
+  CHECK(same(stream_all(s, s.tensor("a"), 4), {1.5, -2.0, std::numeric_limits<double>::infinity(), 0.0, 3.0, -0.5}));
+  CHECK(same(stream_all(s, s.tensor("h"), 1), {1.0, 65504.0}));
+  CHECK(same(stream_all(s, s.tensor("b"), 1), {1.0, 3.140625}));
+  CHECK(same(stream_all(s, s.tensor("e"), 1), {1.0, 448.0}));
+  CHECK(same(stream_all(s, s.tensor("m"), 1), {1.0, 57344.0}));
+  CHECK(same(stream_all(s, s.tensor("d"), 1), {0.1}));
+  CHECK(s.tensor("d").shape.empty());
+  CHECK(s.tensor("e").shape == std::vector<std::int64_t>{2, 1});
+  CHECK(s.tensor("b").dtype == DType::bf16_bits);
+}
+
+TEST_CASE("raw files need a dtype; the shape must match the size", "[tensor_source]") {
+  ScratchDir dir("ts");
+  mpsim::test::write_bytes(dir / "g.bin", le_bytes<float>({1, 2, 3, 4, 5, 6}));
+  auto s = TensorSource::open(dir / "g.bin", {.dtype = DType::f32, .shape = std::vector<std::int64_t>{3, 2}});
+  CHECK(s.kind() == FileKind::raw);
+  CHECK(s.tensors()[0].shape == std::vector<std::int64_t>{3, 2});
+  CHECK(same(stream_all(s, s.tensors()[0], 4), {1, 2, 3, 4, 5, 6}));
+  auto flat = TensorSource::open(dir / "g.bin", {.dtype = DType::bf16_bits});
+  CHECK(flat.tensors()[0].count == 12);
+  expect_error("not a .npy, .npz or safetensors file", [&] { TensorSource::open(dir / "g.bin"); });
+  expect_error("shape (4, 2) of float32 needs 32 bytes but the file holds 24",
+               [&] { TensorSource::open(dir / "g.bin", {.dtype = DType::f32, .shape = std::vector<std::int64_t>{4, 2}}); });
+  mpsim::test::write_bytes(dir / "odd.bin", mpsim::test::bytes_of("0123456789"));
+  expect_error("10 bytes is not a whole number of float32 values",
+               [&] { TensorSource::open(dir / "odd.bin", {.dtype = DType::f32, .shape = std::nullopt}); });
+  expect_error("cannot open", [&] { TensorSource::open(dir / "none.bin", {.dtype = DType::f32}); });
+  expect_error("is a directory", [&] { TensorSource::open(dir.path()); });
+}
+
+TEST_CASE("bad .npz files: not an array, duplicates, truncation, corruption", "[tensor_source]") {
+  const Bytes arr = npy_of(make_npy(std::vector<float>{1, 2, 3, 4}));
+  auto open = [](const Bytes& b) { return TensorSource::from_bytes(b, "bad.npz"); };
+  expect_error("bad.npz: zip member 'notes.txt' is not a .npy array",
+               [&] { open(zip_file({{"a.npy", arr}, {"notes.txt", mpsim::test::bytes_of("hi")}})); });
+  expect_error("bad.npz: duplicate array name 'a'", [&] { open(zip_file({{"a.npy", arr}, {"a.npy", arr, true}})); });
+  expect_error("bad.npz:x: not a .npy file (bad magic",
+               [&] { open(zip_file({{"x.npy", mpsim::test::bytes_of("definitely not numpy data")}})); });
+  Bytes short_arr(arr.begin(), arr.end() - 4);
+  expect_error("bad.npz:s: header says shape (4,)", [&] { open(zip_file({{"s.npy", short_arr, true}})); });
+
+  // Every truncation of a two-member zip fails with an mpsim::Error naming the file, never a crash.
+  const Bytes good = zip_file({{"a.npy", arr, false}, {"b.npy", arr, true}});
+  int cut_errors = 0;
+  for (std::size_t n = 0; n < good.size(); ++n) {
+    const Bytes cut(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(n));
+    try {
+      auto s = TensorSource::from_bytes(cut, "cut.npz");
+      for (const auto& t : s.tensors()) s.read_double(t);
+      FAIL("truncation to " << n << " bytes was accepted");
+    } catch (const mpsim::Error& e) {
+      CHECK(std::string(e.what()).rfind("cut.npz", 0) == 0);
+      ++cut_errors;
+    }
+  }
+  // Flipping each byte of the deflated member's data: an error (corrupt stream or CRC) or, where the
+  // flip lands in data the npy header does not cover, still never a crash; most must be caught.
+  const auto s = TensorSource::from_bytes(good, "g.npz");
+  const auto& b = s.tensor("b");
+  int caught = 0, flips = 0;
+  for (std::uint64_t i = b.data_offset; i < b.data_offset + b.data_bytes; ++i, ++flips) {
+    Bytes bad = good;
+    bad[i] ^= std::byte{0x10};
+    try {
+      auto src = TensorSource::from_bytes(bad, "flip.npz");
+      src.read_double(src.tensor("b"));
+    } catch (const mpsim::Error& e) {
+      ++caught;
+    }
+  }
+  // CRC-32 detects every change of the inflated bytes; a flip in the padding bits after the final
+  // deflate block changes nothing inflated and may pass.
+  CHECK(caught >= flips - 1);
+  WARN("npz: " << cut_errors << " truncations rejected, " << caught << " of " << flips << " byte flips caught");
+}
+
+TEST_CASE("bad safetensors files: JSON, sizes, dtypes, offsets, duplicates", "[tensor_source]") {
+  const Bytes four = le_bytes<float>({1, 2, 3, 4});
+  auto open = [](const Bytes& b) { return TensorSource::from_bytes(b, "bad.safetensors"); };
+  auto one = [&](const std::string& entry) { return safetensors_file("{\"t\": " + entry + "}", four); };
+  expect_error("malformed safetensors JSON header", [&] { open(safetensors_file("{\"t\": {\"dtype\": }", four)); });
+  expect_error("bad.safetensors:t: unsupported dtype 'BOOL'",
+               [&] { open(one(R"({"dtype": "BOOL", "shape": [16], "data_offsets": [0, 16]})")); });
+  expect_error("bad.safetensors:t: shape (3,) of float32 needs 12 bytes but data_offsets [0, 16] hold 16",
+               [&] { open(one(R"({"dtype": "F32", "shape": [3], "data_offsets": [0, 16]})")); });
+  expect_error("bad.safetensors:t: data_offsets [0, 20] lie outside the 16 bytes",
+               [&] { open(one(R"({"dtype": "F32", "shape": [5], "data_offsets": [0, 20]})")); });
+  expect_error("bad.safetensors:t: data_offsets [8, 4]",
+               [&] { open(one(R"({"dtype": "F32", "shape": [1], "data_offsets": [8, 4]})")); });
+  expect_error("bad.safetensors:t: malformed safetensors entry", [&] { open(one(R"({"dtype": "F32", "shape": [4]})")); });
+  expect_error("bad.safetensors:t: shape entries must be non-negative",
+               [&] { open(one(R"({"dtype": "F32", "shape": [-4], "data_offsets": [0, 16]})")); });
+  expect_error("duplicate tensor name 't'",
+               [&] {
+                 open(safetensors_file(R"({"t": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, )"
+                                       R"("t": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})",
+                                       four));
+               });
+  expect_error("tensors 'a' and 'b' overlap",
+               [&] {
+                 open(safetensors_file(R"({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 12]}, )"
+                                       R"("b": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})",
+                                       four));
+               });
+  expect_error("nested too deeply", [&] { open(safetensors_file("{\"a\": " + std::string(40, '[') + std::string(40, ']') + "}", four)); });
+  // An absurd header length: caught before anything is read or allocated.
+  Bytes huge;
+  append_le(huge, std::uint64_t{1} << 40);
+  append(huge, "{}");
+  expect_error("JSON header of 1099511627776 bytes is absurdly large", [&] { open(huge); });
+  Bytes cut_header;
+  append_le(cut_header, std::uint64_t{1000});
+  append(cut_header, "{\"t\": ");
+  expect_error("truncated safetensors file (JSON header of 1000 bytes, only 6 present)", [&] { open(cut_header); });
+  // Every truncation of a valid file.
+  const Bytes good = safetensors_file(R"({"t": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})", four);
+  int cut_errors = 0;
+  for (std::size_t n = 0; n < good.size(); ++n) {
+    try {
+      TensorSource::from_bytes(Bytes(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(n)), "cut.safetensors");
+      FAIL("truncation to " << n << " bytes was accepted");
+    } catch (const mpsim::Error& e) {
+      CHECK(std::string(e.what()).rfind("cut.safetensors", 0) == 0);
+      ++cut_errors;
+    }
+  }
+  WARN("safetensors: " << cut_errors << " truncations rejected");
+}
