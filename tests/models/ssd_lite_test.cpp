@@ -42,6 +42,9 @@ TEST_CASE("ssd: same seed, same bits; another seed, other bits", "[ssd]") {
   CHECK(ma.name == "mAP@0.5");
   CHECK(ma.higher_is_better);
   CHECK(ma.value == mb.value);
+  const auto before = p1.site_stats();
+  a->evaluate(p1);
+  CHECK(p1.site_stats() == before);  // evaluation does not add to the training statistics
 }
 
 TEST_CASE("ssd: gradients scale exactly with a power-of-two loss scale and divisor under fp32", "[ssd]") {

@@ -214,30 +214,28 @@ class SsdLite final : public nn::Model {
     const int D = static_cast<int>(defaults_.size());
     loc.assign(static_cast<std::size_t>(B) * D * 4, 0.0f);
     conf.assign(static_cast<std::size_t>(B) * D * kClasses, 0.0f);
-    for_each_head_entry(B, [&](std::size_t src, bool is_loc, std::size_t dst) {
-      (is_loc ? loc : conf)[dst] = convs_[src >> 62 ? 4 : 3].out[src & ((1ull << 62) - 1)];
+    for_each_head_entry(B, [&](int head, std::size_t src, bool is_loc, std::size_t dst) {
+      (is_loc ? loc : conf)[dst] = convs_[3 + head].out[src];
     });
   }
 
-  // Calls f(head_index_tagged_src, is_loc, dst) for every head output entry.
+  // Calls f(head, index in that head's output, is_loc, index in loc or conf) for every head output entry.
   template <class F>
   void for_each_head_entry(int B, F&& f) {
     const int D = static_cast<int>(defaults_.size());
     int d0 = 0;
-    for (int h = 0; h < 2; ++h) {
-      const int fs = h == 0 ? 8 : 4;
-      const std::size_t tag = h == 0 ? 0 : (1ull << 62);
+    for (int head = 0; head < 2; ++head) {
+      const int fs = head == 0 ? 8 : 4;
       for (int b = 0; b < B; ++b)
         for (int y = 0; y < fs; ++y)
           for (int x = 0; x < fs; ++x)
             for (int a = 0; a < kAnchors; ++a) {
               const int d = d0 + (y * fs + x) * kAnchors + a;
-              auto src = [&](int ch) {
-                return tag | ((static_cast<std::size_t>(b) * kHeadChannels + ch) * fs * fs + y * fs + x);
-              };
-              for (int k = 0; k < 4; ++k) f(src(a * 4 + k), true, (static_cast<std::size_t>(b) * D + d) * 4 + k);
+              auto src = [&](int ch) { return (static_cast<std::size_t>(b) * kHeadChannels + ch) * fs * fs + y * fs + x; };
+              for (int k = 0; k < 4; ++k) f(head, src(a * 4 + k), true, (static_cast<std::size_t>(b) * D + d) * 4 + k);
               for (int k = 0; k < kClasses; ++k)
-                f(src(kAnchors * 4 + a * kClasses + k), false, (static_cast<std::size_t>(b) * D + d) * kClasses + k);
+                f(head, src(kAnchors * 4 + a * kClasses + k), false,
+                  (static_cast<std::size_t>(b) * D + d) * kClasses + k);
             }
       d0 += fs * fs * kAnchors;
     }
@@ -257,8 +255,8 @@ class SsdLite final : public nn::Model {
 
   void backward(const std::vector<float>& dloc, const std::vector<float>& dconf, nn::Precision& prec) {
     std::vector<float> dhead1(convs_[3].out.size()), dhead2(convs_[4].out.size());
-    for_each_head_entry(batch_, [&](std::size_t src, bool is_loc, std::size_t dst) {
-      (src >> 62 ? dhead2 : dhead1)[src & ((1ull << 62) - 1)] = (is_loc ? dloc : dconf)[dst];
+    for_each_head_entry(batch_, [&](int head, std::size_t src, bool is_loc, std::size_t dst) {
+      (head == 0 ? dhead1 : dhead2)[src] = (is_loc ? dloc : dconf)[dst];
     });
     // The loss gradient (fp32) enters the network: stored in the low format.
     round_site(prec, "head1/out_grad", OpClass::activation_grad, dhead1.data(), dhead1.size());
