@@ -112,3 +112,63 @@ def save(fig, name, data=None):
             json.dump(data, f, indent=1, sort_keys=True)
     plt.close(fig)
     return FIGURES / f"{name}.png"
+
+
+# ---- the loss-scaling study ------------------------------------------------------------------------
+# Small settings (./run test): a short study with 2 seeds; full settings (./run demo): what
+# scripts/demo.sh ran, passed in MPSIM_NB_DATA.
+SMALL_STUDY = {"steps": 40, "seeds": 2}
+
+
+def study(model):
+    """The folder of `mpsim study loss-scaling --model MODEL`: MPSIM_NB_DATA/MODEL when given, else a
+    study run here once (small settings in tests) and reused by every notebook."""
+    data = os.environ.get("MPSIM_NB_DATA")
+    if data:
+        folder = Path(data) / model
+        if not (folder / "summary.json").exists():
+            raise FileNotFoundError(f"{folder}/summary.json: run the study first (./run demo)")
+        return folder
+    folder = WORK / "study" / model
+    if not (folder / "summary.json").exists():
+        args = ["study", "loss-scaling", "--model", model, "--out", folder]
+        if SIZE == "small":
+            args += ["--steps", SMALL_STUDY["steps"], "--seeds", SMALL_STUDY["seeds"]]
+        run(*args)
+    return folder
+
+
+def read_csv(path):
+    """steps.csv as a dict of numpy columns (empty cells -> NaN)."""
+    import csv
+
+    import numpy as np
+
+    with open(path) as f:
+        rows = list(csv.reader(f))
+    head, body = rows[0], rows[1:]
+    cols = {}
+    for i, name in enumerate(head):
+        cols[name] = np.array([float(r[i]) if r[i] not in ("", "nan") else float("nan") for r in body])
+    return cols
+
+
+def study_runs(folder, row):
+    """The per-seed steps.csv columns of one summary row."""
+    base = Path(folder) / "runs" / row["runs"]
+    return [read_csv(p / "steps.csv") for p in sorted(base.glob("seed*")) if (p / "steps.csv").exists()]
+
+
+def merged_histogram(hists):
+    """Sums analysis::Log2Histogram JSONs (bins as [n, count] pairs) into (exponents, counts, zero)."""
+    import numpy as np
+
+    lo = min(h["min_exp"] for h in hists)
+    hi = max(h["max_exp"] for h in hists)
+    counts = np.zeros(hi - lo + 1)
+    zero = 0
+    for h in hists:
+        zero += h["zero"]
+        for n, c in h["bins"]:
+            counts[n - lo] += c
+    return np.arange(lo, hi + 1), counts, zero
