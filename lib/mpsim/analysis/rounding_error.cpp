@@ -134,6 +134,9 @@ double RoundingError::rel_percentile(double q) const {
 double RoundingError::ulp_percentile(double q) const {
   if (count_ == 0) return 0;
   const std::size_t b = quantile_bin(ulp_bins_, count_, q);
+  // The top bin is open ([4 ulp, inf): saturation and directed rounding of tiny values): its upper
+  // bound is the largest error seen.
+  if (b + 1 == ulp_bins_.size()) return ulp_max_;
   return std::min(double(b + 1) / kUlpBins, ulp_max_);
 }
 

@@ -18,8 +18,9 @@ namespace mpsim::analysis {
 class RoundingError {
  public:
   // Relative-error percentiles resolve 1/kRelBinsPerBinade of a binade (a factor 2^(1/64));
-  // ulp-error percentiles resolve 1/kUlpBins ulp. A percentile is the upper edge of the bin that
-  // holds it, clamped to the largest error seen.
+  // ulp-error percentiles resolve 1/kUlpBins ulp below 4 ulp. A percentile is the upper edge of the
+  // bin that holds it, clamped to the largest error seen (errors of 4 ulp and more share one open bin,
+  // reported as the largest error).
   static constexpr int kRelBinsPerBinade = 64;
   static constexpr int kRelMinExp = -80;   // relative errors below 2^-80 (and exact results) count as 0
   static constexpr int kRelMaxExp = 140;   // "up" rounding of 2^-140 to fp16's 2^-24 is a relative error 2^116

@@ -1,0 +1,218 @@
+// Tests of `mpsim hist | underflow | rounding | updates` (tools/mpsim/{hist,underflow,rounding,updates}.cpp):
+// run the real binary ($MPSIM_BIN) on .npy files written here and check the JSON against counts made
+// here with round_bits(), the tidy CSV's shape, the exit codes, that bad input leaves no output behind,
+// and that a directory with one bad file reports the others and names the bad one.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "../io/test_files.hpp"
+#include "mpsim/format/format.hpp"
+#include "mpsim/format/round.hpp"
+#include "mpsim/io/npy.hpp"
+
+using namespace mpsim;
+using mpsim::test::ScratchDir;
+
+namespace {
+
+struct RunResult {
+  int status;
+  std::string output;  // stdout and stderr together
+};
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+RunResult run_mpsim(const ScratchDir& dir, const std::string& args) {
+  const char* bin = std::getenv("MPSIM_BIN");
+  REQUIRE(bin != nullptr);
+  const auto log = dir.path().parent_path() / (dir.path().filename().string() + ".log");
+  const std::string cmd = quote(bin) + " " + args + " > " + quote(log.string()) + " 2>&1";
+  const int raw = std::system(cmd.c_str());
+  std::ifstream f(log);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  std::filesystem::remove(log);
+  UNSCOPED_INFO("command: " << cmd << "\noutput: " << ss.str().substr(0, 3000));
+  REQUIRE(WIFEXITED(raw));
+  return {WEXITSTATUS(raw), ss.str()};
+}
+
+nlohmann::json read_json(const std::filesystem::path& p) {
+  std::ifstream f(p);
+  return nlohmann::json::parse(f);
+}
+
+std::vector<float> gradients(std::size_t n, std::uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::normal_distribution<double> e(-22, 5);
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = i % 13 == 0 ? 0.0f : static_cast<float>((g() & 1 ? -1 : 1) * std::exp2(e(g)));
+  v[1] = 1e6f;  // overflows fp16
+  return v;
+}
+
+std::uint64_t brute_underflow(const std::vector<float>& v, const Format& f, int k) {
+  std::uint64_t n = 0;
+  for (const float x : v)
+    if (std::isfinite(x) && x != 0 && decode(round_bits(std::ldexp(double(x), k), f), f) == 0) ++n;
+  return n;
+}
+
+void write_truncated(const std::filesystem::path& p, const std::vector<float>& v) {
+  auto bytes = io::npy_bytes(io::make_npy(std::span<const float>(v)));
+  bytes.resize(bytes.size() - 6);
+  std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+}
+
+}  // namespace
+
+TEST_CASE("hist and underflow on .npy files: JSON against brute force, tidy CSV, readable summary", "[analysis_cli]") {
+  ScratchDir dir("analysis-cli");
+  const auto a = gradients(5000, 1), b = gradients(3000, 2);
+  io::write_npy(dir / "a.npy", io::make_npy(std::span<const float>(a)));
+  io::write_npy(dir / "b.npy", io::make_npy(std::span<const float>(b)));
+  const std::string files = quote((dir / "a.npy").string()) + " " + quote((dir / "b.npy").string());
+
+  const auto h = run_mpsim(dir, "hist " + files + " --format float16 --json " + quote((dir / "h.json").string()) +
+                                    " --csv " + quote((dir / "h.csv").string()));
+  REQUIRE(h.status == 0);
+  CHECK(h.output.find("subnormal") != std::string::npos);
+  CHECK(h.output.find("overflow") != std::string::npos);
+  const auto hj = read_json(dir / "h.json");
+  CHECK(hj["format"] == "fp16");
+  REQUIRE(hj["tensors"].size() == 2);
+  // The total histogram against binades counted here (ilogb: floor(log2|x|)).
+  std::map<int, std::uint64_t> want;
+  std::uint64_t zeros = 0;
+  for (const auto* v : {&a, &b})
+    for (const float x : *v) x == 0 ? ++zeros : ++want[std::ilogb(x)];
+  std::map<int, std::uint64_t> got;
+  for (const auto& bin : hj["total"]["histogram"]["bins"]) got[bin[0].get<int>()] = bin[1].get<std::uint64_t>();
+  CHECK(got == want);
+  CHECK(hj["total"]["histogram"]["zero"].get<std::uint64_t>() == zeros);
+  // Tidy CSV: header, five fields a row.
+  std::ifstream csv(dir / "h.csv");
+  std::string line;
+  std::getline(csv, line);
+  CHECK(line == "tensor,format,scale,stat,value");
+  std::size_t rows = 0;
+  while (std::getline(csv, line)) {
+    CHECK(std::count(line.begin(), line.end(), ',') == 4);
+    ++rows;
+  }
+  CHECK(rows > 20);
+
+  const auto u = run_mpsim(dir, "underflow " + files + " --format fp16 --scale 1024 --sweep --json " +
+                                    quote((dir / "u.json").string()));
+  REQUIRE(u.status == 0);
+  const auto uj = read_json(dir / "u.json");
+  const auto& ta = uj["tensors"][0]["tensor"] == (dir / "a.npy").string() ? uj["tensors"][0] : uj["tensors"][1];
+  CHECK(ta["underflows_num"].get<std::uint64_t>() == brute_underflow(a, fp16(), 10));
+  CHECK(ta["sweep"]["rows"].size() == 41);
+  CHECK(ta["sweep"]["rows"][0]["underflows_num"].get<std::uint64_t>() == brute_underflow(a, fp16(), -8));
+  CHECK(ta["overflows_num"].get<std::uint64_t>() == 1);
+  CHECK(ta["rounding"] == "roundTiesToEven");
+  // 1e6 · 2^k · 2 <= 65504 needs k <= -5.
+  CHECK(uj["total"]["recommended"]["log2_scale"].get<int>() == -5);
+  CHECK(u.output.find("underflows%") != std::string::npos);
+}
+
+TEST_CASE("rounding and updates commands", "[analysis_cli]") {
+  ScratchDir dir("analysis-cli");
+  const auto a = gradients(4000, 3);
+  io::write_npy(dir / "a.npy", io::make_npy(std::span<const float>(a)));
+  const auto r = run_mpsim(dir, "rounding " + quote((dir / "a.npy").string()) + " --format bf16 --modes rne,sr,rtz --json " +
+                                    quote((dir / "r.json").string()));
+  REQUIRE(r.status == 0);
+  const auto rj = read_json(dir / "r.json");
+  const auto& modes = rj["tensors"][0]["modes"];
+  REQUIRE(modes.size() == 3);
+  CHECK(modes[0]["rounding"] == std::string(ieee_name(RoundingMode::nearest_even)));
+  CHECK(modes[1]["rounding"] == std::string(ieee_name(RoundingMode::stochastic)));
+  std::uint64_t nonzero = 0;
+  double max_rel = 0;
+  for (const float x : a)
+    if (x != 0) {
+      ++nonzero;
+      max_rel = std::max(max_rel, std::fabs(double(round(x, bf16())) - x) / std::fabs(double(x)));
+    }
+  CHECK(modes[0]["measured_num"].get<std::uint64_t>() == nonzero);
+  CHECK(modes[0]["rel_err_max"].get<double>() == max_rel);
+
+  // Weights 1, updates 2^-12: every update vanishes in fp16 (below half of ulp(1) = 2^-10), none in fp32.
+  const std::vector<float> w(100, 1.0f), up(100, std::ldexp(1.0f, -12));
+  io::write_npy(dir / "w.npy", io::make_npy(std::span<const float>(w)));
+  io::write_npy(dir / "u.npy", io::make_npy(std::span<const float>(up)));
+  const std::string wu = quote((dir / "w.npy").string()) + " " + quote((dir / "u.npy").string());
+  const auto s = run_mpsim(dir, "updates " + wu + " --format fp16 --json " + quote((dir / "s.json").string()));
+  REQUIRE(s.status == 0);
+  const auto sj = read_json(dir / "s.json");
+  CHECK(sj["total"]["swallowed_num"].get<std::uint64_t>() == 100);
+  CHECK(sj["total"]["swallowed%"].get<double>() == 100.0);
+  CHECK(sj["total"]["threshold_log2_ratio"].get<int>() == 11);
+  const auto s32 = run_mpsim(dir, "updates " + wu + " --format fp32 --json " + quote((dir / "s32.json").string()));
+  REQUIRE(s32.status == 0);
+  CHECK(read_json(dir / "s32.json")["total"]["swallowed_num"].get<std::uint64_t>() == 0);
+}
+
+TEST_CASE("bad input: exit 2 and no output; one bad file among good ones is named, the rest reported",
+          "[analysis_cli]") {
+  ScratchDir dir("analysis-cli");
+  const auto a = gradients(1000, 4);
+  std::filesystem::create_directories(dir / "in");
+  io::write_npy(dir / "in/a.npy", io::make_npy(std::span<const float>(a)));
+  io::write_npy(dir / "in/b.npy", io::make_npy(std::span<const float>(a)));
+  write_truncated(dir / "in/c.npy", a);
+  const std::string out = quote((dir / "out.json").string());
+  const std::string good = quote((dir / "in/a.npy").string());
+  for (const std::string cmd : {"hist", "underflow", "rounding"}) {
+    for (const std::string bad : {good + " --format fp99", good + " --scale 3", good + " --format fp16 --scale 0",
+                                  quote((dir / "missing.npy").string()), quote((dir / "in/c.npy").string()),
+                                  good + " --mode sideways"}) {
+      if (cmd == "hist" && bad.find("--mode") != std::string::npos) continue;
+      const auto r = run_mpsim(dir, cmd + " " + bad + " --json " + out);
+      CHECK(r.status == 2);
+      CHECK_FALSE(std::filesystem::exists(dir / "out.json"));
+    }
+    const auto r = run_mpsim(dir, cmd + " " + quote((dir / "in").string()) + " --json " + out);
+    CHECK(r.status == 1);
+    CHECK(r.output.find("c.npy") != std::string::npos);
+    REQUIRE(std::filesystem::exists(dir / "out.json"));
+    const auto j = read_json(dir / "out.json");
+    CHECK(j["tensors"].size() == 2);
+    REQUIRE(j["failed"].size() == 1);
+    CHECK(j["failed"][0]["input"].get<std::string>().find("c.npy") != std::string::npos);
+    std::filesystem::remove(dir / "out.json");
+  }
+  // Integer arrays are refused unless --dtype says whose bits they are.
+  const std::vector<std::uint16_t> bits{0x3f80, 0x0001, 0x0000, 0x7f80};  // bf16: 1, smallest subnormal, 0, inf
+  io::write_npy(dir / "bits.npy", io::make_npy(std::span<const std::uint16_t>(bits)));
+  const auto no = run_mpsim(dir, "hist " + quote((dir / "bits.npy").string()));
+  CHECK(no.status == 2);
+  CHECK(no.output.find("--dtype") != std::string::npos);
+  const auto yes = run_mpsim(dir, "hist " + quote((dir / "bits.npy").string()) + " --dtype bf16 --json " + out);
+  REQUIRE(yes.status == 0);
+  const auto hj = read_json(dir / "out.json");
+  CHECK(hj["total"]["histogram"]["pos_inf"] == 1);
+  CHECK(hj["total"]["histogram"]["zero"] == 1);
+  CHECK(hj["total"]["histogram"]["bins"] == nlohmann::json::parse("[[-133, 1], [0, 1]]"));
+  // updates: mismatched sizes.
+  const std::vector<float> w3(3, 1.0f), u4(4, 1.0f);
+  io::write_npy(dir / "w3.npy", io::make_npy(std::span<const float>(w3)));
+  io::write_npy(dir / "u4.npy", io::make_npy(std::span<const float>(u4)));
+  const auto m = run_mpsim(dir, "updates " + quote((dir / "w3.npy").string()) + " " + quote((dir / "u4.npy").string()) +
+                                    " --json " + out);
+  CHECK(m.status == 2);
+}

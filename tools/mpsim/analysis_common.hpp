@@ -1,0 +1,83 @@
+// Options, input handling and output writing shared by the analysis commands (hist, underflow,
+// rounding, updates). Thin: the work is in lib/mpsim/analysis.
+#pragma once
+
+#include <fmt/core.h>
+
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "command.hpp"
+#include "mpsim/analysis/inputs.hpp"
+#include "mpsim/analysis/report_text.hpp"
+#include "mpsim/error.hpp"
+#include "mpsim/format/format.hpp"
+#include "mpsim/io/atomic_file.hpp"
+#include "mpsim/io/npy.hpp"
+
+namespace mpsim::cli::analysis_cli {
+
+struct CommonOptions {
+  std::vector<std::string> inputs;
+  std::string format = "fp16";
+  double scale = 1;
+  std::string json_path, csv_path, dtype;
+};
+
+inline void add_common(CLI::App* cmd, CommonOptions& o, bool with_inputs = true) {
+  if (with_inputs) cmd->add_option("inputs", o.inputs, "Files or directories of tensors (.npy)")->required();
+  cmd->add_option("--format", o.format, "Target format (fp16, bf16, fp8_e4m3, ... or ml_dtypes names)")->capture_default_str();
+  cmd->add_option("--scale", o.scale, "Loss scale S applied before rounding (a power of two)")->capture_default_str();
+  cmd->add_option("--json", o.json_path, "Write the report as JSON to this file");
+  cmd->add_option("--csv", o.csv_path, "Write the report as tidy CSV (tensor,format,scale,stat,value)");
+  cmd->add_option("--dtype", o.dtype, "Read integer arrays as the bits of this type (bf16, fp16, fp8_e4m3, fp8_e5m2)");
+}
+
+// log2 of a power-of-two scale; mpsim::Error naming --scale otherwise.
+inline int log2_scale(double scale) {
+  int e = 0;
+  if (!(scale > 0) || !std::isfinite(scale) || std::frexp(scale, &e) != 0.5)
+    throw Error(fmt::format("--scale {}: must be a positive power of two (loss scales are; the reports use it exactly)", scale));
+  return e - 1;  // frexp's exponent is one more than the binade
+}
+
+inline analysis::InputOptions input_options(const CommonOptions& o) {
+  analysis::InputOptions io;
+  if (!o.dtype.empty()) io.dtype = io::parse_dtype(o.dtype, "--dtype");
+  return io;
+}
+
+// After the inputs were read: with no tensor read at all, an error (exit 2, nothing written); with
+// some inputs failing, they are named on stderr and the exit status becomes 1 (the others reported).
+inline void check_failures(const std::vector<analysis::InputFailure>& failures, std::size_t tensors_read) {
+  if (failures.empty() && tensors_read > 0) return;
+  if (tensors_read == 0) {
+    std::string msg = failures.empty() ? std::string("no tensors in the inputs") : failures.front().message;
+    for (std::size_t i = 1; i < failures.size(); ++i) msg += "; " + failures[i].message;
+    throw Error(msg);
+  }
+  for (const auto& f : failures) fmt::print(stderr, "mpsim: error: {} (skipped; the other inputs are reported)\n", f.message);
+  exit_status() = 1;
+}
+
+inline nlohmann::json failures_json(const std::vector<analysis::InputFailure>& failures) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& f : failures) j.push_back({{"input", f.input}, {"error", f.message}});
+  return j;
+}
+
+inline void write_outputs(const CommonOptions& o, const nlohmann::json& report, const analysis::TidyCsv& csv) {
+  // Both are built before either is written; each appears whole or not at all.
+  const std::string json_text = report.dump(2) + "\n";
+  const std::string csv_text = csv.text();
+  if (!o.json_path.empty()) io::write_text_file(o.json_path, json_text);
+  if (!o.csv_path.empty()) io::write_text_file(o.csv_path, csv_text);
+}
+
+inline std::string num(const nlohmann::json& v) { return analysis::number_text(v); }
+
+}  // namespace mpsim::cli::analysis_cli

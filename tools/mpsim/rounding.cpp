@@ -1,0 +1,122 @@
+// mpsim rounding FILE... [--format F] [--scale S] [--modes rne,sr,...] [--seed N] [--sr-bits B]: per
+// tensor and rounding mode, the relative error and the error in ulps of F (mean, max, percentiles)
+// and the mean signed error (bias) of rounding every value into F.
+#include <algorithm>
+#include <sstream>
+
+#include "analysis_common.hpp"
+#include "mpsim/analysis/rounding_error.hpp"
+
+namespace {
+
+using namespace mpsim;
+using namespace mpsim::cli::analysis_cli;
+
+std::vector<Rounding> parse_modes(const std::string& list, std::uint64_t seed, int sr_bits) {
+  std::vector<Rounding> out;
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    Rounding r = Rounding::of(parse_rounding_mode(item));
+    r.seed = seed;
+    r.sr_bits = sr_bits;
+    validate(r);
+    out.push_back(r);
+  }
+  if (out.empty()) throw Error("--modes: no rounding mode given");
+  return out;
+}
+
+void setup(CLI::App& app) {
+  auto* cmd = app.add_subcommand("rounding", "Rounding error (relative, ulps, bias) per rounding mode");
+  auto o = std::make_shared<CommonOptions>();
+  auto modes = std::make_shared<std::string>("rne,sr");
+  auto seed = std::make_shared<std::uint64_t>(0);
+  auto sr_bits = std::make_shared<int>(32);
+  add_common(cmd, *o);
+  cmd->add_option("--modes", *modes, "Comma-separated rounding modes (rne, rtz, ru, rd, rna, rto, sr)")->capture_default_str();
+  cmd->add_option("--seed", *seed, "Stochastic rounding seed")->capture_default_str();
+  cmd->add_option("--sr-bits", *sr_bits, "Stochastic rounding random bits (1..32)")->capture_default_str();
+  cmd->callback([o, modes, seed, sr_bits] {
+    const Format f = parse_format(o->format);
+    const int k = log2_scale(o->scale);
+    const auto rs = parse_modes(*modes, *seed, *sr_bits);
+    const auto files = analysis::expand_inputs(o->inputs);
+    struct Result {
+      analysis::TensorInfo info;
+      std::vector<analysis::RoundingError> per_mode;
+    };
+    std::vector<Result> results;
+    std::vector<analysis::RoundingError> total;
+    for (const auto& r : rs) total.emplace_back(f, r, k);
+    const auto failures = analysis::for_each_tensor(files, input_options(*o), [&](const analysis::TensorInfo& info,
+                                                                                 const analysis::TensorRead& read) {
+      std::vector<analysis::RoundingError> acc;
+      for (const auto& r : rs) acc.emplace_back(f, r, k);
+      read([&](std::span<const float> x, std::span<const double> d, std::uint64_t offset) {
+        for (auto& a : acc) {
+          if (!x.empty()) a.add(x, offset);
+          if (!d.empty()) a.add(d, offset);
+        }
+      });
+      results.push_back({info, std::move(acc)});
+    });
+    check_failures(failures, results.size());
+
+    nlohmann::json tensors = nlohmann::json::array();
+    analysis::TidyCsv csv;
+    auto modes_json = [&](const std::string& label, const std::vector<analysis::RoundingError>& acc) {
+      nlohmann::json m = nlohmann::json::array();
+      for (const auto& a : acc) {
+        const nlohmann::json j = a.to_json();
+        for (const auto& [key, v] : j.items())
+          if (v.is_number() && key != "scale")
+            csv.add(label, f.name, o->scale, j["rounding"].get<std::string>() + "." + key, v);
+        m.push_back(j);
+      }
+      return m;
+    };
+    for (std::size_t i = 0; i < results.size(); ++i) {
+      for (std::size_t m = 0; m < rs.size(); ++m) total[m] += results[i].per_mode[m];
+      tensors.push_back({{"tensor", results[i].info.label},
+                         {"shape", results[i].info.shape},
+                         {"dtype", std::string(io::to_string(results[i].info.dtype))},
+                         {"modes", modes_json(results[i].info.label, results[i].per_mode)}});
+    }
+    const nlohmann::json tj = {{"tensor", "total"}, {"modes", modes_json("total", total)}};
+    const nlohmann::json report = {{"command", "rounding"}, {"format", f.name}, {"scale", o->scale},
+                                   {"log2_scale", k},        {"tensors", tensors}, {"total", tj},
+                                   {"failed", failures_json(failures)}};
+    write_outputs(*o, report, csv);
+
+    // One row per (tensor, mode); tensors worst first by their largest mean relative error.
+    std::vector<std::size_t> order(tensors.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    auto worst = [&](std::size_t i) {
+      double w = 0;
+      for (const auto& m : tensors[i]["modes"]) w = std::max(w, m["rel_err_mean"].get<double>());
+      return w;
+    };
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return worst(a) > worst(b); });
+    std::vector<std::vector<std::string>> rows;
+    auto add_rows = [&](const nlohmann::json& t) {
+      for (const auto& m : t["modes"])
+        rows.push_back({t["tensor"].get<std::string>(), m["rounding"].get<std::string>(), num(m["measured_num"]),
+                        num(m["rel_err_mean"]), num(m["rel_err_max"]), num(m["rel_err_p99"]), num(m["ulp_err_mean"]),
+                        num(m["ulp_err_max"]), num(m["ulp_err_p99"]), num(m["bias_rel"]), num(m["bias_ulp"]),
+                        num(m["overflows_num"])});
+    };
+    for (const std::size_t i : order) add_rows(tensors[i]);
+    add_rows(tj);
+    fmt::print("rounding into {} under scale {}:\n{}", f.name, num(o->scale),
+               analysis::text_table({"tensor", "rounding", "measured_num", "rel_err_mean", "rel_err_max", "rel_err_p99",
+                                     "ulp_err_mean", "ulp_err_max", "ulp_err_p99", "bias_rel", "bias_ulp",
+                                     "overflows_num"},
+                                    rows));
+  });
+}
+
+const bool registered = mpsim::cli::register_command("rounding", setup);
+
+}  // namespace
