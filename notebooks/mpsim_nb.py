@@ -125,7 +125,9 @@ def study(model):
     study run here once (small settings in tests) and reused by every notebook."""
     data = os.environ.get("MPSIM_NB_DATA")
     if data:
-        folder = Path(data) / model
+        folder = Path(data) / f"study-{model}"
+        if not folder.exists():
+            folder = Path(data) / model
         if not (folder / "summary.json").exists():
             raise FileNotFoundError(f"{folder}/summary.json: run the study first (./run demo)")
         return folder

@@ -77,6 +77,8 @@ def main():
     ap.add_argument("--size", default="small", choices=["small", "full"])
     ap.add_argument("--figures", default=None, help="where figures go (default notebooks/figures)")
     ap.add_argument("--compare", default=None, help="folder of committed NAME.data.json to compare with")
+    ap.add_argument("--work", default=None,
+                    help="scratch folder for the mpsim outputs the notebooks make (emptied first)")
     ap.add_argument("names", nargs="*")
     args = ap.parse_args()
 
@@ -86,6 +88,11 @@ def main():
     names = args.names or [n for n in EXPECTED if (HERE / f"{n}.ipynb").exists()]
     env_figures = args.figures or str(HERE / "figures")
     os.environ["MPSIM_NB_SIZE"] = args.size
+    if args.work:
+        import shutil
+
+        shutil.rmtree(args.work, ignore_errors=True)  # never reuse a stale study
+        os.environ["MPSIM_NB_WORK"] = args.work
     os.environ["MPSIM_FIGURES"] = env_figures
     os.environ.setdefault("MPSIM_BIN", str(HERE.parent / "build" / "tools" / "mpsim"))
     passed = failed = 0
