@@ -266,7 +266,7 @@ TEST_CASE("bad configs are refused before anything is written", "[trainer]") {
            [](TrainConfig& t) { t.scaler = "static:nan"; },
            [](TrainConfig& t) { t.scaler = "magic"; },
            [](TrainConfig& t) { t.optimizer.name = "lamb"; },
-           [](TrainConfig& t) { t.steps = 0; },
+           [](TrainConfig& t) { t.steps = -1; },
            [](TrainConfig& t) { t.model = "resnet"; },
        }) {
     auto t = c;

@@ -24,10 +24,11 @@ nlohmann::json model_config_json(const nn::ModelConfig& m) {
   return {{"batch", m.batch}, {"size", m.size}, {"corpus_path", m.corpus_path}};
 }
 
-OptimizerConfig resolved_optimizer(const TrainConfig& c) {
-  OptimizerConfig o = c.optimizer;
-  if (o.lr == 0) o.lr = default_lr(c.model, o.name);
-  return o;
+// The optimiser config with placeholders for the model's values, for checks before the model exists.
+OptimizerConfig placeholder_optimizer(const TrainConfig& c) {
+  nn::TrainHints h;
+  h.optimizer = "sgd";
+  return resolve_optimizer(c.optimizer, h);
 }
 
 // Runs fn(i) for i in [0, n) on up to `threads` threads. Each i touches its own data only, so the
@@ -81,12 +82,27 @@ void check_same(const nlohmann::json& header, const char* key, const nlohmann::j
 
 }  // namespace
 
-double default_lr(std::string_view model, std::string_view optimizer) {
-  // Chosen so that fp32 training of each model converges within the study's default step count.
-  const bool adam = optimizer == "adamw";
-  if (model == "lstm" || model == "lstm_lm") return adam ? 3e-3 : 0.5;
-  if (model == "ssd" || model == "ssd_lite") return adam ? 1e-3 : 0.05;
-  return adam ? 1e-3 : 0.1;
+OptimizerConfig model_default_optimizer() {
+  OptimizerConfig o;
+  o.name = "";
+  o.lr = 0;
+  o.momentum = std::nan("");
+  o.weight_decay = std::nan("");
+  return o;
+}
+
+double default_lr(std::string_view optimizer) {
+  return optimizer == "adamw" ? 1e-3 : 0.01;  // torch.optim.AdamW's default lr; a common SGD starting point
+}
+
+OptimizerConfig resolve_optimizer(const OptimizerConfig& config, const nn::TrainHints& hints) {
+  OptimizerConfig o = config;
+  if (o.name.empty()) o.name = hints.optimizer;
+  const bool hinted = o.name == hints.optimizer;
+  if (o.lr == 0) o.lr = hinted ? hints.lr : default_lr(o.name);
+  if (std::isnan(o.momentum)) o.momentum = hinted ? hints.momentum : 0.9;
+  if (std::isnan(o.weight_decay)) o.weight_decay = hinted ? hints.weight_decay : 0.0;
+  return o;
 }
 
 nlohmann::json TrainSummary::to_json() const {
@@ -114,7 +130,9 @@ nlohmann::json to_json(const TrainConfig& c) {
           {"model_config", model_config_json(c.model_config)},
           {"policy", c.policy},
           {"scaler", c.scaler},
-          {"optimizer", train::to_json(resolved_optimizer(c))},
+          {"optimizer_requested",
+           {{"name", c.optimizer.name.empty() ? "model's" : c.optimizer.name},
+            {"lr", c.optimizer.lr == 0 ? nlohmann::json("model's") : nlohmann::json(c.optimizer.lr)}}},
           {"steps", c.steps},
           {"seed", c.seed},
           {"accumulate", c.accumulate},
@@ -130,8 +148,8 @@ nlohmann::json to_json(const TrainConfig& c) {
 void validate(const TrainConfig& c) {
   nn::parse_policy(c.policy);
   parse_scaler(c.scaler);
-  validate(resolved_optimizer(c));
-  if (c.steps < 1) throw Error(fmt::format("--steps {}: must be >= 1", c.steps));
+  validate(placeholder_optimizer(c));
+  if (c.steps < 0) throw Error(fmt::format("--steps {}: must be >= 1", c.steps));
   if (c.accumulate < 1) throw Error(fmt::format("--accumulate {}: must be >= 1", c.accumulate));
   if (!(std::isfinite(c.clip_norm) && c.clip_norm >= 0))
     throw Error(fmt::format("--clip-norm {}: must be finite and >= 0", c.clip_norm));
@@ -150,9 +168,15 @@ TrainSummary run_training(const TrainConfig& config, const ModelFactory& factory
   validate(config);
   const nn::PrecisionPolicy policy = nn::parse_policy(config.policy);
   const ScalerConfig scaler_config = parse_scaler(config.scaler);
-  const OptimizerConfig optimizer_config = resolved_optimizer(config);
 
   std::unique_ptr<nn::Model> model = factory(config.model, config.model_config, config.seed);
+  const nn::TrainHints hints = model->hints();
+  const OptimizerConfig optimizer_config = resolve_optimizer(config.optimizer, hints);
+  validate(optimizer_config);
+  TrainConfig resolved = config;
+  resolved.optimizer = optimizer_config;
+  if (resolved.steps == 0) resolved.steps = hints.steps;
+  const int total_steps = resolved.steps;
   std::vector<nn::Param> params = model->params();
   std::vector<std::size_t> sizes;
   nlohmann::json shapes = nlohmann::json::array();
@@ -195,9 +219,9 @@ TrainSummary run_training(const TrainConfig& config, const ModelFactory& factory
       check_same(h, key, run_identity[key], file, key);
     try {
       start_step = h.at("step").get<int>();
-      if (start_step >= config.steps)
+      if (start_step >= total_steps)
         throw Error(fmt::format("{}: the checkpoint is at step {}; --steps {} leaves nothing to do", file, start_step,
-                                config.steps));
+                                total_steps));
       const std::size_t n_buffers = optimizer.buffers().size();
       if (ck.tensors.size() != params.size() + n_buffers || h.at("optimizer_layout") != optimizer.state_layout()["buffers"])
         throw Error(fmt::format("{}: checkpoint of another run: its optimiser state does not fit", file));
@@ -227,9 +251,9 @@ TrainSummary run_training(const TrainConfig& config, const ModelFactory& factory
   const std::vector<std::string> act_sites = activation_grad_sites(*model, params);
   const std::set<std::string> act_site_set(act_sites.begin(), act_sites.end());
   std::vector<int> hist_steps = config.hist_steps;
-  if (hist_steps.empty()) hist_steps = {1, config.steps};
+  if (hist_steps.empty()) hist_steps = {1, total_steps};
   const std::set<int> hist_set(hist_steps.begin(), hist_steps.end());
-  const int eval_every = config.eval_every > 0 ? config.eval_every : std::max(1, config.steps / 10);
+  const int eval_every = config.eval_every > 0 ? config.eval_every : std::max(1, total_steps / 10);
 
   // Nothing has been written so far; from here on the outputs appear.
   std::filesystem::create_directories(config.out);
@@ -264,7 +288,7 @@ TrainSummary run_training(const TrainConfig& config, const ModelFactory& factory
 
   double loss = 0;
   int step = start_step;
-  for (step = start_step + 1; step <= config.steps; ++step) {
+  for (step = start_step + 1; step <= total_steps; ++step) {
     for (const auto& g : grads) std::fill(g.begin(), g.end(), 0.0f);
     precision.reset_stats();
     const bool snapshot = hist_set.count(step) > 0;
@@ -352,7 +376,7 @@ TrainSummary run_training(const TrainConfig& config, const ModelFactory& factory
 
     std::string metric_text;
     const bool stop = !weights_finite;  // nothing recovers from non-finite master weights
-    if (step % eval_every == 0 || step == config.steps || stop) {
+    if (step % eval_every == 0 || step == total_steps || stop) {
       summary.final_metric = model->evaluate(precision);
       metric_text = number(summary.final_metric.value);
     }
@@ -360,23 +384,24 @@ TrainSummary run_training(const TrainConfig& config, const ModelFactory& factory
                        number(grad_norm), site_cols);
     (void)step_nonzero;
 
-    if (progress) progress(step, config.steps, loss, scaler.scale());
-    if ((config.checkpoint_every > 0 && step % config.checkpoint_every == 0) || step == config.steps || stop) {
+    if (progress) progress(step, total_steps, loss, scaler.scale());
+    if ((config.checkpoint_every > 0 && step % config.checkpoint_every == 0) || step == total_steps || stop) {
       io::write_text_file(config.out / "steps.csv", csv);
       write_checkpoint_now(step);
     }
     if (stop) break;
   }
 
-  summary.steps_done = std::min(step, config.steps);
+  summary.steps_done = std::min(step, total_steps);
   summary.final_loss = loss;
   summary.final_scale = scaler.scale();
   summary.diverged = summary.diverged_at != 0 && (!std::isfinite(loss) || !std::isfinite(summary.final_metric.value) ||
-                                                  summary.steps_done < config.steps);
+                                                  summary.steps_done < total_steps);
   summary.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  nlohmann::json cfg = to_json(config);
+  nlohmann::json cfg = to_json(resolved);
   cfg["model_name"] = model->name();
+  cfg["optimizer"] = train::to_json(optimizer_config);
   cfg["policy_formats"] = policy.describe();
   cfg["scaler_spec"] = to_spec(scaler_config);
   cfg["parameters"] = shapes;

@@ -32,13 +32,17 @@ namespace mpsim::train {
 using ModelFactory =
     std::function<std::unique_ptr<nn::Model>(std::string_view name, const nn::ModelConfig&, std::uint64_t seed)>;
 
+OptimizerConfig model_default_optimizer();
+
 struct TrainConfig {
   std::string model = "ssd";
   nn::ModelConfig model_config;
   std::string policy = "fp32";    // nn::parse_policy spelling
   std::string scaler = "none";    // parse_scaler spelling
-  OptimizerConfig optimizer;      // lr 0 = the model's default (default_lr)
-  int steps = 100;                // total optimiser steps (a resumed run continues up to this step)
+  // Unset fields follow the model's nn::TrainHints: name "" (the model's optimiser), lr 0 (the model's lr
+  // when its optimiser is used, else default_lr), momentum / weight_decay NaN (the model's).
+  OptimizerConfig optimizer = model_default_optimizer();
+  int steps = 0;                  // total optimiser steps (a resumed run continues up to it); 0 = the model's
   std::uint64_t seed = 0;
   int accumulate = 1;             // micro-batches per step (gradient accumulation)
   double clip_norm = 0;           // global-norm clipping after unscaling; 0 = off
@@ -72,8 +76,12 @@ struct TrainSummary {
 // Called after every step (step, total) for a progress bar.
 using Progress = std::function<void(int step, int total, double loss, double scale)>;
 
-// The default learning rate of a model for an optimiser (what the study uses).
-double default_lr(std::string_view model, std::string_view optimizer);
+// An OptimizerConfig whose fields all say "the model's".
+OptimizerConfig model_default_optimizer();
+// The learning rate used when an optimiser other than the model's suggestion is chosen without --lr.
+double default_lr(std::string_view optimizer);
+// The optimiser a run uses: config's fields where set, the model's hints elsewhere.
+OptimizerConfig resolve_optimizer(const OptimizerConfig& config, const nn::TrainHints& hints);
 
 // Checks the config (policy, scaler, optimiser, step counts, the checkpoint to resume from) without
 // writing anything; throws mpsim::Error naming the bad input. run_training calls it first.

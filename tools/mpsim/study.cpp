@@ -1,0 +1,72 @@
+// mpsim study loss-scaling: the grid of precision policies and loss scalers on one model, three seeds
+// each, summarised against fp32 (lib/mpsim/train/study.hpp).
+#include <fmt/core.h>
+#include <unistd.h>
+
+#include <memory>
+#include <sstream>
+
+#include "command.hpp"
+#include "mpsim/error.hpp"
+#include "mpsim/nn/model.hpp"
+#include "mpsim/train/study.hpp"
+
+namespace {
+
+void setup(CLI::App& app) {
+  auto* study = app.add_subcommand("study", "Studies that run many trainings and summarise them");
+  study->require_subcommand(1);
+  auto* cmd = study->add_subcommand(
+      "loss-scaling", "fp32 vs mixed-fp16 (no scaling, static, dynamic, hysteresis), mixed-bf16, pure-fp16; 3 seeds each");
+  auto c = std::make_shared<mpsim::train::StudyConfig>();
+  auto out = std::make_shared<std::string>();
+  auto scales = std::make_shared<std::string>();
+  cmd->add_option("--model", c->model, "ssd | lstm")->required();
+  cmd->add_option("--out", *out, "output folder")->required();
+  cmd->add_option("--steps", c->steps, "steps per run (default: the model's study default)");
+  cmd->add_option("--seeds", c->seeds, "seeds per configuration")->capture_default_str();
+  cmd->add_option("--jobs", c->jobs, "runs in parallel")->capture_default_str();
+  cmd->add_option("--static-scales", *scales, "comma-separated static loss scales (default 8,128,1024)");
+  cmd->add_option("--corpus", c->model_config.corpus_path, "lstm: train on this UTF-8 text file");
+  cmd->add_option("--batch", c->model_config.batch, "batch size (0: the model's default)");
+  cmd->add_option("--size", c->model_config.size, "model width (0: the model's default)");
+  cmd->callback([c, out, scales] {
+    mpsim::train::StudyConfig config = *c;
+    config.out = *out;
+    if (!scales->empty()) {
+      std::stringstream ss(*scales);
+      for (std::string item; std::getline(ss, item, ',');) {
+        std::size_t used = 0;
+        double v = 0;
+        try {
+          v = std::stod(item, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (item.empty() || used != item.size())
+          throw mpsim::Error(fmt::format("--static-scales '{}': '{}' is not a number", *scales, item));
+        config.static_scales.push_back(v);
+      }
+    }
+    const bool tty = ::isatty(STDERR_FILENO) == 1;
+    mpsim::train::StudyProgress progress;
+    if (tty)
+      progress = [](int done, int total, const std::string& label, int seed) {
+        const int width = 30, filled = done * width / total;
+        fmt::print(stderr, "\r[{}{}] {}/{} runs  {:<44}", std::string(filled, '#'), std::string(width - filled, '.'),
+                   done, total, fmt::format("{} seed {}", label, seed));
+        if (done == total) fmt::print(stderr, "\n");
+      };
+    const auto summary = mpsim::train::run_study(config, mpsim::nn::make_model, progress);
+    fmt::print("loss-scaling study on {} ({} steps, {} seeds, {:.0f} s):\n", config.model, summary["steps"].get<int>(),
+               config.seeds, summary["wall_seconds"].get<double>());
+    for (const auto& row : summary["rows"])
+      fmt::print("  {:<40} {} {} -> {}\n", row["configuration"].get<std::string>(), row["metric"].get<std::string>(),
+                 row["metric_mean"].dump(), row["verdict"].get<std::string>());
+    fmt::print("wrote {}/summary.md, summary.json, runs/\n", config.out.string());
+  });
+}
+
+const bool registered = mpsim::cli::register_command("study", setup);
+
+}  // namespace

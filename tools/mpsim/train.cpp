@@ -1,0 +1,102 @@
+// mpsim train: one training run (model x policy x scaler x optimiser x seed) with its outputs
+// (run.json, steps.csv, hist/, checkpoint.mpck; see lib/mpsim/train/trainer.hpp).
+#include <fmt/core.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <sstream>
+
+#include "command.hpp"
+#include "mpsim/error.hpp"
+#include "mpsim/nn/model.hpp"
+#include "mpsim/train/trainer.hpp"
+
+namespace {
+
+std::vector<int> parse_steps_list(const std::string& text) {
+  std::vector<int> steps;
+  std::stringstream ss(text);
+  for (std::string item; std::getline(ss, item, ',');) {
+    std::size_t used = 0;
+    int v = 0;
+    try {
+      v = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (item.empty() || used != item.size() || v < 1)
+      throw mpsim::Error(fmt::format("--hist-steps '{}': '{}' is not a step number >= 1", text, item));
+    steps.push_back(v);
+  }
+  return steps;
+}
+
+void setup(CLI::App& app) {
+  auto* cmd = app.add_subcommand("train", "Train a model under a precision policy and a loss scaler");
+  auto c = std::make_shared<mpsim::train::TrainConfig>();
+  auto out = std::make_shared<std::string>(), resume = std::make_shared<std::string>();
+  auto hist = std::make_shared<std::string>();
+  c->optimizer.lr = 0;
+  cmd->add_option("--model", c->model, "ssd | lstm")->required();
+  cmd->add_option("--policy", c->policy, "fp32 | mixed-fp16 | mixed-bf16 | pure-fp16 | custom:KEY=FMT,...")
+      ->capture_default_str();
+  cmd->add_option("--scaler", c->scaler,
+                  "none | static:S | dynamic | hysteresis[:megatron|:deepspeed], optionally ,key=value "
+                  "(init_scale, growth_factor, backoff_factor, growth_interval, hysteresis, min_scale)")
+      ->capture_default_str();
+  cmd->add_option("--optimizer", c->optimizer.name, "sgd | adamw (default: the model's)");
+  cmd->add_option("--lr", c->optimizer.lr, "learning rate (default: the model's)");
+  cmd->add_option("--momentum", c->optimizer.momentum, "SGD momentum (default: the model's)");
+  cmd->add_option("--weight-decay", c->optimizer.weight_decay, "weight decay, AdamW: decoupled (default: the model's)");
+  cmd->add_option("--steps", c->steps, "optimiser steps, in all also when resuming (default: the model's)");
+  cmd->add_option("--loss-divisor-log2", c->model_config.loss_divisor_log2,
+                  "divide the loss by 2^N before backward (default: the model's; see lib/mpsim/models/README.md)");
+  cmd->add_option("--seed", c->seed, "seed of the weights and the data")->capture_default_str();
+  cmd->add_option("--accumulate", c->accumulate, "micro-batches per step (gradient accumulation)")
+      ->capture_default_str();
+  cmd->add_option("--clip-norm", c->clip_norm, "clip the global gradient norm after unscaling (0: off)")
+      ->capture_default_str();
+  cmd->add_option("--eval-every", c->eval_every, "evaluate the metric every N steps (0: steps/10)");
+  cmd->add_option("--out", *out, "output folder")->required();
+  cmd->add_option("--resume", *resume, "continue from this checkpoint (same model, policy, scaler, optimiser)");
+  cmd->add_option("--checkpoint-every", c->checkpoint_every, "write checkpoint.mpck every N steps (0: at the end)");
+  cmd->add_option("--threads", c->threads, "threads (results do not depend on it)")->capture_default_str();
+  cmd->add_option("--hist-steps", *hist, "steps that write gradient histograms, e.g. 1,100,500 (default: first, last)");
+  cmd->add_option("--corpus", c->model_config.corpus_path, "lstm: train on this UTF-8 text file");
+  cmd->add_option("--batch", c->model_config.batch, "batch size (0: the model's default)");
+  cmd->add_option("--size", c->model_config.size, "model width (0: the model's default)");
+  cmd->callback([cmd, c, out, resume, hist] {
+    mpsim::train::TrainConfig config = *c;
+    // NaN stands for "the model's" inside TrainConfig; a number given on the command line must be finite.
+    for (const auto& [opt, value] : {std::pair<const char*, double>{"--lr", config.optimizer.lr},
+                                     {"--momentum", config.optimizer.momentum},
+                                     {"--weight-decay", config.optimizer.weight_decay}})
+      if (cmd->count(opt) > 0 && !std::isfinite(value))
+        throw mpsim::Error(fmt::format("{} {}: must be a finite number", opt, value));
+    config.out = *out;
+    config.resume = *resume;
+    if (!hist->empty()) config.hist_steps = parse_steps_list(*hist);
+    const bool tty = ::isatty(STDERR_FILENO) == 1;
+    mpsim::train::Progress progress;
+    if (tty)
+      progress = [](int step, int total, double loss, double scale) {
+        const int width = 30, done = total ? step * width / total : width;
+        fmt::print(stderr, "\r[{}{}] {}/{} loss {:.4g} scale {:g} ", std::string(done, '#'),
+                   std::string(width - done, '.'), step, total, loss, scale);
+        if (step == total) fmt::print(stderr, "\n");
+      };
+    const auto s = mpsim::train::run_training(config, mpsim::nn::make_model, progress);
+    fmt::print("{} {} {}: {} steps, final loss {:.6g}, {} {:.6g}, skipped {}, activation gradients lost "
+               "{:.3g}%{}\n",
+               config.model, config.policy, config.scaler, s.steps_done, s.final_loss,
+               s.final_metric.name, s.final_metric.value, s.skipped_steps, 100 * s.act_grad_lost_fraction(),
+               s.diverged ? ", DIVERGED" : "");
+    fmt::print("wrote {}/run.json, steps.csv, hist/, checkpoint.mpck\n", config.out.string());
+  });
+}
+
+const bool registered = mpsim::cli::register_command("train", setup);
+
+}  // namespace
