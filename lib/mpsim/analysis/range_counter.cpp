@@ -105,15 +105,17 @@ void RangeCounter::init_table(Table& t, int mant_bits, int key_bias, int keys) {
 
 void RangeCounter::add(std::span<const float> values) {
   Table& t = float_table_;
-  std::uint64_t* counts = t.counts.data();
   const std::uint32_t th[2][3] = {
       {static_cast<std::uint32_t>(t.sorted_threshold[0][0]), static_cast<std::uint32_t>(t.sorted_threshold[0][1]),
        static_cast<std::uint32_t>(t.sorted_threshold[0][2])},
       {static_cast<std::uint32_t>(t.sorted_threshold[1][0]), static_cast<std::uint32_t>(t.sorted_threshold[1][1]),
        static_cast<std::uint32_t>(t.sorted_threshold[1][2])}};
+  // Four interleaved count tables: gradients crowd into a few binades, and four independent counters
+  // keep consecutive increments of one bin from waiting on each other (store-to-load forwarding).
+  constexpr std::size_t kTable = 2 * kFloatKeys * 4;
+  std::vector<std::uint32_t> local(4 * kTable, 0);  // uint32: flushed every 2^31 elements at most
   std::uint32_t mx = 0, mn = 0xffffffffu;
-  for (const float x : values) {
-    const std::uint32_t u = std::bit_cast<std::uint32_t>(x);
+  auto one = [&](std::uint32_t u, std::uint32_t* counts) {
     const unsigned e = (u >> 23) & 0xffu;
     const std::uint32_t m = u & 0x7fffffu;
     const unsigned bw = static_cast<unsigned>(std::bit_width(m));
@@ -128,6 +130,26 @@ void RangeCounter::add(std::span<const float> values) {
     const bool finite_nonzero = a - 1u < 0x7f7fffffu;
     mx = std::max(mx, finite_nonzero ? a : 0u);
     mn = std::min(mn, finite_nonzero ? a : 0xffffffffu);
+  };
+  auto flush = [&] {
+    for (std::size_t i = 0; i < kTable; ++i) {
+      t.counts[i] += std::uint64_t{local[i]} + local[kTable + i] + local[2 * kTable + i] + local[3 * kTable + i];
+    }
+    std::fill(local.begin(), local.end(), 0u);
+  };
+  const float* p = values.data();
+  std::size_t i = 0;
+  const std::size_t n = values.size();
+  while (i < n) {
+    const std::size_t stop = std::min(n, i + (std::size_t{1} << 30));
+    for (; i + 4 <= stop; i += 4) {
+      one(std::bit_cast<std::uint32_t>(p[i]), local.data());
+      one(std::bit_cast<std::uint32_t>(p[i + 1]), local.data() + kTable);
+      one(std::bit_cast<std::uint32_t>(p[i + 2]), local.data() + 2 * kTable);
+      one(std::bit_cast<std::uint32_t>(p[i + 3]), local.data() + 3 * kTable);
+    }
+    for (; i < stop; ++i) one(std::bit_cast<std::uint32_t>(p[i]), local.data());
+    flush();
   }
   if (mx != 0) amax_ = std::max(amax_, static_cast<double>(std::bit_cast<float>(mx)));
   if (mn != 0xffffffffu) {
