@@ -20,7 +20,27 @@ struct VerifyArgs {
   int threads = 0;
   std::string json_path;
   std::string only;
+  bool inject_failure = false;
 };
+
+// A check that must fail: fp16 nearest-even compared with toward-zero on the tie 1 + 3 * 2^-11, where they
+// differ. Only for testing that a mismatch reaches the table, the JSON and the exit status.
+std::vector<mpsim::verify::Row> deliberate_failure(const mpsim::verify::Options&) {
+  const float x = 1.0f + 3 * 0x1p-11f;
+  mpsim::verify::Row row;
+  row.check = "injected";
+  row.format = "fp16";
+  row.mode = "rne";
+  row.against = "rtz (deliberately wrong)";
+  row.checked = 1;
+  const std::uint64_t want = mpsim::round_bits(x, mpsim::fp16(), mpsim::Rounding::of(mpsim::RoundingMode::toward_zero));
+  const std::uint64_t got = mpsim::round_bits(x, mpsim::fp16());
+  if (want != got) {
+    row.mismatches = 1;
+    row.first = mpsim::verify::Mismatch{"1 + 3 * 2^-11", want, got};
+  }
+  return {row};
+}
 
 void setup(CLI::App& app) {
   auto args = std::make_shared<VerifyArgs>();
@@ -30,6 +50,8 @@ void setup(CLI::App& app) {
   cmd->add_option("--only", args->only, "Run only the checks whose name contains this text");
   cmd->add_option("--threads", args->threads, "Worker threads (0: all cores)")->check(CLI::NonNegativeNumber);
   cmd->add_flag("--list", args->list, "List the checks and exit");
+  cmd->add_flag("--inject-failure", args->inject_failure, "Add a check that fails (tests the failure path)")
+      ->group("");
   cmd->callback([args] {
     namespace v = mpsim::verify;
     if (args->list) {
@@ -44,7 +66,11 @@ void setup(CLI::App& app) {
       std::fflush(stderr);
     };
     const auto t0 = std::chrono::steady_clock::now();
-    const auto rows = v::run_checks(o, args->only);
+    auto rows = v::run_checks(o, args->only);
+    if (args->inject_failure) {
+      const auto bad = deliberate_failure(o);
+      rows.insert(rows.end(), bad.begin(), bad.end());
+    }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (rows.empty()) throw mpsim::Error("verify: no check matches --only '" + args->only + "'");
     auto json = v::to_json(rows);
