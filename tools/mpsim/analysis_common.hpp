@@ -29,7 +29,7 @@ struct CommonOptions {
 };
 
 inline void add_common(CLI::App* cmd, CommonOptions& o, bool with_inputs = true) {
-  if (with_inputs) cmd->add_option("inputs", o.inputs, "Files or directories of tensors (.npy)")->required();
+  if (with_inputs) cmd->add_option("inputs", o.inputs, "Files or directories of tensors (.npy, .npz, safetensors; raw with --dtype)")->required();
   cmd->add_option("--format", o.format, "Target format (fp16, bf16, fp8_e4m3, ... or ml_dtypes names)")->capture_default_str();
   cmd->add_option("--scale", o.scale, "Loss scale S applied before rounding (a power of two)")->capture_default_str();
   cmd->add_option("--json", o.json_path, "Write the report as JSON to this file");

@@ -1,6 +1,7 @@
 // The inputs of the analysis commands: every tensor of every file named (a directory names its
-// regular files, sorted), streamed in chunks so that files larger than memory are analysed in
-// bounded memory. A file that cannot be read is reported by name and the others go on.
+// regular files, sorted) — .npy, .npz, safetensors or raw, read through io::TensorSource — streamed
+// in chunks from a memory map so that files larger than memory are analysed in bounded memory.
+// A file that cannot be read is reported by name and the others go on.
 #pragma once
 
 #include <cstdint>
