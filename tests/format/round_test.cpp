@@ -127,3 +127,11 @@ TEST_CASE("stochastic rounding gives only the two neighbours and depends only on
   // Binomial(n, 1/4): sd = sqrt(n * 3/16) = 110.9; 7 sd gives a false failure below 1e-11.
   CHECK(std::abs(ups - n / 4) < 7 * 111);
 }
+
+TEST_CASE("fp64 encodings use all 64 bits (NaN and decode)", "[round]") {
+  const std::uint64_t nan_bits = round_bits(std::bit_cast<float>(0x7f800001u), fp64());
+  CHECK(is_nan_bits(nan_bits, fp64()));
+  CHECK(std::isnan(decode(nan_bits, fp64())));
+  CHECK(decode(round_bits(-1.5, fp64()), fp64()) == -1.5);
+  CHECK(round_bits(-1.5, fp64()) == std::bit_cast<std::uint64_t>(-1.5));
+}

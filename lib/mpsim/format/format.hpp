@@ -53,7 +53,8 @@ struct Format {
   bool has_nan() const { return true; }
   bool has_negative_zero() const { return nan != NanEncoding::neg_zero; }
   std::uint64_t sign_bit() const { return std::uint64_t{1} << (exp_bits + man_bits); }
-  std::uint64_t storage_mask() const { return (std::uint64_t{1} << storage_bits) - 1; }
+  // All ones in the low storage_bits (fp64's 64 bits would make the shift undefined).
+  std::uint64_t storage_mask() const { return storage_bits >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << storage_bits) - 1; }
   // Bytes of the smallest unsigned integer that holds the encoding: 1, 2, 4 or 8.
   int storage_bytes() const { return storage_bits <= 8 ? 1 : storage_bits <= 16 ? 2 : storage_bits <= 32 ? 4 : 8; }
 

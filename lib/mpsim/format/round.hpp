@@ -17,7 +17,7 @@ enum class RoundingMode : std::uint8_t {
   down,           // IEEE roundTowardNegative
   nearest_away,   // IEEE roundTiesToAway
   to_odd,         // round to odd (Boldo & Melquiond): truncate, set the last bit if anything was lost
-  stochastic,     // up with probability proportional to the distance from the lower neighbour
+  stochastic,     // away from zero with probability proportional to the distance from the neighbour nearer zero
 };
 
 // What happens to subnormal *inputs* (of the source type, float or double).
