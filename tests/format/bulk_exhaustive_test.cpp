@@ -1,13 +1,19 @@
 // Exhaustive tests of lib/mpsim/format/bulk.hpp against the scalar specification round_bits():
-//  * fp16 and bf16, nearest-even / toward zero / stochastic: all 2^32 float32 inputs;
+//  * fp16 and bf16, nearest-even: all 2^32 float32 inputs, every path against a fast independent result:
+//    x86 F16C vcvtps2ph for fp16, the integer formula (add 0x7fff plus the kept lsb; NaN: quiet bit set)
+//    for bf16. round_bits() equals F16C on all 2^32 inputs (round_exhaustive_test.cpp) and the bf16
+//    formula on all 2^32 inputs (here, in the same pass), so every result is tied to the specification;
+//  * fp16 and bf16, toward zero and stochastic: every 5th float bit pattern (8.6 * 10^8 inputs; 5 is
+//    odd, so every residue of the low mantissa bits occurs), all 2^32 with MPSIM_EXHAUSTIVE_FULL=1
+//    (`./run test-full`; CI's time budget keeps ./run test to the fifth), against round_bits() itself,
+//    and for toward zero round_bits() against F16C vcvtps2ph imm 3 / truncation on the same inputs;
 //  * tf32, fp8_e4m3, fp8_e5m2 and the custom e3m4, e6m9, every rounding mode: >= 10^8 inputs per
-//    format (every 43rd float bit pattern, shared out among the seven modes, so each mode sees every
+//    format (every 41st float bit pattern, shared out among the seven modes, so each mode sees every
 //    exponent and mantissa residue; and in every mode each format boundary: every representable value,
 //    the midpoints between neighbours, and the floats one and two ulps either side of both).
-// The specification is computed once per chunk and every path the CPU has (avx2 with and without the
-// F16C instruction, avx512, two threads) is compared with it in the same pass, packed and simulate,
-// with Stats checked against counts this file computes from the input and the specification's result.
-// Two worker threads share the chunks.
+// Every path the CPU has (avx2 with and without the F16C instruction, avx512, two threads) is compared
+// in the same pass, packed and simulate, with Stats checked against counts this file computes from the
+// input and the expected result. Two worker threads share the chunks.
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -21,6 +27,10 @@
 #include <vector>
 
 #include "mpsim/format/bulk.hpp"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 using namespace mpsim;
 
@@ -73,7 +83,8 @@ struct Variant {
   bool simulate = true;  // also check simulate mode
 };
 
-std::vector<Variant> variants(const Format& f, const Rounding& r) {
+// Every path this CPU has; `threaded`: also the automatic path on two threads (packed).
+std::vector<Variant> variants(const Format& f, const Rounding& r, bool threaded = true) {
   std::vector<Variant> v;
   for (Path p : {Path::avx2, Path::avx512}) {
     if (!path_available(p)) continue;
@@ -87,9 +98,11 @@ std::vector<Variant> variants(const Format& f, const Rounding& r) {
       v.push_back(a);
     }
   }
-  Variant t{"threaded(2 threads, automatic path, packed)", {}, false};
-  t.opt.threads = 2;
-  v.push_back(t);
+  if (threaded) {
+    Variant t{"threaded(2 threads, automatic path, packed)", {}, false};
+    t.opt.threads = 2;
+    v.push_back(t);
+  }
   return v;
 }
 
@@ -99,34 +112,43 @@ struct Tally {
   std::string first_problem;
 };
 
+// The expected encodings of a chunk; `spec` empty means: compute them with round_bits(). Without
+// `with_stats` the paths run without a Stats sink (the kernels' other instantiation) and only the
+// results are compared.
 template <class Packed>
 void check_chunk(const std::vector<float>& in, std::uint64_t index0, const Format& f, const Rounding& r, const Tables& t,
-                 const std::vector<Variant>& vs, Tally& tally) {
+                 const std::vector<Variant>& vs, Tally& tally, std::vector<Packed> spec = {}, bool with_stats = true) {
   const std::size_t n = in.size();
-  // The specification, once per chunk: encodings, the floats simulate mode must give, and the Stats.
-  std::vector<Packed> spec(n);
-  std::vector<std::uint32_t> spec_sim(n);
+  // The expected results, once per chunk: encodings, the floats simulate mode must give, and the Stats.
+  const bool from_spec = spec.empty();
+  if (from_spec) spec.resize(n);
+  thread_local std::vector<std::uint32_t> spec_sim;  // reused: fresh pages per chunk cost more than the checks
+  spec_sim.resize(n);
   Stats want;
   for (std::size_t j = 0; j < n; ++j) {
-    const std::uint64_t bits = round_bits(in[j], f, r, index0 + j);
+    const std::uint64_t bits = from_spec ? round_bits(in[j], f, r, index0 + j) : spec[j];
     spec[j] = static_cast<Packed>(bits);
     spec_sim[j] = std::bit_cast<std::uint32_t>(t.as_float[bits]);
-    classify(want, in[j], t.value[bits], f);
+    if (with_stats) classify(want, in[j], t.value[bits], f);
   }
-  std::vector<Packed> packed(n);
-  std::vector<std::uint32_t> sim(n);
+  thread_local std::vector<Packed> packed;
+  thread_local std::vector<std::uint32_t> sim;
+  packed.resize(n);
+  sim.resize(n);
   std::uint64_t compared = 0, bad = 0, stats_compared = 0, stats_bad = 0;
   std::string problem;
   for (const Variant& v : vs) {
     BulkOptions opt = v.opt;
     opt.index0 = index0;
     Stats sp, ss;
-    round_array(std::span<const float>(in), std::span<Packed>(packed), f, r, &sp, opt);
+    round_array(std::span<const float>(in), std::span<Packed>(packed), f, r, with_stats ? &sp : nullptr, opt);
     // Simulate mode runs the same kernel with another store: the threaded variant checks packed only.
     if (v.simulate)
-      round_array(std::span<const float>(in), std::span<float>(reinterpret_cast<float*>(sim.data()), n), f, r, &ss, opt);
+      round_array(std::span<const float>(in), std::span<float>(reinterpret_cast<float*>(sim.data()), n), f, r,
+                  with_stats ? &ss : nullptr, opt);
     else
       sim = spec_sim, ss = want;
+    if (!with_stats) sp = ss = want;
     std::uint64_t diff = 0;
     for (std::size_t j = 0; j < n; ++j) diff += (packed[j] != spec[j]) + (sim[j] != spec_sim[j]);
     if (diff != 0 && problem.empty()) {
@@ -141,7 +163,7 @@ void check_chunk(const std::vector<float>& in, std::uint64_t index0, const Forma
     }
     bad += diff;
     compared += (v.simulate ? 2 : 1) * n;
-    stats_compared += v.simulate ? 2 : 1;
+    if (with_stats) stats_compared += v.simulate ? 2 : 1;
     stats_bad += !(sp == want) + !(ss == want);
     if ((!(sp == want) || !(ss == want)) && problem.empty())
       problem = f.name + " " + std::string(short_name(r.mode)) + " " + v.name + ": Stats differ at index0 " + std::to_string(index0);
@@ -193,28 +215,132 @@ double since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-TEST_CASE("fp16 and bf16: all 2^32 float inputs, every path, bit-identical to round_bits with equal Stats",
+namespace {
+
+// The fast independent results for all 2^32 inputs (see the head of this file).
+#if defined(__x86_64__)
+bool have_f16c() { return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx"); }
+
+__attribute__((target("avx,f16c"))) void f16c_convert(const float* in, std::uint16_t* out, std::size_t n,
+                                                      bool toward_zero) {
+  for (std::size_t j = 0; j < n; j += 8) {
+    const __m256 v = _mm256_loadu_ps(in + j);
+    const __m128i h = toward_zero ? _mm256_cvtps_ph(v, _MM_FROUND_TO_ZERO) : _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + j), h);
+  }
+}
+#else
+bool have_f16c() { return false; }
+void f16c_convert(const float*, std::uint16_t*, std::size_t, bool) {}
+#endif
+
+std::uint16_t bf16_formula(float x, bool toward_zero) {
+  const std::uint32_t u = std::bit_cast<std::uint32_t>(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40);  // NaN: quiet, top payload
+  if (toward_zero) return static_cast<std::uint16_t>(u >> 16);
+  return static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+
+}  // namespace
+
+TEST_CASE("fp16 and bf16 nearest-even: all 2^32 float inputs, every path, against F16C / the integer formula",
           "[bulk][exhaustive]") {
   if (!path_available(Path::avx512)) WARN("AVX-512 not on this CPU: the avx512 path is not tested here");
+  const bool f16c = have_f16c();
+  if (!f16c) WARN("no F16C on this CPU: fp16 is checked against round_bits() instead");
   const auto t_all = std::chrono::steady_clock::now();
   constexpr std::size_t kChunk = std::size_t{1} << 20;
   for (const Format* f : {&fp16(), &bf16()}) {
     const Tables tables = make_tables(*f);
-    for (const Rounding& r : {Rounding::nearest_even(), Rounding::of(RoundingMode::toward_zero), Rounding::stochastic(0x1234, 32)}) {
+    const Rounding r = Rounding::nearest_even();
+    const auto t0 = std::chrono::steady_clock::now();
+    // The threaded path splits the same kernels at chunk boundaries: it runs in the strided sweeps below.
+    const std::vector<Variant> vs = variants(*f, r, false);
+    Tally tally;
+    std::atomic<std::uint64_t> spec_bad{0};
+    two_workers((std::size_t{1} << 32) / kChunk, [&](std::size_t k) {
+      std::vector<float> in(kChunk);
+      const std::uint64_t base = std::uint64_t{k} * kChunk;
+      for (std::size_t j = 0; j < kChunk; ++j) in[j] = std::bit_cast<float>(static_cast<std::uint32_t>(base + j));
+      std::vector<std::uint16_t> expect(kChunk);
+      if (*f == fp16() && f16c) {
+        f16c_convert(in.data(), expect.data(), kChunk, false);
+      } else if (*f == bf16()) {
+        // round_exhaustive_test.cpp ties round_bits() to the grid table; this ties it to the formula.
+        std::uint64_t bad = 0;
+        for (std::size_t j = 0; j < kChunk; ++j) {
+          expect[j] = bf16_formula(in[j], false);
+          bad += round_bits(in[j], *f, r) != expect[j];
+        }
+        spec_bad += bad;
+      } else {
+        for (std::size_t j = 0; j < kChunk; ++j) expect[j] = static_cast<std::uint16_t>(round_bits(in[j], *f, r));
+      }
+      // Stats on every 4th chunk (a quarter of all inputs, every exponent); the rest run without a sink.
+      check_chunk<std::uint16_t>(in, base, *f, r, tables, vs, tally, std::move(expect), k % 4 == 0);
+    });
+    CHECK(tally.inputs * chunk_stride() == (std::uint64_t{1} << 32));
+    report("exhaustive", *f, r, vs, tally, since(t0));
+    if (*f == bf16()) {
+      WARN("round_bits bf16 rne against the integer formula: all 2^32 inputs, " << spec_bad.load() << " differ");
+      CHECK(spec_bad.load() == 0);
+    }
+  }
+  WARN("fp16/bf16 nearest-even exhaustive: " << since(t_all) << " s wall in all");
+}
+
+TEST_CASE("fp16 and bf16 toward zero and stochastic: every 5th float pattern (all with MPSIM_EXHAUSTIVE_FULL=1), "
+          "every path, against round_bits",
+          "[bulk][exhaustive]") {
+  // Toward zero: the specification is also compared with F16C vcvtps2ph imm 3 (fp16) and truncation
+  // (bf16) on the same inputs.
+  const bool f16c = have_f16c();
+  const auto t_all = std::chrono::steady_clock::now();
+  constexpr std::size_t kChunk = std::size_t{1} << 20;
+  const char* full = std::getenv("MPSIM_EXHAUSTIVE_FULL");
+  const std::uint64_t kStride = full && std::string(full) == "1" ? 1 : 5;  // odd: every residue of the low bits occurs
+  WARN((kStride == 1 ? "all 2^32 inputs" : "every 5th input (MPSIM_EXHAUSTIVE_FULL=1: all 2^32)"));
+  const std::uint64_t total = ((std::uint64_t{1} << 32) + kStride - 1) / kStride;
+  for (const Format* f : {&fp16(), &bf16()}) {
+    const Tables tables = make_tables(*f);
+    for (const Rounding& r : {Rounding::of(RoundingMode::toward_zero), Rounding::stochastic(0x1234, 32)}) {
+      const bool rtz = r.mode == RoundingMode::toward_zero;
       const auto t0 = std::chrono::steady_clock::now();
       const std::vector<Variant> vs = variants(*f, r);
       Tally tally;
-      two_workers((std::size_t{1} << 32) / kChunk, [&](std::size_t k) {
-        std::vector<float> in(kChunk);
-        const std::uint64_t base = std::uint64_t{k} * kChunk;
-        for (std::size_t j = 0; j < kChunk; ++j) in[j] = std::bit_cast<float>(static_cast<std::uint32_t>(base + j));
-        check_chunk<std::uint16_t>(in, base, *f, r, tables, vs, tally);
+      std::atomic<std::uint64_t> spec_checked{0}, spec_bad{0};
+      two_workers((total + kChunk - 1) / kChunk, [&](std::size_t k) {
+        const std::uint64_t begin = std::uint64_t{k} * kChunk, end = std::min<std::uint64_t>(total, begin + kChunk);
+        std::vector<float> in(end - begin);
+        for (std::uint64_t j = begin; j < end; ++j)
+          in[j - begin] = std::bit_cast<float>(static_cast<std::uint32_t>(j * kStride));
+        if (rtz && (*f == bf16() || f16c)) {
+          std::vector<std::uint16_t> hw(in.size() + 8);
+          if (*f == fp16())
+            f16c_convert(in.data(), hw.data(), in.size() & ~std::size_t{7}, true);
+          std::uint64_t bad = 0, checked = 0;
+          for (std::size_t j = 0; j < in.size(); ++j) {
+            if (*f == fp16() && j >= (in.size() & ~std::size_t{7})) break;
+            const std::uint16_t want = *f == fp16() ? hw[j] : bf16_formula(in[j], true);
+            bad += round_bits(in[j], *f, r) != want;
+            ++checked;
+          }
+          spec_checked += checked;
+          spec_bad += bad;
+        }
+        check_chunk<std::uint16_t>(in, begin, *f, r, tables, vs, tally);
       });
-      CHECK(tally.inputs * chunk_stride() == (std::uint64_t{1} << 32));
-      report("exhaustive", *f, r, vs, tally, since(t0));
+      CHECK(tally.inputs * chunk_stride() >= total);
+      report(kStride == 1 ? "exhaustive" : "every 5th pattern", *f, r, vs, tally, since(t0));
+      if (rtz) {
+        WARN("round_bits " << f->name << " rtz against " << (*f == fp16() ? "F16C imm 3" : "truncation") << ": "
+                           << spec_checked.load() << " inputs, " << spec_bad.load() << " differ");
+        CHECK(spec_bad.load() == 0);
+        if (*f == bf16() || f16c) CHECK(spec_checked.load() * chunk_stride() >= total - 8);
+      }
     }
   }
-  WARN("fp16/bf16 exhaustive: " << since(t_all) << " s wall in all");
+  WARN("fp16/bf16 toward zero and stochastic: " << since(t_all) << " s wall in all");
 }
 
 TEST_CASE("tf32, fp8 and custom formats: >= 10^8 inputs covering every exponent and boundary, every mode",
@@ -223,7 +349,7 @@ TEST_CASE("tf32, fp8 and custom formats: >= 10^8 inputs covering every exponent 
   const RoundingMode modes[] = {RoundingMode::nearest_even, RoundingMode::toward_zero, RoundingMode::up,
                                 RoundingMode::down,         RoundingMode::nearest_away, RoundingMode::to_odd,
                                 RoundingMode::stochastic};
-  constexpr std::uint32_t kStride = 43;  // odd: every residue of the low mantissa bits occurs
+  constexpr std::uint32_t kStride = 41;  // odd: every residue of the low mantissa bits occurs
   constexpr std::size_t kChunk = std::size_t{1} << 20;
   for (const Format& f : {tf32(), fp8_e4m3(), fp8_e5m2(), parse_format("e3m4"), parse_format("e6m9")}) {
     const Tables tables = make_tables(f);
@@ -240,8 +366,8 @@ TEST_CASE("tf32, fp8 and custom formats: >= 10^8 inputs covering every exponent 
         for (int k = -2; k <= 2; ++k) edges.push_back(std::bit_cast<float>(std::bit_cast<std::uint32_t>(cf) + k));
       }
     }
-    // Mode k takes every 7th strided pattern from offset k: the seven modes together see every 43rd
-    // pattern (10^8 per format), each mode 1.4 * 10^7 of them plus every boundary input.
+    // Mode k takes every 7th strided pattern from offset k: the seven modes together see every 41st
+    // pattern (1.05 * 10^8 per format), each mode 1.4 * 10^7 of them plus every boundary input.
     const std::size_t strided = (std::uint64_t{1} << 32) / (kStride * 7) + 1;
     const std::size_t total = strided + edges.size();
     const std::size_t chunks = (total + kChunk - 1) / kChunk;
