@@ -127,6 +127,43 @@ TEST_CASE("mpsim arith --bits: every op and mode matches the library, element by
   CHECK(mismatches == 0);
 }
 
+TEST_CASE("mpsim arith --like cuda-sm90: the canonical NaN 0x7fff, every other result unchanged", "[arith_cli]") {
+  ScratchDir dir("arith-cli-like");
+  const std::size_t n = 3000;
+  const auto a = fp16_operands(n, 11), b = fp16_operands(n, 12);
+  mpsim::io::write_npy(dir / "a.npy", mpsim::io::make_npy(std::span<const std::uint16_t>(a)));
+  mpsim::io::write_npy(dir / "b.npy", mpsim::io::make_npy(std::span<const std::uint16_t>(b)));
+  const auto& h = mpsim::fp16();
+  for (const char* op : {"add", "mul", "div"}) {
+    std::vector<std::uint16_t> plain, like;
+    for (const char* profile : {"ieee", "cuda-sm90"}) {
+      const auto res = run_arith(dir, fmt::format("{} --format fp16 --like {} --bits {} {} {}", op, profile,
+                                                  p(dir, "a.npy"), p(dir, "b.npy"), p(dir, "out.npy")));
+      REQUIRE(res.status == 0);
+      const auto out = mpsim::io::read_npy(dir / "out.npy");
+      const auto* got = reinterpret_cast<const std::uint16_t*>(out.data.data());
+      (std::string(profile) == "ieee" ? plain : like).assign(got, got + n);
+    }
+    std::size_t nans = 0, bad = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const mpsim::ArithOp aop = mpsim::parse_arith_op(op);
+      const std::uint64_t lib = aop == mpsim::ArithOp::add   ? mpsim::add_bits(a[i], b[i], h)
+                                : aop == mpsim::ArithOp::mul ? mpsim::mul_bits(a[i], b[i], h)
+                                                             : mpsim::div_bits(a[i], b[i], h);
+      bad += plain[i] != lib;
+      if (mpsim::is_nan_bits(lib, h)) {
+        ++nans;
+        bad += like[i] != 0x7fff;  // cuda_fp16.hpp: every NaN result is 0x7FFF
+      } else {
+        bad += like[i] != plain[i];
+      }
+    }
+    INFO(op);
+    CHECK(nans > 50);  // the random operands hold NaNs: the rule is exercised
+    CHECK(bad == 0);
+  }
+}
+
 TEST_CASE("mpsim arith on values: float32 / float16 / float64 in, same dtype out", "[arith_cli]") {
   ScratchDir dir("arith-cli");
   const std::vector<float> a = {1.0f, 2.0f, 65504.0f, -0.5f, 0.0f}, b = {3.0f, 3.0f, 16.0f, 0.5f, -0.0f};

@@ -16,6 +16,7 @@
 
 #include "../io/test_files.hpp"
 #include "mpsim/format/format.hpp"
+#include "mpsim/format/profile.hpp"
 #include "mpsim/format/round.hpp"
 #include "mpsim/io/npy.hpp"
 
@@ -292,4 +293,48 @@ TEST_CASE("mpsim round: bad options and inputs exit 2 with one message and leave
     CHECK(dir.files().size() == before);  // no temporaries either
   }
   WARN("checked " << std::size(cases) << " bad invocations: exit 2, message, no output");
+}
+
+TEST_CASE("mpsim round --like reproduces a device profile element by element", "[round_cli]") {
+  ScratchDir dir("round-cli-like");
+  auto x = test_inputs(300);
+  // Float subnormals of both signs (x86's bf16 conversion reads them as zero) and a NaN with a payload
+  // (CUDA writes its canonical NaN whatever the payload).
+  x.push_back(std::ldexp(1.5f, -130));
+  x.push_back(-std::ldexp(1.0f, -127));
+  x.push_back(std::bit_cast<float>(0xffc12345u));
+  const auto in = (dir / "x.npy").string();
+  mpsim::io::write_npy(in, mpsim::io::make_npy(std::span<const float>(x)));
+  const std::string io = " " + quote(in) + " " + quote((dir / "y.npy").string());
+  for (const char* name : {"ieee", "x86", "cuda-sm90"}) {
+    for (const char* fmt_name : {"bf16", "fp16", "fp8_e4m3"}) {
+      const Format& f = parse_format(fmt_name);
+      const auto res = run_mpsim(dir, std::string("round --to ") + fmt_name + " --like " + name + " --bits" + io);
+      INFO(name << " " << fmt_name << ": " << res.output);
+      REQUIRE(res.status == 0);
+      const auto got = mpsim::io::to_double(mpsim::io::read_npy(dir / "y.npy"));
+      REQUIRE(got.size() == x.size());
+      const Profile& p = find_profile(name);
+      std::size_t bad = 0;
+      for (std::size_t i = 0; i < x.size(); ++i)
+        bad += static_cast<std::uint64_t>(got[i]) != round_bits_like(p, x[i], f, {}, i);
+      CHECK(bad == 0);
+      // The profile's rules, written out here.
+      const std::size_t sub = x.size() - 3, nan = x.size() - 1;
+      if (std::string(name) == "x86" && f == bf16()) {
+        CHECK(got[sub] == 0.0);          // +subnormal float -> +0
+        CHECK(got[sub + 1] == 0x8000);   // -subnormal float -> -0
+      } else if (f == bf16()) {
+        CHECK(got[sub] == static_cast<double>(round_bits(x[sub], f)));
+        CHECK(got[sub] != 0.0);
+      }
+      if (std::string(name) == "cuda-sm90" && f == bf16()) CHECK(got[nan] == 0x7fff);
+      if (std::string(name) == "ieee") CHECK(got[nan] == static_cast<double>(round_bits(x[nan], f)));
+    }
+  }
+  std::filesystem::remove(dir / "y.npy");
+  const auto bad = run_mpsim(dir, "round --to fp16 --like nvidia" + io);
+  CHECK(bad.status == 2);
+  CHECK(bad.output.find("nvidia") != std::string::npos);
+  CHECK(!std::filesystem::exists(dir / "y.npy"));
 }

@@ -1,10 +1,11 @@
 // mpsim arith OP --format FMT [--mode M] [--sr-bits N] [--seed S] [--subnormals keep|flush]
-//              [--overflow inf|saturate] [--daz] [--bits] A.npy [B.npy [C.npy]] OUT.npy
+//              [--overflow inf|saturate] [--daz] [--like PROFILE] [--bits] A.npy [B.npy [C.npy]] OUT.npy
 // Element-wise arithmetic in FMT, correctly rounded in the mode (lib/mpsim/format/arith.hpp): OP is add,
 // sub, mul, div, fma (a * b + c) or sqrt. Inputs are float arrays whose values are all exactly
 // representable in FMT, or with --bits the encodings as uint8/uint16/uint32; OUT has A's dtype, so a
 // user can compare our results with a GPU's or another library's bit for bit. The stochastic index of
-// element i is i (C order).
+// element i is i (C order). --like x86 | cuda-sm90 reproduces a device's arithmetic
+// (lib/mpsim/format/profile.hpp): its flushing rules, and its NaN pattern in --bits output.
 #include <fmt/core.h>
 
 #include <cmath>
@@ -16,6 +17,7 @@
 #include "mpsim/error.hpp"
 #include "mpsim/format/arith.hpp"
 #include "mpsim/format/format.hpp"
+#include "mpsim/format/profile.hpp"
 #include "mpsim/format/round.hpp"
 #include "mpsim/io/atomic_file.hpp"
 #include "mpsim/io/npy.hpp"
@@ -26,7 +28,7 @@ using mpsim::io::DType;
 using mpsim::io::NpyArray;
 
 struct Options {
-  std::string op, format, mode = "rne", subnormals = "keep", overflow = "inf";
+  std::string op, format, mode = "rne", subnormals = "keep", overflow = "inf", like = "ieee";
   std::vector<std::string> files;  // the inputs, then OUT
   int sr_bits = 32;
   std::uint64_t seed = 0;
@@ -108,7 +110,7 @@ void run(const Options& o) {
   if (static_cast<int>(o.files.size()) != n_in + 1)
     throw mpsim::Error(fmt::format("arith {} takes {} input file(s) and an output file, got {} file name(s)",
                                    mpsim::to_string(op), n_in, o.files.size()));
-  const mpsim::Format f = arith_format(o);
+  mpsim::Format f = arith_format(o);
   mpsim::check_arith_format(f);
   mpsim::Rounding r;
   r.mode = mpsim::parse_rounding_mode(o.mode);
@@ -116,6 +118,8 @@ void run(const Options& o) {
   r.seed = o.seed;
   r.input_subnormals = o.daz ? mpsim::InputSubnormals::zero : mpsim::InputSubnormals::keep;
   mpsim::validate(r);
+  const mpsim::Profile& like = mpsim::find_profile(o.like);
+  mpsim::apply_profile(like, f, r, mpsim::Operation::arithmetic);
   if (o.sr_bits != 32 && r.mode != mpsim::RoundingMode::stochastic)
     throw mpsim::Error("--sr-bits applies only to --mode sr");
 
@@ -138,6 +142,11 @@ void run(const Options& o) {
   std::vector<std::uint64_t> res(in[0].count());
   const std::vector<std::uint64_t> none;
   mpsim::arith_array(op, enc[0], n_in >= 2 ? enc[1] : none, n_in == 3 ? enc[2] : none, res, f, r);
+  for (std::size_t i = 0; i < res.size(); ++i) {
+    bool nan_operand = false;
+    for (int k = 0; k < n_in; ++k) nan_operand = nan_operand || mpsim::is_nan_bits(enc[k][i], f);
+    res[i] = mpsim::canonicalize_nan_bits(like, f, res[i], nan_operand, mpsim::Operation::arithmetic);
+  }
 
   NpyArray result;
   std::size_t nan_count = 0;
@@ -184,6 +193,8 @@ void setup(CLI::App& app) {
   cmd->add_option("--subnormals", o->subnormals, "Subnormal results: keep or flush (default keep)");
   cmd->add_option("--overflow", o->overflow, "Overflowing results: inf or saturate (default inf)");
   cmd->add_flag("--daz", o->daz, "Treat subnormal operands as zero");
+  cmd->add_option("--like", o->like,
+                  "Reproduce a device: ieee (default), x86, cuda-sm90 (H100: canonical NaN 0x7fff for fp16/bf16)");
   cmd->add_flag("--bits", o->bits, "Inputs and output are encodings (uint8/uint16/uint32), not values");
   cmd->add_option("FILES", o->files, "A.npy [B.npy [C.npy]] OUT.npy (sqrt: one input, fma: three)")->required();
   cmd->callback([o] { run(*o); });

@@ -1,8 +1,12 @@
 // mpsim round --to FMT [--mode M] [--sr-bits N] [--seed S] [--subnormals keep|flush]
-//              [--overflow inf|saturate] [--daz] [--bits] [--stats-json FILE] IN.npy OUT.npy
-// Rounds every element of IN to FMT with the bulk engine. OUT holds the rounded values in IN's dtype
+//              [--overflow inf|saturate] [--daz] [--like PROFILE] [--bits] [--stats-json FILE] IN.npy OUT.npy
+// Rounds every element of IN to FMT with the bulk engine. --like x86 | cuda-sm90 reproduces a device
+// (lib/mpsim/format/profile.hpp): its flushing rules adjust the format and rounding, and its NaN pattern
+// replaces round_bits()'s in --bits output (a NaN value is a NaN value in simulate output). OUT holds the rounded values in IN's dtype
 // (simulate mode) or, with --bits, the encodings as uint8 / uint16 / uint32 (by the format's storage).
 #include <fmt/core.h>
+
+#include <cmath>
 
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -12,6 +16,7 @@
 #include "mpsim/error.hpp"
 #include "mpsim/format/bulk.hpp"
 #include "mpsim/format/format.hpp"
+#include "mpsim/format/profile.hpp"
 #include "mpsim/format/round.hpp"
 #include "mpsim/io/atomic_file.hpp"
 #include "mpsim/io/npy.hpp"
@@ -22,7 +27,7 @@ using mpsim::io::DType;
 using mpsim::io::NpyArray;
 
 struct Options {
-  std::string to, mode = "rne", subnormals = "keep", overflow = "inf", stats_json, in, out;
+  std::string to, mode = "rne", subnormals = "keep", overflow = "inf", like = "ieee", stats_json, in, out;
   int sr_bits = 32;
   std::uint64_t seed = 0;
   bool daz = false, bits = false;
@@ -56,14 +61,23 @@ std::vector<Out> pack(const std::vector<In>& in, const mpsim::Format& f, const m
   return out;
 }
 
+// The device's NaN pattern in place of round_bits()'s, element by element (--bits output).
+template <class T, class In>
+void canonicalize(std::vector<T>& enc, const std::vector<In>& x, const mpsim::Profile& p, const mpsim::Format& f) {
+  for (std::size_t i = 0; i < enc.size(); ++i)
+    enc[i] = static_cast<T>(mpsim::canonicalize_nan_bits(p, f, enc[i], std::isnan(x[i])));
+}
+
 void run(const Options& o) {
-  const mpsim::Format fmt = target_format(o);
+  mpsim::Format fmt = target_format(o);
   mpsim::Rounding r;
   r.mode = mpsim::parse_rounding_mode(o.mode);
   r.sr_bits = o.sr_bits;
   r.seed = o.seed;
   r.input_subnormals = o.daz ? mpsim::InputSubnormals::zero : mpsim::InputSubnormals::keep;
   mpsim::validate(r);
+  const mpsim::Profile& like = mpsim::find_profile(o.like);
+  mpsim::apply_profile(like, fmt, r, mpsim::Operation::convert);
   if (o.sr_bits != 32 && r.mode != mpsim::RoundingMode::stochastic)
     throw mpsim::Error("--sr-bits applies only to --mode sr");
 
@@ -90,12 +104,13 @@ void run(const Options& o) {
   NpyArray result;
   if (o.bits) {
     const int bytes = fmt.storage_bytes();
-    auto emit = [&](auto&& values) {
-      using T = typename std::decay_t<decltype(values)>::value_type;
-      result = mpsim::io::make_npy(std::span<const T>(values), in.shape);
-    };
     if (wide) {
       const auto x = mpsim::io::to_double(in);
+      auto emit = [&](auto&& values) {
+        using T = typename std::decay_t<decltype(values)>::value_type;
+        canonicalize(values, x, like, fmt);
+        result = mpsim::io::make_npy(std::span<const T>(values), in.shape);
+      };
       if (bytes == 1) emit(pack<std::uint8_t>(x, fmt, r, stats));
       else if (bytes == 2) emit(pack<std::uint16_t>(x, fmt, r, stats));
       else {
@@ -109,6 +124,11 @@ void run(const Options& o) {
       }
     } else {
       const auto x = mpsim::io::to_float(in);
+      auto emit = [&](auto&& values) {
+        using T = typename std::decay_t<decltype(values)>::value_type;
+        canonicalize(values, x, like, fmt);
+        result = mpsim::io::make_npy(std::span<const T>(values), in.shape);
+      };
       if (bytes == 1) emit(pack<std::uint8_t>(x, fmt, r, stats));
       else if (bytes == 2) emit(pack<std::uint16_t>(x, fmt, r, stats));
       else emit(pack<std::uint32_t>(x, fmt, r, stats));
@@ -142,7 +162,8 @@ void run(const Options& o) {
                               {"mode", std::string(mpsim::ieee_name(r.mode))},
                               {"sr_bits", r.sr_bits},
                               {"seed", r.seed},
-                              {"daz", o.daz},
+                              {"daz", r.input_subnormals == mpsim::InputSubnormals::zero},
+                              {"like", like.name},
                               {"output_kind", o.bits ? "bits" : "values"},
                               {"output_dtype", std::string(mpsim::io::to_string(result.dtype))},
                               {"count", stats.count},
@@ -176,6 +197,9 @@ void setup(CLI::App& app) {
   cmd->add_option("--subnormals", o->subnormals, "Subnormal results: keep or flush (default keep)");
   cmd->add_option("--overflow", o->overflow, "Overflowing results: inf or saturate (default inf)");
   cmd->add_flag("--daz", o->daz, "Treat subnormal inputs as zero");
+  cmd->add_option("--like", o->like,
+                  "Reproduce a device: ieee (round_bits itself, default), x86 (F16C / AVX512-BF16: bf16 reads "
+                  "subnormal floats as zero), cuda-sm90 (H100: canonical NaNs)");
   cmd->add_flag("--bits", o->bits, "Write the encodings (uint8/uint16/uint32) instead of the rounded values");
   cmd->add_option("--stats-json", o->stats_json, "Also write what the rounding did as JSON to this file");
   cmd->add_option("IN", o->in, "Input .npy (float16, float32 or float64)")->required();
