@@ -80,11 +80,12 @@ def log2_ticks(ax, lo, hi, step=None, axis="x"):
 def format_lines(ax, fmt, axis="x", label=True, color="0.25", heights=(0.97, 0.80, 0.63)):
     """A format's max finite and min normal as dashed lines and its min subnormal as a dotted line, each
     labelled with 2^k and its decimal value (log2 units on `axis`). Labels are staggered so they never
-    overlap: min subnormal on the left of its line, the other two on the right."""
+    overlap: min subnormal and max finite on the left of their lines (max finite is usually at the right
+    edge of the plot), min normal on the right."""
     marks = [
         (fmt["log2_min_subnormal"], ":", f"{fmt['name']} min subnormal", "right", heights[2]),
         (fmt["log2_min_normal"], "--", f"{fmt['name']} min normal", "left", heights[1]),
-        (fmt["log2_max_finite"], "--", f"{fmt['name']} max finite", "left", heights[0]),
+        (fmt["log2_max_finite"], "--", f"{fmt['name']} max finite", "right", heights[0]),
     ]
     box = dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.8)
     for k, style, name, side, h in marks:
