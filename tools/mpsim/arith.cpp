@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "command.hpp"
+#include "format_options.hpp"
 #include "mpsim/error.hpp"
 #include "mpsim/format/arith.hpp"
 #include "mpsim/format/format.hpp"
@@ -35,18 +36,7 @@ struct Options {
   bool daz = false, bits = false;
 };
 
-mpsim::Format arith_format(const Options& o) {
-  const mpsim::Format base = mpsim::parse_format(o.format);
-  mpsim::Subnormals sub;
-  if (o.subnormals == "keep") sub = mpsim::Subnormals::keep;
-  else if (o.subnormals == "flush") sub = mpsim::Subnormals::flush;
-  else throw mpsim::Error("--subnormals: unknown value '" + o.subnormals + "' (known: keep, flush)");
-  mpsim::Overflow ovf;
-  if (o.overflow == "inf") ovf = mpsim::Overflow::to_inf;
-  else if (o.overflow == "saturate") ovf = mpsim::Overflow::saturate;
-  else throw mpsim::Error("--overflow: unknown value '" + o.overflow + "' (known: inf, saturate)");
-  return mpsim::make_format(base.name, base.exp_bits, base.man_bits, base.bias, base.has_inf, base.nan, sub, ovf);
-}
+mpsim::Format arith_format(const Options& o) { return mpsim::cli::format_with_options(o.format, o.subnormals, o.overflow); }
 
 // "(2, 5)" for flat index i of `shape` (C order), or "" for 1-d arrays.
 std::string multi_index(std::size_t i, const std::vector<std::int64_t>& shape) {

@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "command.hpp"
+#include "format_options.hpp"
 #include "mpsim/error.hpp"
 #include "mpsim/format/bulk.hpp"
 #include "mpsim/format/format.hpp"
@@ -33,18 +34,7 @@ struct Options {
   bool daz = false, bits = false;
 };
 
-mpsim::Format target_format(const Options& o) {
-  const mpsim::Format base = mpsim::parse_format(o.to);
-  mpsim::Subnormals sub;
-  if (o.subnormals == "keep") sub = mpsim::Subnormals::keep;
-  else if (o.subnormals == "flush") sub = mpsim::Subnormals::flush;
-  else throw mpsim::Error("--subnormals: unknown value '" + o.subnormals + "' (known: keep, flush)");
-  mpsim::Overflow ovf;
-  if (o.overflow == "inf") ovf = mpsim::Overflow::to_inf;
-  else if (o.overflow == "saturate") ovf = mpsim::Overflow::saturate;
-  else throw mpsim::Error("--overflow: unknown value '" + o.overflow + "' (known: inf, saturate)");
-  return mpsim::make_format(base.name, base.exp_bits, base.man_bits, base.bias, base.has_inf, base.nan, sub, ovf);
-}
+mpsim::Format target_format(const Options& o) { return mpsim::cli::format_with_options(o.to, o.subnormals, o.overflow); }
 
 // True if every value of `f` (finite, inf, NaN) is a float16 value, so simulate-mode results of a
 // float16 input can be stored back as float16 without a second rounding.
