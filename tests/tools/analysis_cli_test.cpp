@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "../io/test_files.hpp"
+#include "run_mpsim.hpp"
 #include "mpsim/format/format.hpp"
 #include "mpsim/format/round.hpp"
 #include "mpsim/io/npy.hpp"
@@ -23,31 +24,8 @@ using mpsim::test::ScratchDir;
 
 namespace {
 
-struct RunResult {
-  int status;
-  std::string output;  // stdout and stderr together
-};
-
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-RunResult run_mpsim(const ScratchDir& dir, const std::string& args) {
-  const char* bin = std::getenv("MPSIM_BIN");
-  REQUIRE(bin != nullptr);
-  const auto log = dir.path().parent_path() / (dir.path().filename().string() + ".log");
-  const std::string cmd = quote(bin) + " " + args + " > " + quote(log.string()) + " 2>&1";
-  const int raw = std::system(cmd.c_str());
-  std::ifstream f(log);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  std::filesystem::remove(log);
-  UNSCOPED_INFO("command: " << cmd << "\noutput: " << ss.str().substr(0, 3000));
-  REQUIRE(WIFEXITED(raw));
-  return {WEXITSTATUS(raw), ss.str()};
-}
+using mpsim::test::quote;
+using mpsim::test::run_mpsim;
 
 nlohmann::json read_json(const std::filesystem::path& p) {
   std::ifstream f(p);

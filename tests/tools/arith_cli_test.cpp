@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "../io/test_files.hpp"
+#include "run_mpsim.hpp"
 #include "mpsim/format/arith.hpp"
 #include "mpsim/format/format.hpp"
 #include "mpsim/format/round.hpp"
@@ -25,30 +26,10 @@ using mpsim::test::ScratchDir;
 
 namespace {
 
-struct RunResult {
-  int status;
-  std::string output;
-};
+using mpsim::test::quote;
+using mpsim::test::RunResult;
 
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-RunResult run_arith(const ScratchDir& dir, const std::string& args) {
-  const char* bin = std::getenv("MPSIM_BIN");
-  REQUIRE(bin != nullptr);
-  const auto log = dir / "run.log";
-  const std::string cmd = quote(bin) + " arith " + args + " > " + quote(log.string()) + " 2>&1";
-  const int raw = std::system(cmd.c_str());
-  std::ifstream f(log);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  INFO("command: " << cmd << "\noutput: " << ss.str());
-  REQUIRE(WIFEXITED(raw));
-  return {WEXITSTATUS(raw), ss.str()};
-}
+RunResult run_arith(const ScratchDir& dir, const std::string& args) { return mpsim::test::run_mpsim(dir, "arith " + args); }
 
 std::string p(const ScratchDir& dir, const char* name) { return quote((dir / name).string()); }
 

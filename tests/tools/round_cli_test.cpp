@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "../io/test_files.hpp"
+#include "run_mpsim.hpp"
 #include "mpsim/format/format.hpp"
 #include "mpsim/format/profile.hpp"
 #include "mpsim/format/round.hpp"
@@ -26,31 +27,8 @@ using mpsim::test::ScratchDir;
 
 namespace {
 
-struct RunResult {
-  int status;
-  std::string output;  // stdout and stderr together
-};
-
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-RunResult run_mpsim(const ScratchDir& dir, const std::string& args) {
-  const char* bin = std::getenv("MPSIM_BIN");
-  REQUIRE(bin != nullptr);
-  const auto log = dir.path().parent_path() / (dir.path().filename().string() + ".log");
-  const std::string cmd = quote(bin) + " " + args + " > " + quote(log.string()) + " 2>&1";
-  const int raw = std::system(cmd.c_str());
-  std::ifstream f(log);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  std::filesystem::remove(log);
-  INFO("command: " << cmd << "\noutput: " << ss.str());
-  REQUIRE(WIFEXITED(raw));
-  return {WEXITSTATUS(raw), ss.str()};
-}
+using mpsim::test::quote;
+using mpsim::test::run_mpsim;
 
 // Inputs covering every binade of float from subnormals to overflow, both signs, ties of fp16 and
 // bf16, and the specials.

@@ -102,16 +102,9 @@ void run(const Options& o) {
                                    mpsim::to_string(op), n_in, o.files.size()));
   mpsim::Format f = arith_format(o);
   mpsim::check_arith_format(f);
-  mpsim::Rounding r;
-  r.mode = mpsim::parse_rounding_mode(o.mode);
-  r.sr_bits = o.sr_bits;
-  r.seed = o.seed;
-  r.input_subnormals = o.daz ? mpsim::InputSubnormals::zero : mpsim::InputSubnormals::keep;
-  mpsim::validate(r);
+  mpsim::Rounding r = mpsim::cli::rounding_with_options(o.mode, o.sr_bits, o.seed, o.daz);
   const mpsim::Profile& like = mpsim::find_profile(o.like);
   mpsim::apply_profile(like, f, r, mpsim::Operation::arithmetic);
-  if (o.sr_bits != 32 && r.mode != mpsim::RoundingMode::stochastic)
-    throw mpsim::Error("--sr-bits applies only to --mode sr");
 
   std::vector<NpyArray> in;
   for (int k = 0; k < n_in; ++k) in.push_back(mpsim::io::read_npy(o.files[k]));

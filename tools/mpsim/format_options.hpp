@@ -1,11 +1,13 @@
-// The format options shared by `mpsim round` and `mpsim arith`: a format name plus
-// --subnormals keep|flush and --overflow inf|saturate.
+// The format and rounding options shared by `mpsim round` and `mpsim arith`: a format name plus
+// --subnormals keep|flush and --overflow inf|saturate; --mode, --sr-bits, --seed, --daz.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "mpsim/error.hpp"
 #include "mpsim/format/format.hpp"
+#include "mpsim/format/round.hpp"
 
 namespace mpsim::cli {
 
@@ -21,6 +23,18 @@ inline Format format_with_options(const std::string& name, const std::string& su
   else if (overflow == "saturate") ovf = Overflow::saturate;
   else throw Error("--overflow: unknown value '" + overflow + "' (known: inf, saturate)");
   return make_format(base.name, base.exp_bits, base.man_bits, base.bias, base.has_inf, base.nan, sub, ovf);
+}
+
+// The Rounding the options name, validated; --sr-bits other than the default needs --mode sr.
+inline Rounding rounding_with_options(const std::string& mode, int sr_bits, std::uint64_t seed, bool daz) {
+  Rounding r;
+  r.mode = parse_rounding_mode(mode);
+  r.sr_bits = sr_bits;
+  r.seed = seed;
+  r.input_subnormals = daz ? InputSubnormals::zero : InputSubnormals::keep;
+  validate(r);
+  if (sr_bits != 32 && r.mode != RoundingMode::stochastic) throw Error("--sr-bits applies only to --mode sr");
+  return r;
 }
 
 }  // namespace mpsim::cli

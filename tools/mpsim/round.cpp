@@ -60,16 +60,9 @@ void canonicalize(std::vector<T>& enc, const std::vector<In>& x, const mpsim::Pr
 
 void run(const Options& o) {
   mpsim::Format fmt = target_format(o);
-  mpsim::Rounding r;
-  r.mode = mpsim::parse_rounding_mode(o.mode);
-  r.sr_bits = o.sr_bits;
-  r.seed = o.seed;
-  r.input_subnormals = o.daz ? mpsim::InputSubnormals::zero : mpsim::InputSubnormals::keep;
-  mpsim::validate(r);
+  mpsim::Rounding r = mpsim::cli::rounding_with_options(o.mode, o.sr_bits, o.seed, o.daz);
   const mpsim::Profile& like = mpsim::find_profile(o.like);
   mpsim::apply_profile(like, fmt, r, mpsim::Operation::convert);
-  if (o.sr_bits != 32 && r.mode != mpsim::RoundingMode::stochastic)
-    throw mpsim::Error("--sr-bits applies only to --mode sr");
 
   const NpyArray in = mpsim::io::read_npy(o.in);
   if (!mpsim::io::is_float(in.dtype))
