@@ -217,3 +217,63 @@ TEST_CASE("fp16 boundaries: the tie below the smallest subnormal and the overflo
   CHECK_THROWS_AS(RangeCounter(fp16(), Rounding::stochastic(1)), Error);
   CHECK_THROWS_AS(RangeCounter(fp64()), Error);
 }
+
+TEST_CASE("the scalar and AVX2 loops count alike: specials at every position, every length, concentrated data",
+          "[range_counter]") {
+  if (!path_available(Path::avx2)) {
+    WARN("no AVX2 on this CPU: only the scalar loop exists here");
+    return;
+  }
+  std::mt19937_64 g(17);
+  const float specials[] = {std::numeric_limits<float>::denorm_min(), -std::numeric_limits<float>::denorm_min(),
+                            std::bit_cast<float>(0x007fffffu), std::bit_cast<float>(0x807fffffu),
+                            std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(), std::bit_cast<float>(0xff800001u),
+                            0.0f, -0.0f, std::numeric_limits<float>::max(), -std::numeric_limits<float>::min()};
+  std::vector<std::vector<float>> cases;
+  for (const std::size_t n : {std::size_t{511}, std::size_t{512}, std::size_t{513}, std::size_t{1000}, std::size_t{4099}}) {
+    auto v = log_uniform(n, n, -150, 128);
+    cases.push_back(v);
+    // One special value at each position of a sixteen (the vector loop's step), then two.
+    for (std::size_t at = 0; at < 17 && at < n; ++at) {
+      auto w = v;
+      w[at + n / 2 - (n / 2) % 16] = specials[at % std::size(specials)];
+      if (at + 40 < n) w[at + 40] = specials[(at + 5) % std::size(specials)];
+      cases.push_back(w);
+    }
+  }
+  cases.push_back(std::vector<float>(3000, 1.5f));                 // one bin only
+  cases.push_back(std::vector<float>(3000, 0.0f));                 // zeros only
+  cases.push_back(std::vector<float>(3000, std::bit_cast<float>(0x00000301u)));  // subnormal only
+  {
+    std::vector<float> v(70000);  // the significand thresholds of every format, and their neighbours
+    for (auto& x : v) x = std::bit_cast<float>(static_cast<std::uint32_t>(g()));
+    cases.push_back(v);
+  }
+  std::size_t bad = 0, checks = 0;
+  for (const auto& v : cases)
+    for (const Format& f : formats())
+      for (const RoundingMode m : {RoundingMode::nearest_even, RoundingMode::toward_zero, RoundingMode::up}) {
+        RangeCounter scalar(f, Rounding::of(m), Path::scalar), avx2(f, Rounding::of(m), Path::avx2);
+        scalar.add(v);
+        avx2.add(v);
+        ++checks;
+        bool same_counts = scalar.histogram() == avx2.histogram() && scalar.amax() == avx2.amax() &&
+                           scalar.amin_nonzero() == avx2.amin_nonzero();
+        for (int k = -8; k <= 32 && same_counts; k += 5) {
+          const RangeCounts a = scalar.at_scale(k), b = avx2.at_scale(k);
+          same_counts = a.underflow == b.underflow && a.subnormal == b.subnormal && a.normal == b.normal &&
+                        a.overflow == b.overflow && a.zero_in == b.zero_in && a.nan_in == b.nan_in && a.inf_in == b.inf_in;
+        }
+        bad += !same_counts;
+      }
+  // And both against brute force on the longest case, where every bin of the fast table is in play.
+  for (const Path p : {Path::scalar, Path::avx2}) {
+    RangeCounter c(fp16(), {}, p);
+    c.add(cases.back());
+    for (int k = -8; k <= 32; k += 8) bad += !same(c.at_scale(k), brute(cases.back(), fp16(), {}, k));
+  }
+  WARN("range counter scalar vs avx2: " << checks << " (data, format, mode) cases, mismatches " << bad);
+  CHECK(bad == 0);
+  CHECK_THROWS_AS(RangeCounter(fp16(), {}, Path::avx512), Error);
+}

@@ -6,6 +6,7 @@
 #include <limits>
 #include <string>
 
+#include "mpsim/analysis/range_counter_kernel.hpp"
 #include "mpsim/error.hpp"
 
 namespace mpsim::analysis {
@@ -33,8 +34,12 @@ int outcome_class(double x, const Format& f, const Rounding& r) {
   return 2;
 }
 
-RangeCounter::RangeCounter(const Format& target, const Rounding& rounding) : format_(target), rounding_(rounding) {
+RangeCounter::RangeCounter(const Format& target, const Rounding& rounding, Path path)
+    : format_(target), rounding_(rounding), path_(path) {
   validate(rounding_);
+  if (path_ == Path::avx512) throw Error("range counts: there is no AVX-512 path (use auto, scalar or avx2)");
+  if (path_ == Path::avx2 && !path_available(Path::avx2))
+    throw Error("range counts: the avx2 path was asked for and this CPU lacks AVX2");
   if (rounding_.mode == RoundingMode::stochastic)
     throw Error("range counts: stochastic rounding has no single outcome per value; use a deterministic mode");
   if (format_.exp_bits > 10)
@@ -103,6 +108,25 @@ void RangeCounter::init_table(Table& t, int mant_bits, int key_bias, int keys) {
   if (mant_bits == 23) t.counts.assign(static_cast<std::size_t>(2 * keys * 4), 0);
 }
 
+namespace {
+
+namespace rd = range_detail;
+
+bool cpu_has_avx2() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool has = __builtin_cpu_supports("avx2");
+  return has;
+#else
+  return false;
+#endif
+}
+
+// Below this many values a call counts straight into the keyed table: the fast table's setup and
+// fold (2 x 32 KiB) would cost more than it saves.
+constexpr std::size_t kFastMin = 512;
+
+}  // namespace
+
 void RangeCounter::add(std::span<const float> values) {
   Table& t = float_table_;
   const std::uint32_t th[2][3] = {
@@ -110,12 +134,9 @@ void RangeCounter::add(std::span<const float> values) {
        static_cast<std::uint32_t>(t.sorted_threshold[0][2])},
       {static_cast<std::uint32_t>(t.sorted_threshold[1][0]), static_cast<std::uint32_t>(t.sorted_threshold[1][1]),
        static_cast<std::uint32_t>(t.sorted_threshold[1][2])}};
-  // Four interleaved count tables: gradients crowd into a few binades, and four independent counters
-  // keep consecutive increments of one bin from waiting on each other (store-to-load forwarding).
-  constexpr std::size_t kTable = 2 * kFloatKeys * 4;
-  std::vector<std::uint32_t> local(4 * kTable, 0);  // uint32: flushed every 2^31 elements at most
-  std::uint32_t mx = 0, mn = 0xffffffffu;
-  auto one = [&](std::uint32_t u, std::uint32_t* counts) {
+  std::uint32_t mx = 0, mn_m1 = 0xffffffffu;  // |x| bits of the finite non-zero values: max, min - 1
+  // Any value, into the keyed table (binade key as in histogram.cpp).
+  auto keyed = [&](std::uint32_t u) {
     const unsigned e = (u >> 23) & 0xffu;
     const std::uint32_t m = u & 0x7fffffu;
     const unsigned bw = static_cast<unsigned>(std::bit_width(m));
@@ -125,35 +146,77 @@ void RangeCounter::add(std::span<const float> values) {
     // The significand normalised to its leading one (subnormals shifted up), 23 bits after the point.
     const std::uint32_t sig = e != 0 ? m : (m << (24 - bw)) & 0x7fffffu;
     const unsigned code = (sig >= th[s][0]) + (sig >= th[s][1]) + (sig >= th[s][2]);
-    ++counts[((s * kFloatKeys + key) << 2) + code];
+    ++t.counts[((s * kFloatKeys + key) << 2) + code];
     const std::uint32_t a = u & 0x7fffffffu;
-    const bool finite_nonzero = a - 1u < 0x7f7fffffu;
-    mx = std::max(mx, finite_nonzero ? a : 0u);
-    mn = std::min(mn, finite_nonzero ? a : 0xffffffffu);
-  };
-  auto flush = [&] {
-    for (std::size_t i = 0; i < kTable; ++i) {
-      t.counts[i] += std::uint64_t{local[i]} + local[kTable + i] + local[2 * kTable + i] + local[3 * kTable + i];
+    if (a - 1u < 0x7f7fffffu) {  // finite, non-zero
+      mx = std::max(mx, a);
+      mn_m1 = std::min(mn_m1, a - 1u);
     }
-    std::fill(local.begin(), local.end(), 0u);
   };
   const float* p = values.data();
-  std::size_t i = 0;
   const std::size_t n = values.size();
-  while (i < n) {
-    const std::size_t stop = std::min(n, i + (std::size_t{1} << 30));
-    for (; i + 4 <= stop; i += 4) {
-      one(std::bit_cast<std::uint32_t>(p[i]), local.data());
-      one(std::bit_cast<std::uint32_t>(p[i + 1]), local.data() + kTable);
-      one(std::bit_cast<std::uint32_t>(p[i + 2]), local.data() + 2 * kTable);
-      one(std::bit_cast<std::uint32_t>(p[i + 3]), local.data() + 3 * kTable);
+  if (n < kFastMin) {
+    for (std::size_t i = 0; i < n; ++i) keyed(std::bit_cast<std::uint32_t>(p[i]));
+  } else {
+    std::vector<std::uint32_t> fast(rd::kFastCopies * rd::kCopyStride, 0);
+    rd::FastState st{};
+    for (int s = 0; s < 2; ++s)
+      for (int r = 0; r < 3; ++r) st.threshold_minus1[s][r] = static_cast<std::int32_t>(th[s][r]) - 1;
+    st.counts = fast.data();
+    st.max_abs = 0;
+    st.min_abs_m1 = 0xffffffffu;
+    // A value the fast table can take (not a float subnormal, inf or NaN), into copy `c`.
+    auto quick = [&](std::uint32_t u, std::size_t c) {
+      const unsigned s = u >> 31;
+      const std::uint32_t m = u & 0x7fffffu;
+      const unsigned code = (m >= th[s][0]) + (m >= th[s][1]) + (m >= th[s][2]);
+      ++fast[c * rd::kCopyStride + ((u >> 23) << 2) + code];
+      const std::uint32_t a = u & 0x7fffffffu;
+      st.max_abs = std::max(st.max_abs, a);
+      st.min_abs_m1 = std::min(st.min_abs_m1, a - 1u);  // a = 0 gives 0xffffffff: no effect
+    };
+    auto one = [&](std::uint32_t u, std::size_t c) {
+      if (rd::needs_key(u)) keyed(u);
+      else quick(u, c);
+    };
+    // The fast table's copies hold uint32 counts: fold them into the keyed table every 2^30 values.
+    auto fold = [&] {
+      for (unsigned s = 0; s < 2; ++s)
+        for (unsigned e = 0; e < 0xffu; ++e) {
+          const unsigned key = e == 0 ? 0 : e + 23;  // e = 0 holds only ±0 here
+          for (unsigned code = 0; code < 4; ++code) {
+            const std::size_t b = (((s << 8) | e) << 2) | code;
+            std::uint64_t sum = 0;
+            for (std::size_t c = 0; c < rd::kFastCopies; ++c) sum += fast[c * rd::kCopyStride + b];
+            t.counts[((s * kFloatKeys + key) << 2) + code] += sum;
+          }
+        }
+      std::fill(fast.begin(), fast.end(), 0u);
+    };
+    const bool vector = path_ == Path::automatic ? cpu_has_avx2() : path_ != Path::scalar;
+    std::size_t i = 0;
+    while (i < n) {
+      const std::size_t stop = std::min(n, i + (std::size_t{1} << 30));
+      while (i < stop) {
+        if (vector) i += rd::count_fast_avx2(p + i, stop - i, st);
+        // Scalar: the sixteen the vector loop left (all of the rest without it).
+        const std::size_t upto = vector ? std::min(stop, i + 16) : stop;
+        for (; i + 4 <= upto; i += 4) {
+          one(std::bit_cast<std::uint32_t>(p[i]), 0);
+          one(std::bit_cast<std::uint32_t>(p[i + 1]), 1 % rd::kFastCopies);
+          one(std::bit_cast<std::uint32_t>(p[i + 2]), 2 % rd::kFastCopies);
+          one(std::bit_cast<std::uint32_t>(p[i + 3]), 3 % rd::kFastCopies);
+        }
+        for (; i < upto; ++i) one(std::bit_cast<std::uint32_t>(p[i]), 0);
+      }
+      fold();
     }
-    for (; i < stop; ++i) one(std::bit_cast<std::uint32_t>(p[i]), local.data());
-    flush();
+    mx = std::max(mx, st.max_abs);
+    mn_m1 = std::min(mn_m1, st.min_abs_m1);
   }
   if (mx != 0) amax_ = std::max(amax_, static_cast<double>(std::bit_cast<float>(mx)));
-  if (mn != 0xffffffffu) {
-    const double v = std::bit_cast<float>(mn);
+  if (mn_m1 != 0xffffffffu) {
+    const double v = std::bit_cast<float>(mn_m1 + 1u);
     amin_nonzero_ = amin_nonzero_ == 0 ? v : std::min(amin_nonzero_, v);
   }
 }

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "mpsim/analysis/histogram.hpp"
+#include "mpsim/format/bulk.hpp"
 #include "mpsim/format/format.hpp"
 #include "mpsim/format/round.hpp"
 
@@ -51,8 +52,9 @@ class RangeCounter {
  public:
   // Deterministic rounding modes only (stochastic rounding has no single outcome per value): throws
   // mpsim::Error for stochastic, and for formats with exp_bits > 10 (fp64-like, beyond the double
-  // arithmetic used to find the thresholds).
-  RangeCounter(const Format& target, const Rounding& rounding = {});
+  // arithmetic used to find the thresholds). `path` forces the scalar or the AVX2 loop of add(float)
+  // (tests compare them); automatic takes AVX2 where the CPU has it.
+  RangeCounter(const Format& target, const Rounding& rounding = {}, Path path = Path::automatic);
 
   void add(std::span<const float> values);
   void add(std::span<const double> values);
@@ -99,6 +101,7 @@ class RangeCounter {
 
   Format format_;
   Rounding rounding_;
+  Path path_ = Path::automatic;
   std::array<std::array<Boundary, 3>, 2> boundary_{};
   Table float_table_, double_table_;
   double amax_ = 0, amin_nonzero_ = 0;
