@@ -244,6 +244,44 @@ TEST_CASE("safetensors: every dtype, named, in file order; metadata ignored", "[
   CHECK(s.tensor("b").dtype == DType::bf16_bits);
 }
 
+TEST_CASE("float data read in place where aligned and copied where not: the same values", "[tensor_source]") {
+  // Little-endian f32/f64 data aligned for its type is handed out straight from the memory map; data at
+  // an odd offset (allowed by safetensors) is copied first. Both must give the same values.
+  ScratchDir dir("align");
+  const std::initializer_list<float> fv = {1.5f, -2.0f, 0x1p-140f, -0.0f, 3.0e38f, finf};
+  const std::initializer_list<double> dv = {0.1, -0x1p-1070, 1e300};
+  Bytes data;
+  append(data, le_bytes<float>(fv));                  // f_aligned   0..24
+  append(data, Bytes(1));                             // 24
+  append(data, le_bytes<float>(fv));                  // f_odd      25..49
+  append(data, Bytes(7));                             // 49..56
+  append(data, le_bytes<double>(dv));                 // d_aligned  56..80
+  append(data, Bytes(3));                             // 80..83
+  append(data, le_bytes<double>(dv));                 // d_odd      83..107
+  std::string json = R"({"f_aligned": {"dtype": "F32", "shape": [6], "data_offsets": [0, 24]},)"
+                     R"( "f_odd": {"dtype": "F32", "shape": [6], "data_offsets": [25, 49]},)"
+                     R"( "d_aligned": {"dtype": "F64", "shape": [3], "data_offsets": [56, 80]},)"
+                     R"( "d_odd": {"dtype": "F64", "shape": [3], "data_offsets": [83, 107]}})";
+  while ((8 + json.size()) % 8 != 0) json += ' ';  // data starts 8-byte aligned in the file
+  mpsim::test::write_bytes(dir / "a.safetensors", safetensors_file(json, data));
+  auto s = TensorSource::open(dir / "a.safetensors");
+  std::vector<double> fwant(fv.begin(), fv.end()), dwant(dv.begin(), dv.end());
+  for (const std::size_t chunk : {std::size_t{1}, std::size_t{4}, std::size_t{100}}) {
+    CHECK(same(stream_all(s, s.tensor("f_aligned"), chunk), fwant));
+    CHECK(same(stream_all(s, s.tensor("f_odd"), chunk), fwant));
+    CHECK(same(stream_all(s, s.tensor("d_aligned"), chunk), dwant));
+    CHECK(same(stream_all(s, s.tensor("d_odd"), chunk), dwant));
+  }
+  // Float chunks in place keep every bit (the sign of -0, the subnormal).
+  std::vector<std::uint32_t> bits;
+  s.for_each_chunk(s.tensor("f_aligned"), 2, [&](std::span<const float> v, std::uint64_t) {
+    for (const float x : v) bits.push_back(std::bit_cast<std::uint32_t>(x));
+  });
+  std::vector<std::uint32_t> want_bits;
+  for (const float x : fv) want_bits.push_back(std::bit_cast<std::uint32_t>(x));
+  CHECK(bits == want_bits);
+}
+
 TEST_CASE("raw files need a dtype; the shape must match the size", "[tensor_source]") {
   ScratchDir dir("ts");
   mpsim::test::write_bytes(dir / "g.bin", le_bytes<float>({1, 2, 3, 4, 5, 6}));

@@ -624,16 +624,26 @@ void TensorSource::stream(const TensorRef& t, std::size_t chunk, const Fn& fn) c
 
   const std::byte* base = b.data() + t.data_offset;
   std::size_t released = t.data_offset;
+  // Little-endian values of the requested type, aligned for it (.npy data is 64-byte aligned;
+  // safetensors and npz members need not be).
+  constexpr DType same = std::is_same_v<T, float> ? DType::f32 : DType::f64;
+  const bool zero_copy = t.dtype == same && t.stored == same && !t.big_endian &&
+                         reinterpret_cast<std::uintptr_t>(base) % alignof(T) == 0;
   for (std::uint64_t done = 0; done < t.count;) {
     const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(chunk, t.count - done));
     const std::byte* src = base + done * elem;
-    if (t.big_endian) {
-      raw.assign(src, src + n * elem);
-      byteswap(raw, elem);
-      src = raw.data();
+    if (zero_copy) {
+      // The mapped bytes are the values already: no copy (the analysis commands run at memory speed).
+      fn(std::span<const T>(reinterpret_cast<const T*>(src), n), done);
+    } else {
+      if (t.big_endian) {
+        raw.assign(src, src + n * elem);
+        byteswap(raw, elem);
+        src = raw.data();
+      }
+      convert(src, n, t.dtype, out, tmp);
+      fn(std::span<const T>(out), done);
     }
-    convert(src, n, t.dtype, out, tmp);
-    fn(std::span<const T>(out), done);
     done += n;
     const std::size_t at = t.data_offset + done * elem;
     if (at - released >= kReleaseEvery) {
