@@ -210,6 +210,46 @@ void scalar_range(const In* in, Out* out, std::size_t begin, std::size_t end, co
 
 // ---- the vector paths ----------------------------------------------------------------------------
 
+// The Stats thresholds of the F16C path (KernelParams::f16c_*) for fp16 under mode: the first |x|
+// (float bits) of each class boundary, by bisection over round_bits, which is monotone in |x|.
+struct F16cThresholds {
+  std::int32_t zero_below[2], small_below[2], finite_upto[2];
+};
+F16cThresholds find_f16c_thresholds(RoundingMode mode) {
+  F16cThresholds t{};
+  const Rounding r = Rounding::of(mode);
+  for (int s = 0; s < 2; ++s) {
+    auto mag = [&](std::uint32_t a) {
+      return round_bits(std::bit_cast<float>(a | (s ? 0x80000000u : 0u)), fp16(), r) & 0x7fffu;
+    };
+    // Smallest a in [0, 0x7f800000] with !below(a): below holds at 0 and fails at +inf.
+    auto first_not = [&](auto below) {
+      std::uint32_t lo = 0, hi = 0x7f800000u;  // below(lo), !below(hi)
+      while (hi - lo > 1) {
+        const std::uint32_t mid = lo + (hi - lo) / 2;
+        (below(mid) ? lo : hi) = mid;
+      }
+      return hi;
+    };
+    t.zero_below[s] = static_cast<std::int32_t>(first_not([&](std::uint32_t a) { return mag(a) == 0; }));
+    t.small_below[s] = static_cast<std::int32_t>(first_not([&](std::uint32_t a) { return mag(a) < 0x400; }));
+    t.finite_upto[s] = static_cast<std::int32_t>(first_not([&](std::uint32_t a) { return mag(a) < 0x7c00; })) - 1;
+  }
+  return t;
+}
+const F16cThresholds& f16c_thresholds(RoundingMode mode) {
+  // Found once per mode (about 200 round_bits calls each), on first use.
+  static const F16cThresholds rne = find_f16c_thresholds(RoundingMode::nearest_even),
+                              rtz = find_f16c_thresholds(RoundingMode::toward_zero),
+                              ru = find_f16c_thresholds(RoundingMode::up), rd = find_f16c_thresholds(RoundingMode::down);
+  switch (mode) {
+    case RoundingMode::toward_zero: return rtz;
+    case RoundingMode::up: return ru;
+    case RoundingMode::down: return rd;
+    default: return rne;
+  }
+}
+
 bd::KernelParams make_params(const Format& f, const Rounding& r, const BulkOptions& opt) {
   bd::KernelParams p;
   p.mode = static_cast<bd::Mode>(r.mode);
@@ -275,6 +315,14 @@ bd::KernelParams make_params(const Format& f, const Rounding& r, const BulkOptio
   const bool f16c_mode = r.mode == RoundingMode::nearest_even || r.mode == RoundingMode::toward_zero ||
                          r.mode == RoundingMode::up || r.mode == RoundingMode::down;
   p.f16c = opt.hardware_convert && f == fp16() && f16c_mode && r.input_subnormals == InputSubnormals::keep;
+  if (p.f16c) {
+    const F16cThresholds& t = f16c_thresholds(r.mode);
+    for (int s = 0; s < 2; ++s) {
+      p.f16c_zero_below[s] = t.zero_below[s];
+      p.f16c_small_below[s] = t.small_below[s];
+      p.f16c_finite_upto[s] = t.finite_upto[s];
+    }
+  }
   return p;
 }
 

@@ -33,15 +33,19 @@ struct Counters {
   I f_zero = S::zero(), f_enc0 = S::zero(), f_small = S::zero(), f_exact = S::zero();
   I s_zero = S::zero(), s_nan = S::zero(), s_inf = S::zero(), s_exact = S::zero(), s_under = S::zero(),
     s_sub = S::zero(), s_over = S::zero();
+  // The F16C path's fast counting (f16c_loop): results equal to the input, zeros included (fold()
+  // takes f_zero off), so no test of the result for zero is needed.
+  I h_same = S::zero();
   I vmax = S::zero();       // largest finite |x| (float bits; signed compare is exact below 2^31)
   I vmin_m1 = S::set1(-1);  // smallest non-zero finite |x| minus 1, unsigned (x == 0 wraps to the top)
 
-  void fold(StatsAcc& acc) {
+  // same_counts_zeros: f16c_loop's counting, where h_same includes the f_zero inputs.
+  void fold(StatsAcc& acc, bool same_counts_zeros = false) {
     const std::uint64_t fz = S::hsum(f_zero), fe0 = S::hsum(f_enc0), fs = S::hsum(f_small);
     acc.zero_in += fz + S::hsum(s_zero);
     acc.underflow += (fe0 - fz) + S::hsum(s_under);
     acc.subnormal += (fs - fe0) + S::hsum(s_sub);
-    acc.exact += S::hsum(f_exact) + S::hsum(s_exact);
+    acc.exact += S::hsum(f_exact) + S::hsum(s_exact) + (same_counts_zeros ? S::hsum(h_same) - fz : 0);
     acc.nan += S::hsum(s_nan);
     acc.inf_in += S::hsum(s_inf);
     acc.overflow += S::hsum(s_over);
@@ -193,40 +197,84 @@ inline void count_fast(Counters<S>& c, typename S::I a, typename S::I enc, typen
 // fp16 with subnormals kept in nearest-even, toward zero, up or down: vcvtps2ph with that rounding
 // is exactly the specification (an IEEE conversion: overflow as IEEE 754 section 7.4 says for the
 // mode, NaN sign and top payload bits kept with the quiet bit set; Intel SDM, VCVTPS2PH).
+//
+// Stats: the hardware gives the result, so the classes are counted from |x| alone against the
+// thresholds of KernelParams::f16c_* (no widening of the result, no test of it), and "exact" as
+// "converts back to the input". NaN and inf inputs are not tested for per vector: a step of
+// kStatsStep values is counted optimistically and, if its largest |x| turns out to be inf or NaN,
+// counted again in full (the outputs do not depend on the counting).
+constexpr std::size_t kStatsStep = 4096;
+
 template <class S, int IMM, bool STATS, OutKind KIND>
 void f16c_loop(const float* in, void* out, std::size_t n, const KernelParams& p, StatsAcc* acc) {
   using I = typename S::I;
   using M = typename S::M;
   Counters<S> c;
-  const I kAbs = S::set1(0x7fffffff), kFinMax = S::set1(0x7f7fffff);
+  const I kAbs = S::set1(0x7fffffff), kZero = S::zero(), kOneI = S::set1(1);
   const I kInfBits = S::set1(0x7c00);
-  for (std::size_t blk = 0; blk < n; blk += kCounterBlock) {
-    const std::size_t len = n - blk < kCounterBlock ? n - blk : kCounterBlock;
-    const std::size_t pad = for_each_vector<S, KIND>(in + blk, static_cast<unsigned char*>(out) + blk * out_size<KIND>(), len,
-        [&](std::size_t, const float* src, void* dst, std::size_t j) {
-          const I b = S::load(src);
-          const auto h = S::template cvt_ph<IMM>(b);
-          I res = S::zero(), y = S::zero();
-          if constexpr (KIND == OutKind::f32 || STATS) y = S::cvt_ph_back(h);
-          if constexpr (KIND != OutKind::f32 || STATS) res = S::widen16(h);
-          if constexpr (KIND == OutKind::u16) {
-            S::store_ph(static_cast<std::uint16_t*>(dst) + j, h);
-          } else {
-            store_out<S, KIND>(dst, j, res, y);
-          }
-          if constexpr (STATS) {
-            const I a = S::and_(b, kAbs);
-            const I rmag = S::and_(res, S::set1(0x7fff));
-            const M same = S::eq(y, b);
-            if (S::any(S::gt(a, kFinMax))) {
-              count_slow<S>(c, a, res, S::mnot(same), S::eq(rmag, kInfBits), p);
-            } else {
-              count_fast<S>(c, a, rmag, same, S::eq(rmag, kInfBits), p);
-            }
-          }
-        });
-    if constexpr (STATS) {
-      c.fold(*acc);
+  const bool by_sign = p.f16c_zero_below[0] != p.f16c_zero_below[1] ||
+                       p.f16c_small_below[0] != p.f16c_small_below[1] || p.f16c_finite_upto[0] != p.f16c_finite_upto[1];
+  const I kZeroBelowP = S::set1(p.f16c_zero_below[0]), kZeroBelowN = S::set1(p.f16c_zero_below[1]);
+  const I kSmallBelowP = S::set1(p.f16c_small_below[0]), kSmallBelowN = S::set1(p.f16c_small_below[1]);
+  const I kFiniteUptoP = S::set1(p.f16c_finite_upto[0]), kFiniteUptoN = S::set1(p.f16c_finite_upto[1]);
+  auto convert = [&](const float* src, void* dst, std::size_t j, I& b, I& y) {
+    b = S::load(src);
+    const auto h = S::template cvt_ph<IMM>(b);
+    if constexpr (KIND == OutKind::f32 || STATS) y = S::cvt_ph_back(h);
+    if constexpr (KIND == OutKind::u16) {
+      S::store_ph(static_cast<std::uint16_t*>(dst) + j, h);
+    } else {
+      store_out<S, KIND>(dst, j, S::widen16(h), y);
+    }
+    return h;
+  };
+  if constexpr (!STATS) {
+    for_each_vector<S, KIND>(in, out, n, [&](std::size_t, const float* src, void* dst, std::size_t j) {
+      I b, y;
+      convert(src, dst, j, b, y);
+    });
+    return;
+  } else {
+    auto fast = [&](std::size_t, const float* src, void* dst, std::size_t j) {
+      I b, y = S::zero();
+      convert(src, dst, j, b, y);
+      const I a = S::and_(b, kAbs);
+      I zero_below = kZeroBelowP, small_below = kSmallBelowP, finite_upto = kFiniteUptoP;
+      if (by_sign) {
+        const M neg = S::negmask(b);
+        zero_below = S::sel(neg, kZeroBelowN, kZeroBelowP);
+        small_below = S::sel(neg, kSmallBelowN, kSmallBelowP);
+        finite_upto = S::sel(neg, kFiniteUptoN, kFiniteUptoP);
+      }
+      c.f_zero = S::count(c.f_zero, S::eq(a, kZero));
+      c.f_enc0 = S::count(c.f_enc0, S::gt(zero_below, a));
+      c.f_small = S::count(c.f_small, S::gt(small_below, a));
+      c.s_over = S::count(c.s_over, S::gt(a, finite_upto));
+      c.h_same = S::count(c.h_same, S::eq(y, b));
+      c.vmax = S::max(c.vmax, a);
+      c.vmin_m1 = S::minu(c.vmin_m1, S::sub(a, kOneI));
+    };
+    auto full = [&](std::size_t, const float* src, void* dst, std::size_t j) {
+      I b, y = S::zero();
+      const auto h = convert(src, dst, j, b, y);
+      const I res = S::widen16(h);
+      const I rmag = S::and_(res, S::set1(0x7fff));
+      count_slow<S>(c, S::and_(b, kAbs), res, S::mnot(S::eq(y, b)), S::eq(rmag, kInfBits), p);
+    };
+    for (std::size_t blk = 0; blk < n; blk += kCounterBlock) {
+      const std::size_t len = n - blk < kCounterBlock ? n - blk : kCounterBlock;
+      std::size_t pad = 0;
+      for (std::size_t step = 0; step < len; step += kStatsStep) {
+        const std::size_t at = blk + step, m = len - step < kStatsStep ? len - step : kStatsStep;
+        const Counters<S> before = c;
+        unsigned char* dst = static_cast<unsigned char*>(out) + at * out_size<KIND>();
+        pad = for_each_vector<S, KIND>(in + at, dst, m, fast);
+        if (S::hmax(c.vmax) > 0x7f7fffffu) {  // an inf or NaN in this step: count it again in full
+          c = before;
+          pad = for_each_vector<S, KIND>(in + at, dst, m, full);
+        }
+      }
+      c.fold(*acc, true);
       acc->zero_in -= pad;
     }
   }

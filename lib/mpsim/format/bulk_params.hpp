@@ -62,6 +62,11 @@ struct KernelParams {
   bool uniform = false;              // emin == -126: every finite float rounds at bit 23 - m of its pattern
   // exact hardware instruction
   bool f16c = false;                 // fp16 with subnormals kept, mode rne/rtz/ru/rd: vcvtps2ph is exact
+  // With f16c, the Stats classes as thresholds on |x| (float bits), per sign (0 +, 1 -): |x| below
+  // zero_below gives ±0, below small_below a result under the smallest normal, above finite_upto inf.
+  // Rounding is monotone in |x| within a sign, so a class is a range of |x| (bulk.cpp finds the ends
+  // with round_bits itself).
+  std::int32_t f16c_zero_below[2] = {0, 0}, f16c_small_below[2] = {0, 0}, f16c_finite_upto[2] = {0, 0};
 };
 
 // Counts of one kernel call; bulk.cpp turns them into Stats.
