@@ -264,14 +264,22 @@ void f16c_loop(const float* in, void* out, std::size_t n, const KernelParams& p,
     for (std::size_t blk = 0; blk < n; blk += kCounterBlock) {
       const std::size_t len = n - blk < kCounterBlock ? n - blk : kCounterBlock;
       std::size_t pad = 0;
+      // Rounding in place overwrites the inputs a recount needs: such a step is copied first.
+      const bool in_place = static_cast<const void*>(in) == out;
+      alignas(64) float saved[kStatsStep];
       for (std::size_t step = 0; step < len; step += kStatsStep) {
         const std::size_t at = blk + step, m = len - step < kStatsStep ? len - step : kStatsStep;
         const Counters<S> before = c;
         unsigned char* dst = static_cast<unsigned char*>(out) + at * out_size<KIND>();
-        pad = for_each_vector<S, KIND>(in + at, dst, m, fast);
+        const float* src = in + at;
+        if (in_place) {
+          std::memcpy(saved, src, m * sizeof(float));
+          src = saved;
+        }
+        pad = for_each_vector<S, KIND>(src, dst, m, fast);
         if (S::hmax(c.vmax) > 0x7f7fffffu) {  // an inf or NaN in this step: count it again in full
           c = before;
-          pad = for_each_vector<S, KIND>(in + at, dst, m, full);
+          pad = for_each_vector<S, KIND>(src, dst, m, full);
         }
       }
       c.fold(*acc, true);
