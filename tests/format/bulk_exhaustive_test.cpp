@@ -343,6 +343,58 @@ TEST_CASE("fp16 and bf16 toward zero and stochastic: every 5th float pattern (al
   WARN("fp16/bf16 toward zero and stochastic: " << since(t_all) << " s wall in all");
 }
 
+TEST_CASE("fp16 up / down / nearest-away (F16C and software): every encoding and midpoint with neighbours; "
+          "every 41st float pattern",
+          "[bulk][exhaustive]") {
+  // The F16C path rounds up and down with vcvtps2ph and nearest-away from two conversions and a tie
+  // test, and counts Stats from per-sign thresholds: the places they can go wrong are the encodings,
+  // the midpoints between them (every tie) and their float neighbours, all of which are checked here,
+  // with a sample of everything else.
+  const auto t_all = std::chrono::steady_clock::now();
+  const Format& f = fp16();
+  const Tables tables = make_tables(f);
+  std::vector<float> edges;
+  for (std::size_t b = 0; b < (std::size_t{1} << 16); ++b) {
+    const double v = tables.value[b];
+    if (!std::isfinite(v)) continue;
+    const double next = (b & 0x7fff) < 0x7c00 ? tables.value[b + 1] : v;  // ±max finite: the overflow tie 65520
+    const double mid = std::isfinite(next) ? (v + next) / 2 : std::copysign(65520.0, v);
+    for (double c : {v, mid}) {
+      const float cf = static_cast<float>(c);
+      for (int k = -2; k <= 2; ++k) edges.push_back(std::bit_cast<float>(std::bit_cast<std::uint32_t>(cf) + k));
+    }
+  }
+  constexpr std::uint32_t kStride = 41;
+  constexpr std::size_t kChunk = std::size_t{1} << 20;
+  const std::size_t strided = (std::uint64_t{1} << 32) / kStride + 1;
+  const std::size_t total = strided + edges.size();
+  for (const RoundingMode mode : {RoundingMode::up, RoundingMode::down, RoundingMode::nearest_away}) {
+    const Rounding r = Rounding::of(mode);
+    std::vector<Variant> vs = variants(f, r);
+    for (Path p : {Path::avx2, Path::avx512}) {
+      if (!path_available(p)) continue;
+      Variant sw{std::string(to_string(p)) + "-software", {}, true};
+      sw.opt.path = p;
+      sw.opt.threads = 1;
+      sw.opt.hardware_convert = false;
+      vs.push_back(sw);
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    Tally tally;
+    two_workers((total + kChunk - 1) / kChunk, [&](std::size_t k) {
+      const std::size_t begin = k * kChunk, end = std::min(total, begin + kChunk);
+      std::vector<float> in(end - begin);
+      for (std::size_t j = begin; j < end; ++j)
+        in[j - begin] = j < strided ? std::bit_cast<float>(static_cast<std::uint32_t>(j * kStride)) : edges[j - strided];
+      check_chunk<std::uint16_t>(in, begin, f, r, tables, vs, tally);
+    });
+    CHECK(tally.inputs * chunk_stride() >= total);
+    report("every tie + every 41st pattern", f, r, vs, tally, since(t0));
+  }
+  WARN("fp16 ru/rd/rna: " << edges.size() << " boundary inputs + " << strided << " sampled per mode, "
+                          << since(t_all) << " s wall in all");
+}
+
 TEST_CASE("tf32, fp8 and custom formats: >= 10^8 inputs covering every exponent and boundary, every mode",
           "[bulk][exhaustive]") {
   const auto t_all = std::chrono::steady_clock::now();

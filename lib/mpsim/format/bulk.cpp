@@ -241,8 +241,10 @@ const F16cThresholds& f16c_thresholds(RoundingMode mode) {
   // Found once per mode (about 200 round_bits calls each), on first use.
   static const F16cThresholds rne = find_f16c_thresholds(RoundingMode::nearest_even),
                               rtz = find_f16c_thresholds(RoundingMode::toward_zero),
-                              ru = find_f16c_thresholds(RoundingMode::up), rd = find_f16c_thresholds(RoundingMode::down);
+                              ru = find_f16c_thresholds(RoundingMode::up), rd = find_f16c_thresholds(RoundingMode::down),
+                              rna = find_f16c_thresholds(RoundingMode::nearest_away);
   switch (mode) {
+    case RoundingMode::nearest_away: return rna;
     case RoundingMode::toward_zero: return rtz;
     case RoundingMode::up: return ru;
     case RoundingMode::down: return rd;
@@ -313,7 +315,8 @@ bd::KernelParams make_params(const Format& f, const Rounding& r, const BulkOptio
   p.float_layout_ovf_ok = p.float_layout && f.nan == NanEncoding::ieee;
   p.uniform = f.emin == -126;
   const bool f16c_mode = r.mode == RoundingMode::nearest_even || r.mode == RoundingMode::toward_zero ||
-                         r.mode == RoundingMode::up || r.mode == RoundingMode::down;
+                         r.mode == RoundingMode::up || r.mode == RoundingMode::down ||
+                         r.mode == RoundingMode::nearest_away;
   p.f16c = opt.hardware_convert && f == fp16() && f16c_mode && r.input_subnormals == InputSubnormals::keep;
   if (p.f16c) {
     const F16cThresholds& t = f16c_thresholds(r.mode);

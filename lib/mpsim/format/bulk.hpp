@@ -48,8 +48,8 @@ struct BulkOptions {
   int threads = 0;              // 0: the engine's default (all hardware threads for large arrays); 1: none
   std::uint64_t index0 = 0;     // stochastic rounding: element i uses generator index index0 + i
   // Use a hardware conversion instruction where it is exact for the case (F16C vcvtps2ph for fp16
-  // with subnormals kept in nearest-even, toward zero, up and down); false forces the software vector
-  // code (tests compare both).
+  // with subnormals kept in nearest-even, toward zero, up and down, and nearest-away from two of them);
+  // false forces the software vector code (tests compare both).
   bool hardware_convert = true;
 };
 

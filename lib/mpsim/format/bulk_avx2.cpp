@@ -71,6 +71,19 @@ struct Avx2 {
   }
   template <int IMM> static __m128i cvt_ph(I b) { return _mm256_cvtps_ph(_mm256_castsi256_ps(b), IMM); }
   static I cvt_ph_back(__m128i h) { return _mm256_castps_si256(_mm256_cvtph_ps(h)); }
+  // Nearest with ties away from zero, which F16C lacks: the nearest-even result, except where x lies
+  // exactly halfway between its truncation t and the next encoding t + 1 (the midpoint of two fp16
+  // values is exact in float), where it is t + 1. NaN and inf never compare equal to the midpoint.
+  static __m128i cvt_ph_away(I b) {
+    const __m256 x = _mm256_castsi256_ps(b);
+    const __m128i e = _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT);
+    const __m128i t = _mm256_cvtps_ph(x, _MM_FROUND_TO_ZERO);
+    const __m128i u = _mm_add_epi16(t, _mm_set1_epi16(1));
+    const __m256 mid = _mm256_mul_ps(_mm256_add_ps(_mm256_cvtph_ps(t), _mm256_cvtph_ps(u)), _mm256_set1_ps(0.5f));
+    const __m256i tie = _mm256_castps_si256(_mm256_cmp_ps(x, mid, _CMP_EQ_OQ));
+    const __m128i tie16 = _mm_packs_epi32(_mm256_castsi256_si128(tie), _mm256_extracti128_si256(tie, 1));
+    return _mm_blendv_epi8(e, u, tie16);
+  }
   static I widen16(__m128i h) { return _mm256_cvtepu16_epi32(h); }
   static void store_ph(std::uint16_t* p, __m128i h) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h); }
 

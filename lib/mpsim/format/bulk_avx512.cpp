@@ -65,6 +65,16 @@ struct Avx512 {
     return _mm512_cvtps_ph(_mm512_castsi512_ps(b), IMM | _MM_FROUND_NO_EXC);
   }
   static I cvt_ph_back(__m256i h) { return _mm512_castps_si512(_mm512_cvtph_ps(h)); }
+  // Nearest with ties away (see the AVX2 wrapper): nearest-even, or t + 1 where x is the midpoint.
+  static __m256i cvt_ph_away(I b) {
+    const __m512 x = _mm512_castsi512_ps(b);
+    const __m256i e = _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256i t = _mm512_cvtps_ph(x, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m256i u = _mm256_add_epi16(t, _mm256_set1_epi16(1));
+    const __m512 mid = _mm512_mul_ps(_mm512_add_ps(_mm512_cvtph_ps(t), _mm512_cvtph_ps(u)), _mm512_set1_ps(0.5f));
+    const __mmask16 tie = _mm512_cmp_ps_mask(x, mid, _CMP_EQ_OQ);
+    return _mm256_mask_blend_epi16(tie, e, u);
+  }
   static I widen16(__m256i h) { return _mm512_cvtepu16_epi32(h); }
   static void store_ph(std::uint16_t* p, __m256i h) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), h); }
 

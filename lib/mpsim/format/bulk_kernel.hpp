@@ -195,7 +195,7 @@ inline void count_fast(Counters<S>& c, typename S::I a, typename S::I enc, typen
 }
 
 // fp16 with subnormals kept in nearest-even, toward zero, up or down: vcvtps2ph with that rounding
-// is exactly the specification (an IEEE conversion: overflow as IEEE 754 section 7.4 says for the
+// (and nearest-away built from two of them, S::cvt_ph_away) is exactly the specification (an IEEE conversion: overflow as IEEE 754 section 7.4 says for the
 // mode, NaN sign and top payload bits kept with the quiet bit set; Intel SDM, VCVTPS2PH).
 //
 // Stats: the hardware gives the result, so the classes are counted from |x| alone against the
@@ -204,6 +204,8 @@ inline void count_fast(Counters<S>& c, typename S::I a, typename S::I enc, typen
 // kStatsStep values is counted optimistically and, if its largest |x| turns out to be inf or NaN,
 // counted again in full (the outputs do not depend on the counting).
 constexpr std::size_t kStatsStep = 4096;
+// f16c_loop's IMM for nearest with ties away (S::cvt_ph_away), which has no rounding-control value.
+constexpr int kAwayImm = -1;
 
 template <class S, int IMM, bool STATS, OutKind KIND>
 void f16c_loop(const float* in, void* out, std::size_t n, const KernelParams& p, StatsAcc* acc) {
@@ -219,7 +221,10 @@ void f16c_loop(const float* in, void* out, std::size_t n, const KernelParams& p,
   const I kFiniteUptoP = S::set1(p.f16c_finite_upto[0]), kFiniteUptoN = S::set1(p.f16c_finite_upto[1]);
   auto convert = [&](const float* src, void* dst, std::size_t j, I& b, I& y) {
     b = S::load(src);
-    const auto h = S::template cvt_ph<IMM>(b);
+    const auto h = [&] {
+      if constexpr (IMM == kAwayImm) return S::cvt_ph_away(b);
+      else return S::template cvt_ph<IMM>(b);
+    }();
     if constexpr (KIND == OutKind::f32 || STATS) y = S::cvt_ph_back(h);
     if constexpr (KIND == OutKind::u16) {
       S::store_ph(static_cast<std::uint16_t*>(dst) + j, h);
@@ -455,6 +460,10 @@ void round_dispatch_kind(const float* in, void* out, OutKind kind, std::size_t n
     constexpr int imm = MODE == Mode::nearest_even ? 0 : MODE == Mode::down ? 1 : MODE == Mode::up ? 2 : 3;
     if (p.f16c && kind == OutKind::f32) return f16c_loop<S, imm, STATS, OutKind::f32>(in, out, n, p, acc);
     if (p.f16c && kind == OutKind::u16) return f16c_loop<S, imm, STATS, OutKind::u16>(in, out, n, p, acc);
+  }
+  if constexpr (MODE == Mode::nearest_away) {
+    if (p.f16c && kind == OutKind::f32) return f16c_loop<S, kAwayImm, STATS, OutKind::f32>(in, out, n, p, acc);
+    if (p.f16c && kind == OutKind::u16) return f16c_loop<S, kAwayImm, STATS, OutKind::u16>(in, out, n, p, acc);
   }
   switch (kind) {
     case OutKind::f32: return round_uniform_or_not<S, MODE, STATS, OutKind::f32>(in, out, n, index0, p, acc);
