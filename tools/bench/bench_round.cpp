@@ -67,6 +67,7 @@ const char* set_name(int set) { return set == 0 ? "loguni" : "normal"; }
 struct Row {
   std::string format, mode, set, kind;  // kind: "packed" or "simulate" (the F16C baseline it is compared to)
   std::vector<double> ns;
+  std::function<void()> pass;
 };
 std::vector<Row>& rows() {
   static std::vector<Row> r;
@@ -77,7 +78,7 @@ std::vector<Row>& rows() {
 // ns/element.
 void add(const std::string& format, const std::string& mode, int set, const std::string& kind, std::function<void()> pass) {
   const std::size_t row = rows().size();
-  rows().push_back({format, mode, set_name(set), kind, {}});
+  rows().push_back({format, mode, set_name(set), kind, {}, pass});
   const std::string name = format + "/" + mode + "/" + set_name(set);
   benchmark::RegisterBenchmark(name.c_str(), [row, pass](benchmark::State& st) {
     for (auto _ : st) {
@@ -192,6 +193,37 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
+std::string fmt_ratio(double r) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", r);
+  return buf;
+}
+
+double seconds_of(const std::function<void()>& pass) {
+  const auto t0 = std::chrono::steady_clock::now();
+  pass();
+  benchmark::ClobberMemory();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The ratio of `row` to `base` timed in alternation (base, row, base, row, ...): the median of the
+// per-pair ratios. On a machine shared with other work the bandwidth drifts between rows timed
+// minutes apart; alternating puts both sides of a ratio under the same conditions.
+double paired_ratio(const Row& row, const Row& base) {
+  std::vector<double> r;
+  for (int k = 0; k < kRepetitions; ++k) {
+    const double b = seconds_of(base.pass);
+    r.push_back(seconds_of(row.pass) / b);
+  }
+  return median(r);
+}
+
+const Row* find_row(const std::string& format, const std::string& mode, const std::string& set, const std::string& kind) {
+  for (const Row& r : rows())
+    if (r.format == format && r.mode == mode && r.set == set && r.kind == kind && !r.ns.empty()) return &r;
+  return nullptr;
+}
+
 void print_table() {
   std::map<std::string, double> f16c, mcpy;
   for (const Row& r : rows()) {
@@ -201,13 +233,34 @@ void print_table() {
   std::printf("\nbulk rounding, 2^26 float32, median of %d, path %s%s\n", kRepetitions,
               std::string(to_string(best_path())).c_str(),
               cpu_has_bf16() ? "" : "; no AVX512-BF16 on this CPU: bf16 is compared with the F16C loop");
-  std::printf("%-18s %-4s %-8s %-8s %9s %8s %8s\n", "format", "mode", "set", "output", "ns/elem", "x F16C", "x memcpy");
+  std::printf("(pair: the median ratio of %d alternated runs of the row and its baseline. pair other: Stats rows vs\n"
+              " the same call without Stats; 2thr rows: speedup over the same call on one thread)\n",
+              kRepetitions);
+  std::printf("%-18s %-4s %-8s %-8s %9s %8s %8s %10s %10s\n", "format", "mode", "set", "output", "ns/elem", "x F16C",
+              "x memcpy", "pair F16C", "pair other");
   for (const Row& r : rows()) {
+    if (r.ns.empty()) continue;
     const double ns = median(r.ns);
     const double base = f16c.count(r.set + r.kind) ? f16c[r.set + r.kind] : 0;
     const double mc = mcpy.count(r.set) ? mcpy[r.set] : 0;
-    std::printf("%-18s %-4s %-8s %-8s %9.3f %8.2f %8.2f\n", r.format.c_str(), r.mode.c_str(), r.set.c_str(),
-                r.kind.c_str(), ns, base > 0 ? ns / base : 0.0, mc > 0 ? ns / mc : 0.0);
+    std::string paired = "", paired2 = "";
+    if (const Row* b = find_row("f16c-loop", "rne", r.set, r.kind); b && r.format.find("2thr") == std::string::npos)
+      paired = fmt_ratio(paired_ratio(r, *b));
+    const std::size_t plus = r.format.find("+stats");
+    const std::size_t thr = r.format.find(" 2thr");
+    if (plus != std::string::npos) {
+      std::string plain = r.format.substr(0, plus) + r.format.substr(plus + 6);
+      if (const std::size_t t2 = plain.find(" 2thr"); t2 != std::string::npos) plain = plain.substr(0, t2);
+      if (const Row* b = find_row(plain, r.mode, r.set, r.kind); b && thr == std::string::npos)
+        paired2 = fmt_ratio(paired_ratio(r, *b));
+    }
+    if (thr != std::string::npos) {
+      if (const Row* b = find_row(r.format.substr(0, thr), r.mode, r.set, r.kind))
+        paired2 = fmt_ratio(1.0 / paired_ratio(r, *b));
+    }
+    std::printf("%-18s %-4s %-8s %-8s %9.3f %8.2f %8.2f %10s %10s\n", r.format.c_str(), r.mode.c_str(), r.set.c_str(),
+                r.kind.c_str(), ns, base > 0 ? ns / base : 0.0, mc > 0 ? ns / mc : 0.0, paired.c_str(), paired2.c_str());
+    std::fflush(stdout);
   }
 }
 
