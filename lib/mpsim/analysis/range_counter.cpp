@@ -112,15 +112,6 @@ namespace {
 
 namespace rd = range_detail;
 
-bool cpu_has_avx2() {
-#if defined(__x86_64__) || defined(__i386__)
-  static const bool has = __builtin_cpu_supports("avx2");
-  return has;
-#else
-  return false;
-#endif
-}
-
 // Below this many values a call counts straight into the keyed table: the fast table's setup and
 // fold (2 x 32 KiB) would cost more than it saves.
 constexpr std::size_t kFastMin = 512;
@@ -193,7 +184,8 @@ void RangeCounter::add(std::span<const float> values) {
         }
       std::fill(fast.begin(), fast.end(), 0u);
     };
-    const bool vector = path_ == Path::automatic ? cpu_has_avx2() : path_ != Path::scalar;
+    // The bulk engine's cpuid check (AVX2 with FMA and F16C: every AVX2 CPU has them).
+    const bool vector = path_ == Path::automatic ? path_available(Path::avx2) : path_ != Path::scalar;
     std::size_t i = 0;
     while (i < n) {
       const std::size_t stop = std::min(n, i + (std::size_t{1} << 30));
