@@ -38,6 +38,8 @@ std::vector<Format> test_formats() {
   f.push_back(make_format("fp16_flush_sat", 5, 10, 15, true, NanEncoding::ieee, Subnormals::flush, Overflow::saturate));
   f.push_back(make_format("e4m3_sat", 4, 3, 7, false, NanEncoding::all_ones, Subnormals::keep, Overflow::saturate));
   f.push_back(make_format("bf16_flush", 8, 7, 127, true, NanEncoding::ieee, Subnormals::flush));
+  // No mantissa bits: every tie is between two encodings whose significands are both the implicit 1.
+  f.push_back(make_format("e4m0_fnuz", 4, 0, 8, false, NanEncoding::neg_zero));
   return f;
 }
 
