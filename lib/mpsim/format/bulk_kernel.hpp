@@ -313,10 +313,6 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
   const I kOvfYPos = S::set1(p.ovf_y_pos), kOvfYNeg = S::set1(p.ovf_y_neg);
   const I kSrMask = S::set1(static_cast<std::int32_t>(p.sr_mask));
   const I kLow = S::set1((1 << p.sh0) - 1), kHalfM1 = S::set1(((1 << p.sh0) - 1) >> 1), kHalf = S::set1(1 << (p.sh0 - 1));
-  // For a float in the format's normal range, (pattern >> sh0) - encoding = (d0 - 1) << m, and the two
-  // round alike (they differ by a multiple of 2^m: the same last bit if m >= 1).
-  const I kRebias = S::set1((p.d0 - 1) << p.man_bits);
-  const bool kRebiasOk = p.man_bits >= 1;
   const M kOvfPosCounts = S::mconst(p.ovf_pos_counts != 0), kOvfNegCounts = S::mconst(p.ovf_neg_counts != 0);
   const int m = p.man_bits;
   const int sh0 = p.sh0;
@@ -355,17 +351,6 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
               const I rnd = lowbias32_vec<S>(S::add(kIdxBase, S::set1(static_cast<std::int32_t>(i))));
               enc = S::count(S::srl(ar, sh0), S::carry(S::and_(frac32, kSrMask), S::and_(rnd, kSrMask)));
             }
-          } else if (MODE == Mode::stochastic && kRebiasOk &&
-                     !S::any(S::mandnot(S::eq(ar, kZero), S::gt(kD0, S::template srli<23>(ar))))) {
-            // Stochastic rounding with no lane below the format's smallest normal binade (zeros aside),
-            // the common case for data in the format's range (N(0,1) in fp16): every lane rounds at bit
-            // sh0 as in the uniform code, whose encoding is this one's plus kRebias. (Only here: for the
-            // other modes the general code is cheap enough that the branch costs more than it saves.)
-            rem = S::and_(ar, kLow);
-            const I frac32 = S::sll(rem, 32 - sh0);
-            const I rnd = lowbias32_vec<S>(S::add(kIdxBase, S::set1(static_cast<std::int32_t>(i))));
-            enc = S::count(S::srl(ar, sh0), S::carry(S::and_(frac32, kSrMask), S::and_(rnd, kSrMask)));
-            enc = S::max(S::sub(enc, kRebias), kZero);  // ±0 stays 0
           } else {
             const I E = S::template srli<23>(ar);
             const I Ee = S::max(E, kOne);
