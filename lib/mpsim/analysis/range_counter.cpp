@@ -22,18 +22,6 @@ constexpr std::uint64_t kSig52 = std::uint64_t{1} << 52;  // "no significand rea
 
 }  // namespace
 
-int outcome_class(double x, const Format& f, const Rounding& r) {
-  const std::uint64_t bits = round_bits(x, f, r, 0);
-  const std::uint64_t mag = bits & ~f.sign_bit() & f.storage_mask();
-  // The classes of mpsim::Stats (bulk.cpp), NaN/inf tested first: in the "fnuz" formats the one NaN
-  // (0x80) has a zero magnitude field.
-  if (is_nan_bits(bits, f) || is_inf_bits(bits, f)) return 3;
-  if (mag == 0) return 0;
-  if (f.overflow == Overflow::saturate && mag == f.max_finite_bits && std::fabs(x) > f.max_finite) return 3;
-  if ((mag >> f.man_bits) == 0) return 1;
-  return 2;
-}
-
 RangeCounter::RangeCounter(const Format& target, const Rounding& rounding, Path path)
     : format_(target), rounding_(rounding), path_(path) {
   validate(rounding_);
@@ -112,6 +100,14 @@ namespace {
 
 namespace rd = range_detail;
 
+// True where the fast table cannot take x: a float subnormal, inf or NaN (±0 it can). Not in the
+// kernel header: that one is also compiled with -mavx2, and an inline function both objects emit could
+// be taken from the AVX2 one by the linker.
+bool needs_key(std::uint32_t u) {
+  const std::uint32_t a = u & 0x7fffffffu;
+  return a - 1u < 0x007fffffu || a >= 0x7f800000u;
+}
+
 // Below this many values a call counts straight into the keyed table: the fast table's setup and
 // fold (2 x 32 KiB) would cost more than it saves.
 constexpr std::size_t kFastMin = 512;
@@ -167,7 +163,7 @@ void RangeCounter::add(std::span<const float> values) {
       st.min_abs_m1 = std::min(st.min_abs_m1, a - 1u);  // a = 0 gives 0xffffffff: no effect
     };
     auto one = [&](std::uint32_t u, std::size_t c) {
-      if (rd::needs_key(u)) keyed(u);
+      if (needs_key(u)) keyed(u);
       else quick(u, c);
     };
     // The fast table's copies hold uint32 counts: fold them into the keyed table every 2^30 values.

@@ -107,8 +107,7 @@ class RangeCounter {
   double amax_ = 0, amin_nonzero_ = 0;
 };
 
-// The outcome class of rounding x into F under r, as RangeCounter counts it: 0 zero (from a non-zero
-// x), 1 subnormal, 2 normal, 3 overflow. x must be finite and non-zero.
-int outcome_class(double x, const Format& f, const Rounding& r);
+// The outcome classes RangeCounter counts are those of mpsim::Stats (lib/mpsim/format/bulk.hpp).
+using mpsim::outcome_class;
 
 }  // namespace mpsim::analysis

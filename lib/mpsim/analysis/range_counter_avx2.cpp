@@ -42,12 +42,12 @@ std::size_t count_fast_avx2(const float* p, std::size_t n, FastState& st) {
     t_neg_xor[r] = _mm256_set1_epi32(st.threshold_minus1[0][r] ^ st.threshold_minus1[1][r]);
   }
   __m256i mx = _mm256_setzero_si256(), mn = minus1, special = _mm256_setzero_si256();
-  // The bins of eight values; `special` gathers the lanes needs_key() is true of.
+  // The bins of eight values; `special` gathers the float subnormal, inf and NaN lanes.
   auto keys = [&](const float* q) {
     const __m256i u = _mm256_castps_si256(_mm256_loadu_ps(q));
     const __m256i a = _mm256_and_si256(u, abs_mask);
     const __m256i am1 = _mm256_sub_epi32(a, one);
-    // needs_key: 0 <= a - 1 < 0x7fffff (a subnormal; a - 1 is -1 for zero) or a > max finite.
+    // 0 <= a - 1 < 0x7fffff (a subnormal; a - 1 is -1 for zero) or a > max finite.
     special = _mm256_or_si256(special, _mm256_and_si256(_mm256_cmpgt_epi32(sub_limit, am1), _mm256_cmpgt_epi32(am1, minus1)));
     special = _mm256_or_si256(special, _mm256_cmpgt_epi32(a, max_finite));
     mx = _mm256_max_epu32(mx, a);

@@ -32,13 +32,7 @@ struct FastState {
   std::uint32_t min_abs_m1;  // smallest |x| bits minus one among them (0xffffffff if none)
 };
 
-// True where the fast table cannot take x: a float subnormal, inf or NaN (±0 it can).
-inline bool needs_key(std::uint32_t u) {
-  const std::uint32_t a = u & 0x7fffffffu;
-  return a - 1u < 0x007fffffu || a >= 0x7f800000u;
-}
-
-// Counts p[0, n) sixteen at a time until a sixteen holds a value needs_key() is true of; returns
+// Counts p[0, n) sixteen at a time until a sixteen holds a float subnormal, inf or NaN; returns
 // the index of that sixteen (or of the last whole sixteen's end). Only on CPUs with AVX2.
 std::size_t count_fast_avx2(const float* p, std::size_t n, FastState& st);
 

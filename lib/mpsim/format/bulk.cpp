@@ -93,6 +93,17 @@ Path best_path() {
 
 bool vector_supported(const Format& f) { return f.man_bits <= 22 && f.emin >= -126 && f.storage_bits <= 32; }
 
+int outcome_class(double x, const Format& f, const Rounding& r) {
+  const std::uint64_t bits = round_bits(x, f, r, 0);
+  const std::uint64_t mag = bits & ~f.sign_bit() & f.storage_mask();
+  // NaN/inf tested first: in the "fnuz" formats the one NaN (0x80) has a zero magnitude field.
+  if (is_nan_bits(bits, f) || is_inf_bits(bits, f)) return 3;
+  if (mag == 0) return 0;
+  if (f.overflow == Overflow::saturate && mag == f.max_finite_bits && std::fabs(x) > f.max_finite) return 3;
+  if ((mag >> f.man_bits) == 0) return 1;
+  return 2;
+}
+
 namespace {
 
 void check_sizes(std::size_t in, std::size_t out, const void* ip, const void* op, const char* who) {
@@ -219,21 +230,21 @@ F16cThresholds find_f16c_thresholds(RoundingMode mode) {
   F16cThresholds t{};
   const Rounding r = Rounding::of(mode);
   for (int s = 0; s < 2; ++s) {
-    auto mag = [&](std::uint32_t a) {
-      return round_bits(std::bit_cast<float>(a | (s ? 0x80000000u : 0u)), fp16(), r) & 0x7fffu;
-    };
-    // Smallest a in [0, 0x7f800000] with !below(a): below holds at 0 and fails at +inf.
-    auto first_not = [&](auto below) {
-      std::uint32_t lo = 0, hi = 0x7f800000u;  // below(lo), !below(hi)
+    // Smallest |x| (float bits, in [1, 0x7f7fffff]) whose class reaches `rank`; 0x7f800000 if none does.
+    auto first_reaching = [&](int rank) {
+      auto reaches = [&](std::uint32_t a) {
+        return outcome_class(std::bit_cast<float>(a | (s ? 0x80000000u : 0u)), fp16(), r) >= rank;
+      };
+      std::uint32_t lo = 0, hi = 0x7f800000u;  // !reaches(lo) (lo = 0 stands for "below 1"), reaches(hi) or hi = inf
       while (hi - lo > 1) {
         const std::uint32_t mid = lo + (hi - lo) / 2;
-        (below(mid) ? lo : hi) = mid;
+        (reaches(mid) ? hi : lo) = mid;
       }
-      return hi;
+      return static_cast<std::int32_t>(hi);
     };
-    t.zero_below[s] = static_cast<std::int32_t>(first_not([&](std::uint32_t a) { return mag(a) == 0; }));
-    t.small_below[s] = static_cast<std::int32_t>(first_not([&](std::uint32_t a) { return mag(a) < 0x400; }));
-    t.finite_upto[s] = static_cast<std::int32_t>(first_not([&](std::uint32_t a) { return mag(a) < 0x7c00; })) - 1;
+    t.zero_below[s] = first_reaching(1);
+    t.small_below[s] = first_reaching(2);
+    t.finite_upto[s] = first_reaching(3) - 1;
   }
   return t;
 }

@@ -37,6 +37,12 @@ struct Stats {
   friend bool operator==(const Stats&, const Stats&) = default;
 };
 
+// The Stats class of rounding x into fmt under r: 0 zero (from a non-zero x: underflow), 1 subnormal,
+// 2 normal, 3 overflow (±inf, NaN, or a saturated ±max_finite from beyond it). x must be finite and
+// non-zero. Monotone in |x| within a sign, which the F16C path's Stats thresholds and the analysis
+// range counter both rely on.
+int outcome_class(double x, const Format& fmt, const Rounding& r);
+
 // Which code path the engine takes. `automatic` picks the fastest the CPU has (cpuid). Forcing a path
 // the CPU lacks is an mpsim::Error.
 enum class Path : std::uint8_t { automatic, scalar, avx2, avx512 };

@@ -194,9 +194,10 @@ inline void count_fast(Counters<S>& c, typename S::I a, typename S::I enc, typen
   c.vmin_m1 = S::minu(c.vmin_m1, S::sub(a, S::set1(1)));
 }
 
-// fp16 with subnormals kept in nearest-even, toward zero, up or down: vcvtps2ph with that rounding
-// (and nearest-away built from two of them, S::cvt_ph_away) is exactly the specification (an IEEE conversion: overflow as IEEE 754 section 7.4 says for the
-// mode, NaN sign and top payload bits kept with the quiet bit set; Intel SDM, VCVTPS2PH).
+// fp16 with subnormals kept in nearest-even, toward zero, up or down: vcvtps2ph with that rounding is
+// exactly the specification (an IEEE conversion: overflow as IEEE 754 section 7.4 says for the mode,
+// NaN sign and top payload bits kept with the quiet bit set; Intel SDM, VCVTPS2PH). Nearest-away is
+// built from two of them (S::cvt_ph_away).
 //
 // Stats: the hardware gives the result, so the classes are counted from |x| alone against the
 // thresholds of KernelParams::f16c_* (no widening of the result, no test of it), and "exact" as

@@ -61,7 +61,7 @@ struct KernelParams {
   bool float_layout = false;         // exp_bits 8, bias 127: an encoding is a float bit pattern >> (23 - m)
   bool uniform = false;              // emin == -126: every finite float rounds at bit 23 - m of its pattern
   // exact hardware instruction
-  bool f16c = false;                 // fp16 with subnormals kept, mode rne/rtz/ru/rd: vcvtps2ph is exact
+  bool f16c = false;                 // fp16 with subnormals kept, mode rne/rtz/ru/rd (vcvtps2ph is exact) or rna (two of them)
   // With f16c, the Stats classes as thresholds on |x| (float bits), per sign (0 +, 1 -): |x| below
   // zero_below gives ±0, below small_below a result under the smallest normal, above finite_upto inf.
   // Rounding is monotone in |x| within a sign, so a class is a range of |x| (bulk.cpp finds the ends
