@@ -1,6 +1,7 @@
 #include "mpsim/analysis/range_counter.hpp"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <limits>
@@ -108,6 +109,112 @@ bool needs_key(std::uint32_t u) {
   return a - 1u < 0x007fffffu || a >= 0x7f800000u;
 }
 
+// The pair table and corrections of the AVX2 loop (range_counter_kernel.hpp), per thread: 1 MiB is
+// too much to allocate per call (the commands call once per 4 MiB chunk) or to keep per counter (one
+// per tensor). Zero between calls: a fold zeroes what it reads, and a call that ends by an exception
+// zeroes it all.
+struct PairScratch {
+  std::vector<std::uint32_t> pairs = std::vector<std::uint32_t>(rd::kPairCounts, 0);
+  std::vector<std::int32_t> corrections = std::vector<std::int32_t>(rd::kFastBins, 0);
+};
+PairScratch& pair_scratch() {
+  thread_local PairScratch scratch;
+  return scratch;
+}
+
+// Values per block of the pair loop: a block holding a float subnormal, inf or NaN is counted again
+// with -1 and then through the fast table, so a block should stay in L1 for that second reading.
+constexpr std::size_t kPairBlock = 2048;
+
+// Counts p[0, n) (n >= 16) with the AVX2 pair loop into `t` (keyed table bins [(sign * keys + key)
+// * 4 + code]); `keyed` takes single values, `count_fast(i, stop, true)` a block that held a special
+// value; max_abs / min_abs_m1 take the extremes of the blocks counted by pairs.
+template <class Table, class Keyed, class CountFast>
+void count_pairs(const float* p, std::size_t n, const std::uint32_t (&th)[2][3], Table& t, Keyed& keyed,
+                 CountFast& count_fast, std::uint32_t& max_abs, std::uint32_t& min_abs_m1) {
+  PairScratch& scratch = pair_scratch();
+  struct Guard {
+    PairScratch& s;
+    bool done = false;
+    ~Guard() {
+      if (done) return;
+      std::fill(s.pairs.begin(), s.pairs.end(), 0u);
+      std::fill(s.corrections.begin(), s.corrections.end(), 0);
+    }
+  } guard{scratch};
+  rd::PairState ps{};
+  ps.pairs = scratch.pairs.data();
+  ps.corrections = scratch.corrections.data();
+  for (int s = 0; s < 2; ++s) {
+    // The code intervals [0, th0), [th0, th1), [th1, th2), [th2, 2^23): the widest is the dominant one.
+    const std::uint32_t edge[5] = {0, th[s][0], th[s][1], th[s][2], 0x800000u};
+    unsigned best = 0;
+    for (unsigned c = 1; c < 4; ++c)
+      if (edge[c + 1] - edge[c] > edge[best + 1] - edge[best]) best = c;
+    ps.lo[s] = edge[best];
+    ps.width[s] = edge[best + 1] - edge[best];
+    for (int r = 0; r < 3; ++r) ps.threshold[s][r] = th[s][r];
+    ps.dominant[s] = best;
+  }
+  std::uint32_t pmax = 0, pmin_m1 = 0xffffffffu;
+  // Folds the pair table into `t`: only the rows and columns of keys the counted blocks can hold
+  // (±0 and the exponents between the smallest and largest |x|), and zeroes them.
+  auto fold = [&] {
+    std::array<unsigned, 512> rows;
+    std::size_t nrows = 0;
+    const unsigned e_lo = (pmin_m1 + 1u) >> 23, e_hi = pmax >> 23;
+    for (unsigned s = 0; s < 2; ++s) {
+      rows[nrows++] = s << 8;
+      if (pmax != 0)
+        for (unsigned e = e_lo; e <= e_hi; ++e) rows[nrows++] = (s << 8) | e;
+    }
+    std::array<std::uint64_t, 512> per_key{};
+    for (std::size_t a = 0; a < nrows; ++a) {
+      std::uint32_t* row = ps.pairs + rows[a] * rd::kPairRow;
+      for (std::size_t b = 0; b < nrows; ++b) {
+        const std::uint32_t c = row[rows[b]];
+        if (c == 0) continue;
+        per_key[rows[a]] += c;
+        per_key[rows[b]] += c;
+        row[rows[b]] = 0;
+      }
+    }
+    for (std::size_t a = 0; a < nrows; ++a) {
+      const unsigned k = rows[a], s = k >> 8, e = k & 0xffu;
+      const std::size_t bin = (s * kFloatKeys + (e == 0 ? 0 : e + 23)) << 2;
+      t.counts[bin + ps.dominant[s]] += per_key[k];
+      for (unsigned code = 0; code < 4; ++code) {
+        std::int32_t& corr = ps.corrections[(k << 2) | code];
+        t.counts[bin + code] += static_cast<std::uint64_t>(static_cast<std::int64_t>(corr));
+        corr = 0;
+      }
+    }
+  };
+  const std::size_t whole = n - n % 16;
+  std::size_t i = 0;
+  while (i < whole) {
+    // uint32 pair counts: at most 2^29 pairs per window.
+    const std::size_t stop = std::min(whole, i + (std::size_t{1} << 30));
+    while (i < stop) {
+      const std::size_t len = std::min(kPairBlock, stop - i);
+      const rd::BlockExtremes e = rd::count_pairs_avx2(p + i, len, ps, 1);
+      if (e.special()) {
+        rd::count_pairs_avx2(p + i, len, ps, -1);
+        count_fast(i, i + len, true);
+      } else {
+        pmax = std::max(pmax, e.max_abs);
+        pmin_m1 = std::min(pmin_m1, e.min_abs_m1);
+      }
+      i += len;
+    }
+    fold();
+  }
+  for (; i < n; ++i) keyed(std::bit_cast<std::uint32_t>(p[i]));
+  guard.done = true;
+  max_abs = std::max(max_abs, pmax);
+  min_abs_m1 = std::min(min_abs_m1, pmin_m1);
+}
+
 // Below this many values a call counts straight into the keyed table: the fast table's setup and
 // fold (2 x 32 KiB) would cost more than it saves.
 constexpr std::size_t kFastMin = 512;
@@ -145,11 +252,12 @@ void RangeCounter::add(std::span<const float> values) {
   if (n < kFastMin) {
     for (std::size_t i = 0; i < n; ++i) keyed(std::bit_cast<std::uint32_t>(p[i]));
   } else {
-    std::vector<std::uint32_t> fast(rd::kFastCopies * rd::kCopyStride, 0);
+    // The four-copy fast table (range_counter_kernel.hpp): the whole call on CPUs without AVX2, and
+    // with AVX2 the blocks that hold a float subnormal, inf or NaN.
+    std::vector<std::uint32_t> fast;
     rd::FastState st{};
     for (int s = 0; s < 2; ++s)
       for (int r = 0; r < 3; ++r) st.threshold_minus1[s][r] = static_cast<std::int32_t>(th[s][r]) - 1;
-    st.counts = fast.data();
     st.max_abs = 0;
     st.min_abs_m1 = 0xffffffffu;
     // A value the fast table can take (not a float subnormal, inf or NaN), into copy `c`.
@@ -166,8 +274,9 @@ void RangeCounter::add(std::span<const float> values) {
       if (needs_key(u)) keyed(u);
       else quick(u, c);
     };
-    // The fast table's copies hold uint32 counts: fold them into the keyed table every 2^30 values.
-    auto fold = [&] {
+    // The fast table's copies hold uint32 counts: folded into the keyed table every 2^30 values.
+    auto fold_fast = [&] {
+      if (fast.empty()) return;
       for (unsigned s = 0; s < 2; ++s)
         for (unsigned e = 0; e < 0xffu; ++e) {
           const unsigned key = e == 0 ? 0 : e + 23;  // e = 0 holds only ±0 here
@@ -180,14 +289,15 @@ void RangeCounter::add(std::span<const float> values) {
         }
       std::fill(fast.begin(), fast.end(), 0u);
     };
-    // The bulk engine's cpuid check (AVX2 with FMA and F16C: every AVX2 CPU has them).
-    const bool vector = path_ == Path::automatic ? path_available(Path::avx2) : path_ != Path::scalar;
-    std::size_t i = 0;
-    while (i < n) {
-      const std::size_t stop = std::min(n, i + (std::size_t{1} << 30));
+    // Counts [i, stop) through the fast table: the AVX2 sixteen-value loop where it may, and the
+    // sixteen it stops at (or everything, without AVX2) per value.
+    auto count_fast = [&](std::size_t i, std::size_t stop, bool vector) {
+      if (fast.empty()) {
+        fast.assign(rd::kFastCopies * rd::kCopyStride, 0);
+        st.counts = fast.data();
+      }
       while (i < stop) {
         if (vector) i += rd::count_fast_avx2(p + i, stop - i, st);
-        // Scalar: the sixteen the vector loop left (all of the rest without it).
         const std::size_t upto = vector ? std::min(stop, i + 16) : stop;
         for (; i + 4 <= upto; i += 4) {
           one(std::bit_cast<std::uint32_t>(p[i]), 0);
@@ -197,7 +307,19 @@ void RangeCounter::add(std::span<const float> values) {
         }
         for (; i < upto; ++i) one(std::bit_cast<std::uint32_t>(p[i]), 0);
       }
-      fold();
+    };
+    // The bulk engine's cpuid check (AVX2 with FMA and F16C: every AVX2 CPU has them).
+    const bool vector = path_ == Path::automatic ? path_available(Path::avx2) : path_ != Path::scalar;
+    if (!vector) {
+      for (std::size_t i = 0; i < n;) {
+        const std::size_t stop = std::min(n, i + (std::size_t{1} << 30));
+        count_fast(i, stop, false);
+        fold_fast();
+        i = stop;
+      }
+    } else {
+      count_pairs(p, n, th, t, keyed, count_fast, st.max_abs, st.min_abs_m1);
+      fold_fast();
     }
     mx = std::max(mx, st.max_abs);
     mn_m1 = std::min(mn_m1, st.min_abs_m1);

@@ -1,6 +1,7 @@
-// The AVX2 loop of RangeCounter (range_counter_kernel.hpp): eight fast-table indices per step with
-// vector instructions, then eight scalar increments (AVX2 has no scatter; gathers and conflict
-// detection would be AVX-512). Compiled with -mavx2 (lib/mpsim/analysis/meson.build);
+// The AVX2 loops of RangeCounter (range_counter_kernel.hpp): the pair loop, which counts nearly
+// everything, and the fast-table loop for blocks holding a float subnormal, inf or NaN. Both compute
+// eight table indices per step with vector instructions, then make eight scalar increments (AVX2 has
+// no scatter; gathers and conflict detection would be AVX-512). Compiled with -mavx2 (lib/mpsim/analysis/meson.build);
 // range_counter.cpp calls it only when the CPU has AVX2.
 #include <immintrin.h>
 
@@ -85,6 +86,100 @@ std::size_t count_fast_avx2(const float* p, std::size_t n, FastState& st) {
     if (lanes_min[j] < st.min_abs_m1) st.min_abs_m1 = lanes_min[j];
   }
   return i;
+}
+
+namespace {
+
+// The corrections for the rare lanes of a sixteen (bit j of `mask`: value q[j]).
+__attribute__((noinline)) void correct(const float* q, unsigned mask, const PairState& st, std::int32_t delta) {
+  const auto* u32 = reinterpret_cast<const std::uint32_t*>(q);
+  while (mask != 0) {
+    const std::uint32_t u = u32[__builtin_ctz(mask)];
+    mask &= mask - 1;
+    const unsigned s = u >> 31;
+    const std::uint32_t m = u & 0x7fffffu;
+    const unsigned code = (m >= st.threshold[s][0]) + (m >= st.threshold[s][1]) + (m >= st.threshold[s][2]);
+    const std::size_t bin = static_cast<std::size_t>(u >> 23) << 2;
+    st.corrections[bin | code] += delta;
+    st.corrections[bin | st.dominant[s]] -= delta;
+  }
+}
+
+// Symmetric: both signs have the same dominant interval (nearest and toward-zero modes), and the
+// lanes need no per-sign choice.
+template <bool Symmetric>
+BlockExtremes count_pairs(const float* p, std::size_t n, const PairState& st, std::int32_t delta) {
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), mant = _mm256_set1_epi32(0x7fffff);
+  const __m256i one = _mm256_set1_epi32(1), zero = _mm256_setzero_si256();
+  // A significand m is outside its sign's dominant interval [lo, lo + w) where (m - lo) >= w
+  // unsigned, that is (top bits flipped on both sides) where the signed m + (2^31 - lo) exceeds
+  // (w - 1) ^ 2^31: an add and a compare. Per lane the sign's bias and limit, chosen by the sign bit
+  // (blendv reads the top bit).
+  auto splat = [](std::uint32_t x) { return _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(x))); };
+  const __m256 bias_pos = splat(0x80000000u - st.lo[0]), bias_neg = splat(0x80000000u - st.lo[1]);
+  const __m256 limit_pos = splat((st.width[0] - 1) ^ 0x80000000u), limit_neg = splat((st.width[1] - 1) ^ 0x80000000u);
+  const auto inc = static_cast<std::uint32_t>(delta);
+  std::uint32_t* pairs = st.pairs;
+  __m256i mx = zero, mn = _mm256_set1_epi32(-1);
+  // |x| bits into the extremes; the lanes whose significand is outside the dominant interval (not ±0).
+  auto look = [&](__m256i u) {
+    const __m256i a = _mm256_and_si256(u, abs_mask);
+    mx = _mm256_max_epu32(mx, a);
+    mn = _mm256_min_epu32(mn, _mm256_sub_epi32(a, one));
+    const __m256i bias = Symmetric ? _mm256_castps_si256(bias_pos)
+                                   : _mm256_castps_si256(_mm256_blendv_ps(bias_pos, bias_neg, _mm256_castsi256_ps(u)));
+    const __m256i limit = Symmetric ? _mm256_castps_si256(limit_pos)
+                                    : _mm256_castps_si256(_mm256_blendv_ps(limit_pos, limit_neg, _mm256_castsi256_ps(u)));
+    const __m256i d = _mm256_add_epi32(_mm256_and_si256(u, mant), bias);
+    // Outside the interval, where x is not zero.
+    return _mm256_andnot_si256(_mm256_cmpeq_epi32(a, zero), _mm256_cmpgt_epi32(d, limit));
+  };
+  for (std::size_t i = 0; i < n; i += 16) {
+    // 4 KiB ahead: the hardware prefetcher does not cross pages, and a memory-mapped file is read
+    // page by page (measured here from memory: 0.54 -> 0.42 ns/value). A prefetch never faults.
+    _mm_prefetch(reinterpret_cast<const char*>(p + i + 1024), _MM_HINT_T0);
+    const __m256i u0 = _mm256_castps_si256(_mm256_loadu_ps(p + i));
+    const __m256i u1 = _mm256_castps_si256(_mm256_loadu_ps(p + i + 8));
+    const __m256i r0 = look(u0), r1 = look(u1);
+    const unsigned rare = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(r0))) |
+                          static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(r1))) << 8;
+    if (rare != 0) [[unlikely]] {
+      correct(p + i, rare & 0xffu, st, delta);
+      correct(p + i + 8, rare >> 8, st, delta);
+    }
+    // Pair j: (q[j], q[8 + j]) at row (top nine bits of q[j]) and column (those of q[8 + j]).
+    const __m256i k0 = _mm256_srli_epi32(u0, 23);
+    const __m256i idx = _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(k0, 9), _mm256_slli_epi32(k0, 4)),
+                                         _mm256_srli_epi32(u1, 23));
+    static_assert(kPairRow == (1u << 9) + (1u << 4));
+    const __m128i lo = _mm256_castsi256_si128(idx), hi = _mm256_extracti128_si256(idx, 1);
+    const auto a = static_cast<std::uint64_t>(_mm_cvtsi128_si64(lo)), b = static_cast<std::uint64_t>(_mm_extract_epi64(lo, 1));
+    const auto c = static_cast<std::uint64_t>(_mm_cvtsi128_si64(hi)), d = static_cast<std::uint64_t>(_mm_extract_epi64(hi, 1));
+    pairs[static_cast<std::uint32_t>(a)] += inc;
+    pairs[a >> 32] += inc;
+    pairs[static_cast<std::uint32_t>(b)] += inc;
+    pairs[b >> 32] += inc;
+    pairs[static_cast<std::uint32_t>(c)] += inc;
+    pairs[c >> 32] += inc;
+    pairs[static_cast<std::uint32_t>(d)] += inc;
+    pairs[d >> 32] += inc;
+  }
+  alignas(32) std::uint32_t lanes_max[8], lanes_min[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes_max), mx);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes_min), mn);
+  BlockExtremes e{0, 0xffffffffu};
+  for (int j = 0; j < 8; ++j) {
+    e.max_abs = lanes_max[j] > e.max_abs ? lanes_max[j] : e.max_abs;
+    e.min_abs_m1 = lanes_min[j] < e.min_abs_m1 ? lanes_min[j] : e.min_abs_m1;
+  }
+  return e;
+}
+
+}  // namespace
+
+BlockExtremes count_pairs_avx2(const float* p, std::size_t n, const PairState& st, std::int32_t delta) {
+  if (st.lo[0] == st.lo[1] && st.width[0] == st.width[1]) return count_pairs<true>(p, n, st, delta);
+  return count_pairs<false>(p, n, st, delta);
 }
 
 }  // namespace mpsim::analysis::range_detail
