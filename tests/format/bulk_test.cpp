@@ -215,6 +215,34 @@ TEST_CASE("lengths 0, 1, 7, 8, 9, 10^6+3 at unaligned addresses, in place, any t
   }
 }
 
+TEST_CASE("stochastic rounding past 2^24 elements in one thread draws the element's own index", "[bulk]") {
+  // The vector kernel counts Stats in blocks of 2^24 elements; the generator index must run on across
+  // them (it restarted at each block once: elements 2^24 + k drew k's random bits). A logic test on
+  // 2^24 elements: it runs in the unit suite, not again under the sanitizers.
+  if (kSanitized) return;
+  const std::size_t n = (std::size_t{1} << 24) + 4099;
+  std::vector<float> in(n);
+  std::mt19937 rng(77);
+  for (auto& x : in) x = std::bit_cast<float>((static_cast<std::uint32_t>(rng()) & 0x807fffffu) | 0x3f800000u);  // [1, 2), both signs
+  for (Path path : cpu_paths())
+    for (const Format* f : {&fp16(), &bf16()}) {
+      const Rounding r = Rounding::stochastic(99, 32);
+      BulkOptions opt;
+      opt.path = path;
+      opt.threads = 1;
+      opt.index0 = 12345;
+      std::vector<std::uint16_t> out(n);
+      round_array(std::span<const float>(in), std::span<std::uint16_t>(out), *f, r, nullptr, opt);
+      std::size_t bad = 0, checked = 0;
+      for (std::size_t i = 0; i < n; i += (i + 5000 >= (std::size_t{1} << 24) ? 1 : 997)) {  // all past 2^24 - 5000
+        bad += out[i] != round_bits(in[i], *f, r, opt.index0 + i);
+        ++checked;
+      }
+      INFO(f->name << " " << to_string(path) << ": " << checked << " checked");
+      CHECK(bad == 0);
+    }
+}
+
 TEST_CASE("output and Stats are the same bits for 1, 2, 3 and default threads, stochastic included", "[bulk]") {
   const std::vector<float> in = test_inputs(1 << 20);
   for (Path path : cpu_paths()) {

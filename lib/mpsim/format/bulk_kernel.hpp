@@ -327,6 +327,7 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
     const std::size_t len = n - blk < kCounterBlock ? n - blk : kCounterBlock;
     const std::size_t pad = for_each_vector<S, KIND>(in + blk, static_cast<unsigned char*>(out) + blk * out_size<KIND>(), len,
         [&](std::size_t i, const float* src, void* dst, std::size_t j) {
+          // i counts from the block's start: element blk + i of the call (the stochastic index).
           const I b = S::load(src);
           const I a = S::and_(b, kAbs);
           I ar = a;
@@ -349,7 +350,7 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
               enc = S::or_(S::srl(ar, sh0), S::maskz_not(S::eq(rem, kZero), kOne));
             } else {  // stochastic
               const I frac32 = S::sll(rem, 32 - sh0);
-              const I rnd = lowbias32_vec<S>(S::add(kIdxBase, S::set1(static_cast<std::int32_t>(i))));
+              const I rnd = lowbias32_vec<S>(S::add(kIdxBase, S::set1(static_cast<std::int32_t>(blk + i))));
               enc = S::count(S::srl(ar, sh0), S::carry(S::and_(frac32, kSrMask), S::and_(rnd, kSrMask)));
             }
           } else {
@@ -380,7 +381,7 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
               // The discarded fraction in units of 2^-32, truncated as round_bits does (shift counts of
               // 32 or more give 0 in vpsllvd/vpsrlvd, which is what the specification's cases give).
               const I frac32 = S::or_(S::sllv(rem, S::sub(k32, sh)), S::srlv(rem, S::sub(sh, k32)));
-              const I rnd = lowbias32_vec<S>(S::add(kIdxBase, S::set1(static_cast<std::int32_t>(i))));
+              const I rnd = lowbias32_vec<S>(S::add(kIdxBase, S::set1(static_cast<std::int32_t>(blk + i))));
               mag = S::count(S::srlv(sig, shc), S::carry(S::and_(frac32, kSrMask), S::and_(rnd, kSrMask)));
             }
             // A carry out of the mantissa lands in the exponent field by the addition.
