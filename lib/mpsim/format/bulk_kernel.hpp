@@ -18,6 +18,12 @@
 namespace mpsim::bulk_detail {
 namespace {
 
+// A compile-time choice passed to a generic lambda (not std::integral_constant: see above).
+template <bool B>
+struct Flag {
+  static constexpr bool value = B;
+};
+
 // Counters are 32-bit per lane: fold them into 64-bit totals at least every 2^24 elements.
 constexpr std::size_t kCounterBlock = std::size_t{1} << 24;
 
@@ -36,16 +42,22 @@ struct Counters {
   // The F16C path's fast counting (f16c_loop): results equal to the input, zeros included (fold()
   // takes f_zero off), so no test of the result for zero is needed.
   I h_same = S::zero();
+  // round_loop's fast counting for formats with float's exponent range (UNIFORM), in steps known to
+  // hold no float subnormal: there only a zero input gives a zero or subnormal result, so u_zero
+  // stands for f_zero, f_enc0 and f_small at once, and u_kept counts exact results with the zeros.
+  I u_zero = S::zero(), u_kept = S::zero();
   I vmax = S::zero();       // largest finite |x| (float bits; signed compare is exact below 2^31)
   I vmin_m1 = S::set1(-1);  // smallest non-zero finite |x| minus 1, unsigned (x == 0 wraps to the top)
 
   // same_counts_zeros: f16c_loop's counting, where h_same includes the f_zero inputs.
   void fold(StatsAcc& acc, bool same_counts_zeros = false) {
-    const std::uint64_t fz = S::hsum(f_zero), fe0 = S::hsum(f_enc0), fs = S::hsum(f_small);
-    acc.zero_in += fz + S::hsum(s_zero);
-    acc.underflow += (fe0 - fz) + S::hsum(s_under);
+    const std::uint64_t uz = S::hsum(u_zero);
+    const std::uint64_t fz = S::hsum(f_zero), fe0 = S::hsum(f_enc0) + uz, fs = S::hsum(f_small) + uz;
+    acc.zero_in += fz + uz + S::hsum(s_zero);
+    acc.underflow += (fe0 - fz - uz) + S::hsum(s_under);
     acc.subnormal += (fs - fe0) + S::hsum(s_sub);
-    acc.exact += S::hsum(f_exact) + S::hsum(s_exact) + (same_counts_zeros ? S::hsum(h_same) - fz : 0);
+    acc.exact += S::hsum(f_exact) + S::hsum(s_exact) + (same_counts_zeros ? S::hsum(h_same) - fz : 0) +
+                 (S::hsum(u_kept) - uz);
     acc.nan += S::hsum(s_nan);
     acc.inf_in += S::hsum(s_inf);
     acc.overflow += S::hsum(s_over);
@@ -194,6 +206,16 @@ inline void count_fast(Counters<S>& c, typename S::I a, typename S::I enc, typen
   c.vmin_m1 = S::minu(c.vmin_m1, S::sub(a, S::set1(1)));
 }
 
+// count_fast for UNIFORM formats in a step without float subnormals (see Counters::u_zero).
+template <class S>
+inline void count_fast_uniform(Counters<S>& c, typename S::I a, typename S::M kept_all, typename S::M ovf_counted) {
+  c.u_zero = S::count(c.u_zero, S::eq(a, S::zero()));
+  c.u_kept = S::count(c.u_kept, kept_all);
+  c.s_over = S::count(c.s_over, ovf_counted);
+  c.vmax = S::max(c.vmax, a);
+  c.vmin_m1 = S::minu(c.vmin_m1, S::sub(a, S::set1(1)));
+}
+
 // fp16 with subnormals kept in nearest-even, toward zero, up or down: vcvtps2ph with that rounding is
 // exactly the specification (an IEEE conversion: overflow as IEEE 754 section 7.4 says for the mode,
 // NaN sign and top payload bits kept with the quiet bit set; Intel SDM, VCVTPS2PH). Nearest-away is
@@ -325,9 +347,11 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
   Counters<S> c;
   for (std::size_t blk = 0; blk < n; blk += kCounterBlock) {
     const std::size_t len = n - blk < kCounterBlock ? n - blk : kCounterBlock;
-    const std::size_t pad = for_each_vector<S, KIND>(in + blk, static_cast<unsigned char*>(out) + blk * out_size<KIND>(), len,
-        [&](std::size_t i, const float* src, void* dst, std::size_t j) {
-          // i counts from the block's start: element blk + i of the call (the stochastic index).
+    // One vector: elements blk + i of the call (i also the stochastic index's offset), read from src,
+    // written to dst at j. uniform_count: count with count_fast_uniform (a step without float subnormals).
+    // (always_inline: GCC otherwise calls it per vector, its counters in memory; measured 2x slower.)
+    auto vec = [&](auto uniform_count, std::size_t i, const float* src, void* dst, std::size_t j)
+                   __attribute__((always_inline)) {
           const I b = S::load(src);
           const I a = S::and_(b, kAbs);
           I ar = a;
@@ -433,11 +457,47 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
                 ovc = p.ovf_pos_counts ? ovf : S::mconst(false);
               else
                 ovc = S::mand(ovf, S::mor(S::mand(neg, kOvfNegCounts), S::mandnot(neg, kOvfPosCounts)));
-              count_fast<S>(c, a, enc, S::mandnot(ovf, S::eq(rem, kZero)), ovc, p);
+              const M kept_all = S::mandnot(ovf, S::eq(rem, kZero));
+              if constexpr (decltype(uniform_count)::value) count_fast_uniform<S>(c, a, kept_all, ovc);
+              else count_fast<S>(c, a, enc, kept_all, ovc, p);
             }
           }
           store_out<S, KIND>(dst, j, res, y);
+        };
+    std::size_t pad = 0;
+    unsigned char* const out_blk = static_cast<unsigned char*>(out) + blk * out_size<KIND>();
+    if constexpr (STATS && UNIFORM) {
+      // Steps of kStatsStep counted with count_fast_uniform; a step whose smallest |x| turns out to be a
+      // float subnormal is counted again in full (its outputs are the same both times).
+      const bool in_place = static_cast<const void*>(in) == out;
+      alignas(64) float saved[kStatsStep];
+      for (std::size_t step = 0; step < len; step += kStatsStep) {
+        const std::size_t m_step = len - step < kStatsStep ? len - step : kStatsStep;
+        const float* src = in + blk + step;
+        unsigned char* dst = out_blk + step * out_size<KIND>();
+        if (in_place) {  // rounding in place overwrites the inputs a recount needs
+          std::memcpy(saved, src, m_step * sizeof(float));
+          src = saved;
+        }
+        const Counters<S> before = c;
+        c.vmin_m1 = S::set1(-1);
+        pad = for_each_vector<S, KIND>(src, dst, m_step, [&](std::size_t i, const float* s, void* d, std::size_t j) {
+          vec(Flag<true>{}, step + i, s, d, j);
         });
+        if (S::hmin(c.vmin_m1) < 0x007fffffu) {
+          c = before;
+          pad = for_each_vector<S, KIND>(src, dst, m_step, [&](std::size_t i, const float* s, void* d, std::size_t j) {
+            vec(Flag<false>{}, step + i, s, d, j);
+          });
+        } else {
+          c.vmin_m1 = S::minu(c.vmin_m1, before.vmin_m1);
+        }
+      }
+    } else {
+      pad = for_each_vector<S, KIND>(in + blk, out_blk, len, [&](std::size_t i, const float* s, void* d, std::size_t j) {
+        vec(Flag<false>{}, i, s, d, j);
+      });
+    }
     if constexpr (STATS) {
       c.fold(*acc);
       acc->zero_in -= pad;
