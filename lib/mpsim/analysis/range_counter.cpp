@@ -128,10 +128,11 @@ constexpr std::size_t kPairBlock = 2048;
 
 // Counts p[0, n) (n >= 16) with the AVX2 pair loop into `t` (keyed table bins [(sign * keys + key)
 // * 4 + code]); `keyed` takes single values, `count_fast(i, stop, true)` a block that held a special
-// value; max_abs / min_abs_m1 take the extremes of the blocks counted by pairs.
-template <class Table, class Keyed, class CountFast>
+// value, and `fold_fast()` folds what count_fast counted (its uint32 counts: every 2^30 values, with
+// the pair table); max_abs / min_abs_m1 take the extremes of the blocks counted by pairs.
+template <class Table, class Keyed, class CountFast, class FoldFast>
 void count_pairs(const float* p, std::size_t n, const std::uint32_t (&th)[2][3], Table& t, Keyed& keyed,
-                 CountFast& count_fast, std::uint32_t& max_abs, std::uint32_t& min_abs_m1) {
+                 CountFast& count_fast, FoldFast& fold_fast, std::uint32_t& max_abs, std::uint32_t& min_abs_m1) {
   PairScratch& scratch = pair_scratch();
   struct Guard {
     PairScratch& s;
@@ -208,6 +209,7 @@ void count_pairs(const float* p, std::size_t n, const std::uint32_t (&th)[2][3],
       i += len;
     }
     fold();
+    fold_fast();
   }
   for (; i < n; ++i) keyed(std::bit_cast<std::uint32_t>(p[i]));
   guard.done = true;
@@ -318,8 +320,7 @@ void RangeCounter::add(std::span<const float> values) {
         i = stop;
       }
     } else {
-      count_pairs(p, n, th, t, keyed, count_fast, st.max_abs, st.min_abs_m1);
-      fold_fast();
+      count_pairs(p, n, th, t, keyed, count_fast, fold_fast, st.max_abs, st.min_abs_m1);
     }
     mx = std::max(mx, st.max_abs);
     mn_m1 = std::min(mn_m1, st.min_abs_m1);
