@@ -466,37 +466,39 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
         };
     std::size_t pad = 0;
     unsigned char* const out_blk = static_cast<unsigned char*>(out) + blk * out_size<KIND>();
+    auto plain = [&] {
+      return for_each_vector<S, KIND>(in + blk, out_blk, len, [&](std::size_t i, const float* s, void* d, std::size_t j) {
+        vec(Flag<false>{}, i, s, d, j);
+      });
+    };
     if constexpr (STATS && UNIFORM) {
       // Steps of kStatsStep counted with count_fast_uniform; a step whose smallest |x| turns out to be a
-      // float subnormal is counted again in full (its outputs are the same both times).
-      const bool in_place = static_cast<const void*>(in) == out;
-      alignas(64) float saved[kStatsStep];
-      for (std::size_t step = 0; step < len; step += kStatsStep) {
-        const std::size_t m_step = len - step < kStatsStep ? len - step : kStatsStep;
-        const float* src = in + blk + step;
-        unsigned char* dst = out_blk + step * out_size<KIND>();
-        if (in_place) {  // rounding in place overwrites the inputs a recount needs
-          std::memcpy(saved, src, m_step * sizeof(float));
-          src = saved;
-        }
-        const Counters<S> before = c;
-        c.vmin_m1 = S::set1(-1);
-        pad = for_each_vector<S, KIND>(src, dst, m_step, [&](std::size_t i, const float* s, void* d, std::size_t j) {
-          vec(Flag<true>{}, step + i, s, d, j);
-        });
-        if (S::hmin(c.vmin_m1) < 0x007fffffu) {
-          c = before;
+      // float subnormal is counted again in full (its outputs are the same both times). Rounding in
+      // place overwrites the inputs such a recount needs: those calls count in full throughout.
+      if (static_cast<const void*>(in) == out) {
+        pad = plain();
+      } else {
+        for (std::size_t step = 0; step < len; step += kStatsStep) {
+          const std::size_t m_step = len - step < kStatsStep ? len - step : kStatsStep;
+          const float* src = in + blk + step;
+          unsigned char* dst = out_blk + step * out_size<KIND>();
+          const Counters<S> before = c;
+          c.vmin_m1 = S::set1(-1);
           pad = for_each_vector<S, KIND>(src, dst, m_step, [&](std::size_t i, const float* s, void* d, std::size_t j) {
-            vec(Flag<false>{}, step + i, s, d, j);
+            vec(Flag<true>{}, step + i, s, d, j);
           });
-        } else {
-          c.vmin_m1 = S::minu(c.vmin_m1, before.vmin_m1);
+          if (S::hmin(c.vmin_m1) < 0x007fffffu) {
+            c = before;
+            pad = for_each_vector<S, KIND>(src, dst, m_step, [&](std::size_t i, const float* s, void* d, std::size_t j) {
+              vec(Flag<false>{}, step + i, s, d, j);
+            });
+          } else {
+            c.vmin_m1 = S::minu(c.vmin_m1, before.vmin_m1);
+          }
         }
       }
     } else {
-      pad = for_each_vector<S, KIND>(in + blk, out_blk, len, [&](std::size_t i, const float* s, void* d, std::size_t j) {
-        vec(Flag<false>{}, i, s, d, j);
-      });
+      pad = plain();
     }
     if constexpr (STATS) {
       c.fold(*acc);
