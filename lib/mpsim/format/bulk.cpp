@@ -312,6 +312,7 @@ bd::KernelParams make_params(const Format& f, const Rounding& r, const BulkOptio
   p.inf_bits = static_cast<std::int32_t>(f.inf_bits);
   p.nan_mag = static_cast<std::int32_t>(f.nan == NanEncoding::all_ones ? f.nan_bits : f.nan_bits);
   p.float_layout = f.exp_bits == 8 && f.bias == 127;
+  p.half_layout = f.exp_bits == 5 && f.man_bits == 10 && f.bias == 15 && f.nan == NanEncoding::ieee && f.has_inf;
   p.cap_pos = p.ovf_pos & p.mag_mask;
   p.cap_neg = p.ovf_neg & p.mag_mask;
   // The cap works where the overflow result is sign | magnitude >= max_finite_bits; otherwise (the
@@ -325,6 +326,10 @@ bd::KernelParams make_params(const Format& f, const Rounding& r, const BulkOptio
       decode_to_float(static_cast<std::uint32_t>(p.ovf_neg), f)));
   p.float_layout_ovf_ok = p.float_layout && f.nan == NanEncoding::ieee;
   p.uniform = f.emin == -126;
+  const bool directed = r.mode == RoundingMode::up || r.mode == RoundingMode::down;
+  p.plain = !p.daz && !p.flush && !p.neg_zero && !p.ovf_special && (directed || p.cap_pos == p.cap_neg);
+  p.float_fast = p.plain && p.float_layout && f.nan == NanEncoding::ieee && f.has_inf && !p.saturate &&
+                 p.max_finite_bits + 1 == p.inf_bits && p.inf_pos == p.inf_bits;
   const bool f16c_mode = r.mode == RoundingMode::nearest_even || r.mode == RoundingMode::toward_zero ||
                          r.mode == RoundingMode::up || r.mode == RoundingMode::down ||
                          r.mode == RoundingMode::nearest_away;

@@ -25,6 +25,19 @@ struct Avx2 {
     const I t = _mm256_permute4x64_epi64(_mm256_packus_epi32(v, v), 0x08);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(t));
   }
+  // Two vectors of 16-bit encodings in one store: packus interleaves the 128-bit halves, the
+  // permute puts them back in order.
+  static void store16x2(std::uint16_t* p, I a, I b) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xd8));
+  }
+  // Four vectors of 8-bit encodings in one store.
+  static void store8x4(std::uint8_t* p, I a, I b, I c, I d) {
+    const I t = _mm256_packus_epi16(_mm256_packus_epi32(a, b), _mm256_packus_epi32(c, d));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                        _mm256_permutevar8x32_epi32(t, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  }
+  template <OutKind KIND>
+  static constexpr int group() { return KIND == OutKind::u16 ? 2 : KIND == OutKind::u8 ? 4 : 1; }
   static void store8(std::uint8_t* p, I v) {
     I t = _mm256_packus_epi32(v, v);
     t = _mm256_packus_epi16(t, t);
@@ -85,6 +98,8 @@ struct Avx2 {
     return _mm_blendv_epi8(e, u, tie16);
   }
   static I widen16(__m128i h) { return _mm256_cvtepu16_epi32(h); }
+  // 16-bit encodings (zero-extended in 32-bit lanes) to 8 packed halves.
+  static __m128i narrow16(I v) { return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(v, v), 0x08)); }
   static void store_ph(std::uint16_t* p, __m128i h) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h); }
 
   static std::uint64_t hsum(I v) {

@@ -27,6 +27,9 @@ struct Avx512 {
   static void store32(void* p, I v) { _mm512_storeu_si512(p, v); }
   static void store16(std::uint16_t* p, I v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(v)); }
   static void store8(std::uint8_t* p, I v) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtepi32_epi8(v)); }
+  // vpmovdw / vpmovdb narrow one vector in one instruction: no grouping (store_group, bulk_kernel.hpp).
+  template <OutKind KIND>
+  static constexpr int group() { return 1; }
 
   static I add(I a, I b) { return _mm512_add_epi32(a, b); }
   static I sub(I a, I b) { return _mm512_sub_epi32(a, b); }
@@ -76,6 +79,7 @@ struct Avx512 {
     return _mm256_mask_blend_epi16(tie, e, u);
   }
   static I widen16(__m256i h) { return _mm512_cvtepu16_epi32(h); }
+  static __m256i narrow16(I v) { return _mm512_cvtepi32_epi16(v); }
   static void store_ph(std::uint16_t* p, __m256i h) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), h); }
 
   static std::uint64_t hsum(I v) {

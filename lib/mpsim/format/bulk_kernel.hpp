@@ -100,16 +100,17 @@ inline typename S::I decode_vec(typename S::I res, const KernelParams& p) {
 }
 
 // decode_vec for finite encodings only (the fast path). Formats with float's exponent field and bias
-// (bf16, tf32, e8mX) are float bit patterns cut short: a shift.
-template <class S>
+// (bf16, tf32, e8mX) are float bit patterns cut short: a shift. UNIFORM false: the format's emin is
+// above float's, so it has neither float's layout nor its subnormals (known at compile time).
+template <class S, bool UNIFORM>
 inline typename S::I decode_finite_vec(typename S::I res, const KernelParams& p) {
   using I = typename S::I;
-  if (p.float_layout) return S::sll(res, 23 - p.man_bits);
+  if (UNIFORM && p.float_layout) return S::sll(res, 23 - p.man_bits);
   const I mag = S::and_(res, S::set1(p.mag_mask));
   const int up = 23 - p.man_bits;
   const I sign = S::sll(S::and_(res, S::set1(p.fmt_sign)), p.sign_shift);
   const I normal = S::add(S::sll(mag, up), S::set1(p.dec_add));
-  const I sub = p.sub_by_shift ? S::sll(mag, up) : S::cvt_mul(mag, p.sub_scale);
+  const I sub = UNIFORM && p.sub_by_shift ? S::sll(mag, up) : S::cvt_mul(mag, p.sub_scale);
   return S::or_(S::sel(S::gt(S::set1(p.one_m), mag), sub, normal), sign);
 }
 
@@ -162,6 +163,49 @@ inline std::size_t for_each_vector(const float* in, void* out, std::size_t n, Ve
   vec(i, tin, static_cast<void*>(tout), 0);
   std::memcpy(static_cast<unsigned char*>(out) + i * out_size<KIND>(), tout, r * out_size<KIND>());
   return W - r;
+}
+
+// Stores G = S::template group<KIND>() vectors of results at once (encodings, or float bits in
+// simulate mode): AVX2 packs two vectors of 16-bit encodings, or four of 8-bit ones, into one 256-bit
+// store instead of packing and permuting each vector on its own.
+template <class S, OutKind KIND>
+inline void store_group(void* dst, const typename S::I* r) {
+  constexpr int G = S::template group<KIND>();
+  if constexpr (KIND == OutKind::f32 || KIND == OutKind::u32) {
+    for (int g = 0; g < G; ++g) S::store32(static_cast<std::uint32_t*>(dst) + g * S::W, r[g]);
+  } else if constexpr (KIND == OutKind::u16) {
+    if constexpr (G == 2) S::store16x2(static_cast<std::uint16_t*>(dst), r[0], r[1]);
+    else S::store16(static_cast<std::uint16_t*>(dst), r[0]);
+  } else {
+    if constexpr (G == 4) S::store8x4(static_cast<std::uint8_t*>(dst), r[0], r[1], r[2], r[3]);
+    else S::store8(static_cast<std::uint8_t*>(dst), r[0]);
+  }
+}
+
+// Runs `vec(i, src)`, which returns the vector to store for the W elements at src (element i of the
+// call, i starting at i0), over groups of G vectors and once over a zero-padded copy of the tail;
+// returns how many padding lanes the tail added (+0 inputs: the caller takes them off zero_in).
+template <class S, OutKind KIND, class Vec>
+inline std::size_t for_each_group(const float* in, void* out, std::size_t n, std::size_t i0, Vec&& vec) {
+  constexpr int W = S::W;
+  constexpr int G = S::template group<KIND>();
+  using I = typename S::I;
+  auto group = [&](const float* src, void* dst, std::size_t at) __attribute__((always_inline)) {
+    I r[G];
+    for (int g = 0; g < G; ++g) r[g] = vec(at + static_cast<std::size_t>(g * W), src + g * W);
+    store_group<S, KIND>(dst, r);
+  };
+  std::size_t i = 0;
+  for (; i + G * W <= n; i += G * W) group(in + i, static_cast<unsigned char*>(out) + i * out_size<KIND>(), i0 + i);
+  if (i == n) return 0;
+  alignas(64) float tin[G * W];
+  alignas(64) unsigned char tout[G * W * 4];
+  const std::size_t r = n - i;
+  for (int k = 0; k < G * W; ++k) tin[k] = 0.0f;
+  std::memcpy(tin, in + i, r * sizeof(float));
+  group(tin, static_cast<void*>(tout), i0 + i);
+  std::memcpy(static_cast<unsigned char*>(out) + i * out_size<KIND>(), tout, r * out_size<KIND>());
+  return G * W - r;
 }
 
 // Full classification of one vector into the slow-path counters: `res` the encodings, `inexact`
@@ -319,9 +363,15 @@ void f16c_loop(const float* in, void* out, std::size_t n, const KernelParams& p,
 // The software kernel. UNIFORM: the format has float's smallest normal exponent (emin == -126), so
 // every finite float rounds at the same bit (23 - m) of its own bit pattern and the encoding is the
 // rounded pattern shifted down; otherwise each lane computes its own shift (format subnormals).
-template <class S, Mode MODE, bool STATS, OutKind KIND, bool UNIFORM>
-void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0, const KernelParams& p,
+// PLAIN: KernelParams::plain holds, and the per-vector tests of daz, flush, neg_zero, ovf_special and
+// the sign-dependent cap go away at compile time. (Tested at run time they cost a taken branch each
+// per vector: measured 0.45 -> ... ns/element in cache for fp8 e4m3.)
+template <class S, Mode MODE, bool STATS, OutKind KIND, bool UNIFORM, bool PLAIN>
+void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0, const KernelParams& params,
                 StatsAcc* acc) {
+  // A local copy: the stores through `out` could alias the caller's KernelParams, so with a reference
+  // GCC reloads and tests every flag (daz, flush, ...) per vector.
+  const KernelParams p = params;
   using I = typename S::I;
   using M = typename S::M;
   const I kAbs = S::set1(0x7fffffff), kInf = S::set1(0x7f800000), kZero = S::zero(), kOne = S::set1(1);
@@ -335,6 +385,14 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
   const I kCapPos = S::set1(p.cap_pos), kCapNeg = S::set1(p.cap_neg);
   const I kOvfYPos = S::set1(p.ovf_y_pos), kOvfYNeg = S::set1(p.ovf_y_neg);
   const I kSrMask = S::set1(static_cast<std::int32_t>(p.sr_mask));
+  // Stochastic rounding, formats with subnormals below float's: a lane has sh >= 32 where its biased
+  // exponent Ee <= d0 + sh0 - 32, i.e. where 1 <= |x| bits < (d0 + sh0 - 31) << 23. Tested as the signed
+  // compare kSrTinyX > (a + 0x7fffffff), which is (a - 1) < bound - 1 unsigned (zero excluded).
+  const std::int32_t sr_tiny_e = p.d0 + p.sh0 - 31;
+  const I kSrTinyBias = S::set1(0x7fffffff);
+  const I kSrTinyX = S::set1(sr_tiny_e <= 0 ? INT32_MIN
+                                            : static_cast<std::int32_t>((static_cast<std::uint32_t>(sr_tiny_e) << 23) - 1u) ^
+                                                  INT32_MIN);
   const I kLow = S::set1((1 << p.sh0) - 1), kHalfM1 = S::set1(((1 << p.sh0) - 1) >> 1), kHalf = S::set1(1 << (p.sh0 - 1));
   const M kOvfPosCounts = S::mconst(p.ovf_pos_counts != 0), kOvfNegCounts = S::mconst(p.ovf_neg_counts != 0);
   const int m = p.man_bits;
@@ -350,12 +408,11 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
     // One vector: elements blk + i of the call (i also the stochastic index's offset), read from src,
     // written to dst at j. uniform_count: count with count_fast_uniform (a step without float subnormals).
     // (always_inline: GCC otherwise calls it per vector, its counters in memory; measured 2x slower.)
-    auto vec = [&](auto uniform_count, std::size_t i, const float* src, void* dst, std::size_t j)
-                   __attribute__((always_inline)) {
+    auto vec = [&](auto uniform_count, std::size_t i, const float* src) __attribute__((always_inline)) {
           const I b = S::load(src);
           const I a = S::and_(b, kAbs);
           I ar = a;
-          if (p.daz) ar = S::maskz_not(S::eq(S::and_(a, kInf), kZero), a);
+          if (!PLAIN && p.daz) ar = S::maskz_not(S::eq(S::and_(a, kInf), kZero), a);
           const M neg = S::negmask(b);
           I enc, rem;  // rem: the discarded bits (zero iff the rounding was exact)
           if constexpr (UNIFORM) {
@@ -402,25 +459,39 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
             } else if constexpr (MODE == Mode::to_odd) {
               mag = S::or_(S::srlv(sig, shc), S::maskz_not(S::eq(rem, kZero), kOne));
             } else {  // stochastic
-              // The discarded fraction in units of 2^-32, truncated as round_bits does (shift counts of
-              // 32 or more give 0 in vpsllvd/vpsrlvd, which is what the specification's cases give).
-              const I frac32 = S::or_(S::sllv(rem, S::sub(k32, sh)), S::srlv(rem, S::sub(sh, k32)));
+              // Round up where (frac32 & sr_mask) + (r & sr_mask) carries past 2^32, frac32 the discarded
+              // fraction in units of 2^-32 truncated as round_bits does. Where sh <= 31 that is where
+              // sig + ((r & sr_mask) >> (32 - sh)) carries past bit sh (the low bits dropped from r meet
+              // zeros in frac32, and frac32 & sr_mask drops only bits whose counterparts in r are masked
+              // off), and the sum fits in 32 bits. Lanes with sh >= 32 (|x| below 2^(emin - m - 9)) get 0
+              // from the shifted r: a vector holding such a non-zero input takes the carry form.
               const I rnd = lowbias32_vec<S>(S::add(kIdxBase, S::set1(static_cast<std::int32_t>(blk + i))));
-              mag = S::count(S::srlv(sig, shc), S::carry(S::and_(frac32, kSrMask), S::and_(rnd, kSrMask)));
+              const I rm = S::and_(rnd, kSrMask);
+              mag = S::srlv(S::add(sig, S::srlv(rm, S::sub(k32, sh))), shc);
+              if (S::any(S::gt(kSrTinyX, S::add(a, kSrTinyBias)))) {
+                // Shift counts of 32 or more give 0 in vpsllvd/vpsrlvd, which is what the specification's
+                // cases give.
+                const I frac32 = S::or_(S::sllv(rem, S::sub(k32, sh)), S::srlv(rem, S::sub(sh, k32)));
+                mag = S::count(S::srlv(sig, shc), S::carry(S::and_(frac32, kSrMask), rm));
+              }
             }
             // A carry out of the mantissa lands in the exponent field by the addition.
             enc = S::add(S::sll(S::max(d, kZero), m), mag);
           }
-          if (p.flush) enc = S::maskz_not(S::gt(kOneM, enc), enc);
+          if (!PLAIN && p.flush) enc = S::maskz_not(S::gt(kOneM, enc), enc);
           // Overflow: the result's magnitude is capped at the overflow result's (max_finite, inf or the
           // all-ones NaN, all >= max_finite_bits), which depends on the sign only in directed modes.
           const M ovf = S::gt(enc, kMaxFin);
           const I sgn_raw = S::maskz(neg, kSign);
           I sgn = sgn_raw;
-          if (p.neg_zero) sgn = S::maskz_not(S::eq(enc, kZero), sgn);
-          const I cap = p.cap_pos == p.cap_neg ? kCapPos : S::sel(neg, kCapNeg, kCapPos);
+          if (!PLAIN && p.neg_zero) sgn = S::maskz_not(S::eq(enc, kZero), sgn);
+          I cap;
+          if constexpr (PLAIN)
+            cap = MODE == Mode::up || MODE == Mode::down ? S::sel(neg, kCapNeg, kCapPos) : kCapPos;
+          else
+            cap = p.cap_pos == p.cap_neg ? kCapPos : S::sel(neg, kCapNeg, kCapPos);
           I res = S::or_(S::min(enc, cap), sgn);
-          if (p.ovf_special) res = S::sel(ovf, S::sel(neg, kOvfNeg, kOvfPos), res);  // fnuz NaN
+          if (!PLAIN && p.ovf_special) res = S::sel(ovf, S::sel(neg, kOvfNeg, kOvfPos), res);  // fnuz NaN
           I y = res;
           // NaN and inf inputs are rare: only vectors holding one take the blends and the full
           // classification.
@@ -446,8 +517,12 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
             }
           } else {
             if constexpr (KIND == OutKind::f32) {
-              y = decode_finite_vec<S>(res, p);
-              if (!p.float_layout_ovf_ok) y = S::sel(ovf, S::sel(neg, kOvfYNeg, kOvfYPos), y);
+              if (!UNIFORM && p.half_layout) {
+                y = S::cvt_ph_back(S::narrow16(res));  // vcvtph2ps: exact, overflow results included
+              } else {
+                y = decode_finite_vec<S, UNIFORM>(res, p);
+                if (!(UNIFORM && p.float_layout_ovf_ok)) y = S::sel(ovf, S::sel(neg, kOvfYNeg, kOvfYPos), y);
+              }
             }
             if constexpr (STATS) {
               M ovc;
@@ -462,13 +537,14 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
               else count_fast<S>(c, a, enc, kept_all, ovc, p);
             }
           }
-          store_out<S, KIND>(dst, j, res, y);
+          if constexpr (KIND == OutKind::f32) return y;
+          else return res;
         };
     std::size_t pad = 0;
     unsigned char* const out_blk = static_cast<unsigned char*>(out) + blk * out_size<KIND>();
     auto plain = [&] {
-      return for_each_vector<S, KIND>(in + blk, out_blk, len, [&](std::size_t i, const float* s, void* d, std::size_t j) {
-        vec(Flag<false>{}, i, s, d, j);
+      return for_each_group<S, KIND>(in + blk, out_blk, len, 0, [&](std::size_t i, const float* s) __attribute__((always_inline)) {
+        return vec(Flag<false>{}, i, s);
       });
     };
     if constexpr (STATS && UNIFORM) {
@@ -484,13 +560,13 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
           unsigned char* dst = out_blk + step * out_size<KIND>();
           const Counters<S> before = c;
           c.vmin_m1 = S::set1(-1);
-          pad = for_each_vector<S, KIND>(src, dst, m_step, [&](std::size_t i, const float* s, void* d, std::size_t j) {
-            vec(Flag<true>{}, step + i, s, d, j);
+          pad = for_each_group<S, KIND>(src, dst, m_step, step, [&](std::size_t i, const float* s) __attribute__((always_inline)) {
+            return vec(Flag<true>{}, i, s);
           });
           if (S::hmin(c.vmin_m1) < 0x007fffffu) {
             c = before;
-            pad = for_each_vector<S, KIND>(src, dst, m_step, [&](std::size_t i, const float* s, void* d, std::size_t j) {
-              vec(Flag<false>{}, step + i, s, d, j);
+            pad = for_each_group<S, KIND>(src, dst, m_step, step, [&](std::size_t i, const float* s) __attribute__((always_inline)) {
+              return vec(Flag<false>{}, i, s);
             });
           } else {
             c.vmin_m1 = S::minu(c.vmin_m1, before.vmin_m1);
@@ -507,13 +583,109 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
   }
 }
 
+// bf16, tf32 and other formats with KernelParams::float_fast: the encoding is the float's bit pattern
+// rounded at bit sh0 and shifted down, sign included. Every mode is an integer addition to the signed
+// pattern b (adding to the magnitude moves away from zero), then a truncation:
+//   nearest-even b + (2^(sh0-1) - 1) + bit sh0 of b;  nearest-away b + 2^(sh0-1);  toward zero b;
+//   up / down b + (2^sh0 - 1) on the positive / negative side;  to-odd b | 2^sh0 where bits are lost;
+//   stochastic b + ((r & sr_mask) >> (32 - sh0)) with r the element's 32 random bits, which carries
+//   past bit sh0 exactly when (frac32 & sr_mask) + (r & sr_mask) carries past 2^32 (round_bits).
+// A carry out of max_finite gives the inf pattern, which is the specification's overflow in the modes
+// that overflow to inf; the others (toward zero, to-odd, up below zero, down above zero) never carry.
+// ±inf inputs stay inf in every mode. Only NaN inputs need a fix: their result is (b | quiet) >> sh0.
+// Stats: steps of kStatsStep count zeros, exact results and |x| extremes only; a step whose largest
+// |x| exceeds max_finite (inf, NaN or a possible overflow) or whose smallest is a float subnormal is
+// rounded and counted again by round_loop. Calls rounding in place go to round_loop with their Stats.
+template <class S, Mode MODE, bool STATS, OutKind KIND>
+void float_layout_loop(const float* in, void* out, std::size_t n, std::uint64_t index0, const KernelParams& params,
+                       StatsAcc* acc) {
+  const KernelParams p = params;  // see round_loop
+  if constexpr (STATS) {
+    if (static_cast<const void*>(in) == out) return round_loop<S, MODE, true, KIND, true, false>(in, out, n, index0, p, acc);
+  }
+  using I = typename S::I;
+  const int sh0 = p.sh0;
+  const I kAbs = S::set1(0x7fffffff), kInf = S::set1(0x7f800000), kZero = S::zero(), kOne = S::set1(1);
+  const I kLow = S::set1((1 << sh0) - 1), kKeep = S::set1(~((1 << sh0) - 1)), kHalfM1 = S::set1(((1 << sh0) - 1) >> 1);
+  const I kHalf = S::set1(1 << (sh0 - 1)), kBit = S::set1(1 << sh0), kQuiet = S::set1(0x00400000);
+  const I kSrMask = S::set1(static_cast<std::int32_t>(p.sr_mask));
+  const std::uint32_t sr_off = p.sr_key_lo + lowbias32_scalar(static_cast<std::uint32_t>(index0 >> 32) ^ p.sr_key_hi);
+  const I kIdxBase = S::add(S::iota(), S::set1(static_cast<std::int32_t>(static_cast<std::uint32_t>(index0) + sr_off)));
+  // The pattern to truncate at bit sh0 (element i of the call, input bits b).
+  auto rounded = [&](std::size_t i, I b) __attribute__((always_inline)) {
+    if constexpr (MODE == Mode::nearest_even) return S::add(S::add(b, kHalfM1), S::and_(S::srl(b, sh0), kOne));
+    else if constexpr (MODE == Mode::nearest_away) return S::add(b, kHalf);
+    else if constexpr (MODE == Mode::toward_zero) return b;
+    else if constexpr (MODE == Mode::up) return S::add(b, S::maskz_not(S::negmask(b), kLow));
+    else if constexpr (MODE == Mode::down) return S::add(b, S::maskz(S::negmask(b), kLow));
+    else if constexpr (MODE == Mode::to_odd) return S::or_(b, S::maskz_not(S::eq(S::and_(b, kLow), kZero), kBit));
+    else {
+      const I rnd = lowbias32_vec<S>(S::add(kIdxBase, S::set1(static_cast<std::int32_t>(i))));
+      return S::add(b, S::srl(S::and_(rnd, kSrMask), 32 - sh0));
+    }
+  };
+  auto finish = [&](I v) __attribute__((always_inline)) {
+    if constexpr (KIND == OutKind::f32) return S::and_(v, kKeep);
+    else return S::srl(v, sh0);
+  };
+  if constexpr (!STATS) {
+    for_each_group<S, KIND>(in, out, n, 0, [&](std::size_t i, const float* src) __attribute__((always_inline)) {
+      const I b = S::load(src);
+      I v = rounded(i, b);
+      const I a = S::and_(b, kAbs);
+      if (S::any(S::gt(a, kInf))) v = S::sel(S::gt(a, kInf), S::or_(b, kQuiet), v);
+      return finish(v);
+    });
+  } else {
+    Counters<S> c;
+    for (std::size_t blk = 0; blk < n; blk += kCounterBlock) {
+      const std::size_t len = n - blk < kCounterBlock ? n - blk : kCounterBlock;
+      std::size_t pad = 0;
+      for (std::size_t step = 0; step < len; step += kStatsStep) {
+        const std::size_t at = blk + step, m = len - step < kStatsStep ? len - step : kStatsStep;
+        const float* src = in + at;
+        unsigned char* dst = static_cast<unsigned char*>(out) + at * out_size<KIND>();
+        I step_max = kZero, step_min_m1 = S::set1(-1);
+        const Counters<S> before = c;
+        const std::size_t step_pad =
+            for_each_group<S, KIND>(src, dst, m, at, [&](std::size_t i, const float* s) __attribute__((always_inline)) {
+              const I b = S::load(s);
+              const I a = S::and_(b, kAbs);
+              c.u_zero = S::count(c.u_zero, S::eq(a, kZero));
+              c.u_kept = S::count(c.u_kept, S::eq(S::and_(b, kLow), kZero));
+              step_max = S::max(step_max, a);
+              step_min_m1 = S::minu(step_min_m1, S::sub(a, kOne));
+              return finish(rounded(i, b));
+            });
+        if (S::hmax(step_max) > static_cast<std::uint32_t>(p.max_finite_f32) || S::hmin(step_min_m1) < 0x007fffffu) {
+          c = before;  // the step again, rounded and counted in full
+          round_loop<S, MODE, true, KIND, true, false>(src, dst, m, index0 + at, p, acc);
+        } else {
+          c.vmax = S::max(c.vmax, step_max);
+          c.vmin_m1 = S::minu(c.vmin_m1, step_min_m1);
+          pad = step_pad;
+        }
+      }
+      c.fold(*acc);
+      acc->zero_in -= pad;
+    }
+  }
+}
+
 template <class S, Mode MODE, bool STATS, OutKind KIND>
 void round_uniform_or_not(const float* in, void* out, std::size_t n, std::uint64_t index0, const KernelParams& p,
                           StatsAcc* acc) {
-  if (p.uniform)
-    round_loop<S, MODE, STATS, KIND, true>(in, out, n, index0, p, acc);
+  if (p.uniform) {
+    // 8-bit storage cannot hold float's exponent field: float_fast never holds for u8.
+    if constexpr (KIND != OutKind::u8) {
+      if (p.float_fast) return float_layout_loop<S, MODE, STATS, KIND>(in, out, n, index0, p, acc);
+    }
+    round_loop<S, MODE, STATS, KIND, true, false>(in, out, n, index0, p, acc);
+  }
+  else if (p.plain)
+    round_loop<S, MODE, STATS, KIND, false, true>(in, out, n, index0, p, acc);
   else
-    round_loop<S, MODE, STATS, KIND, false>(in, out, n, index0, p, acc);
+    round_loop<S, MODE, STATS, KIND, false, false>(in, out, n, index0, p, acc);
 }
 
 template <class S, Mode MODE, bool STATS>

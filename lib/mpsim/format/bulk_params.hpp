@@ -59,7 +59,15 @@ struct KernelParams {
   std::int32_t ovf_y_pos = 0, ovf_y_neg = 0;  // float bits of the overflow results (simulate mode)
   bool float_layout_ovf_ok = false;  // float_layout and IEEE: decode_finite_vec is right for overflow too
   bool float_layout = false;         // exp_bits 8, bias 127: an encoding is a float bit pattern >> (23 - m)
+  bool half_layout = false;          // IEEE binary16's encoding (e5m10, bias 15, IEEE inf/NaN): F16C decodes it
   bool uniform = false;              // emin == -126: every finite float rounds at bit 23 - m of its pattern
+  // No daz, flush, neg_zero or ovf_special, and cap_pos == cap_neg outside the directed modes up/down:
+  // the kernels instantiated for such formats test none of these per vector (fp16, fp8 e4m3 / e5m2).
+  bool plain = false;
+  // plain, float_layout, IEEE NaN and inf, overflow to inf: rounding is integer arithmetic on the signed
+  // float bit pattern, a carry past max_finite gives inf in every mode that should overflow, and only
+  // NaN inputs need a fix (bf16, tf32; bulk_kernel.hpp float_layout_loop).
+  bool float_fast = false;
   // exact hardware instruction
   bool f16c = false;                 // fp16 with subnormals kept, mode rne/rtz/ru/rd (vcvtps2ph is exact) or rna (two of them)
   // With f16c, the Stats classes as thresholds on |x| (float bits), per sign (0 +, 1 -): |x| below
