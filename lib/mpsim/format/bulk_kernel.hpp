@@ -364,8 +364,8 @@ void f16c_loop(const float* in, void* out, std::size_t n, const KernelParams& p,
 // every finite float rounds at the same bit (23 - m) of its own bit pattern and the encoding is the
 // rounded pattern shifted down; otherwise each lane computes its own shift (format subnormals).
 // PLAIN: KernelParams::plain holds, and the per-vector tests of daz, flush, neg_zero, ovf_special and
-// the sign-dependent cap go away at compile time. (Tested at run time they cost a taken branch each
-// per vector: measured 0.45 -> ... ns/element in cache for fp8 e4m3.)
+// the sign-dependent cap go away at compile time. (Tested at run time they cost a branch each per
+// vector; in cache, fp8 e4m3 nearest-even went from 0.45 to 0.44 ns/element, fp16 stochastic 0.81 to 0.71.)
 template <class S, Mode MODE, bool STATS, OutKind KIND, bool UNIFORM, bool PLAIN>
 void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0, const KernelParams& params,
                 StatsAcc* acc) {
