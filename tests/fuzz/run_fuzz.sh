@@ -25,8 +25,9 @@ fi
 FLAGS=(-std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
        -I"$ROOT/lib" -I"$HERE")
 # The io layer (the parsers) is instrumented; the format layer (decode_array) is plain code compiled
-# by g++ like the main build (its bulk engine uses GCC-only cpu feature names), with the
-# instruction-set flags meson gives the vector kernels (lib/mpsim/format/meson.build).
+# by g++ like the main build (its bulk engine uses GCC-only cpu feature names). Under meson it is the
+# main build's own library ($MPSIM_FORMAT_LIB, tests/fuzz/meson.build); run by hand, this script
+# compiles it with the instruction-set flags meson gives the vector kernels (lib/mpsim/format/meson.build).
 PLAIN_CXX=${FUZZ_PLAIN_CXX:-g++}
 OBJ="$OUT/obj"
 mkdir -p "$OBJ"
@@ -49,13 +50,17 @@ done
 # No -g here: a finding's stack trace needs it in the parsers, not in the format layer (and -g is about a
 # third of the compile time).
 PLAIN=(-std=c++20 -O2 -I"$ROOT/lib")
-for src in "$ROOT"/lib/mpsim/format/*.cpp; do
-  case "$src" in
-    *avx512*) compile "$PLAIN_CXX" "$src" "${PLAIN[@]}" -mavx512f -mavx512bw -mavx512vl -mavx512dq -Wno-uninitialized ;;
-    *avx2*) compile "$PLAIN_CXX" "$src" "${PLAIN[@]}" -mavx2 -mfma -mf16c ;;
-    *) compile "$PLAIN_CXX" "$src" "${PLAIN[@]}" ;;
-  esac
-done
+if [ -n "${MPSIM_FORMAT_LIB:-}" ]; then
+  objs+=("$MPSIM_FORMAT_LIB")  # the format layer takes a minute to compile twice on two cores
+else
+  for src in "$ROOT"/lib/mpsim/format/*.cpp; do
+    case "$src" in
+      *avx512*) compile "$PLAIN_CXX" "$src" "${PLAIN[@]}" -mavx512f -mavx512bw -mavx512vl -mavx512dq -Wno-uninitialized ;;
+      *avx2*) compile "$PLAIN_CXX" "$src" "${PLAIN[@]}" -mavx2 -mfma -mf16c ;;
+      *) compile "$PLAIN_CXX" "$src" "${PLAIN[@]}" ;;
+    esac
+  done
+fi
 
 for pid in "${pids[@]}"; do
   wait "$pid" || { echo "run_fuzz.sh: a compile failed"; exit 1; }
