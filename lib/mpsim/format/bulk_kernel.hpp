@@ -463,7 +463,7 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
               // fraction in units of 2^-32 truncated as round_bits does. Where sh <= 31 that is where
               // sig + ((r & sr_mask) >> (32 - sh)) carries past bit sh (the low bits dropped from r meet
               // zeros in frac32, and frac32 & sr_mask drops only bits whose counterparts in r are masked
-              // off), and the sum fits in 32 bits. Lanes with sh >= 32 (|x| below 2^(emin - m - 9)) get 0
+              // off), and the sum fits in 32 bits. Lanes with sh >= 32 (|x| below 2^(emin - m - 8)) get 0
               // from the shifted r: a vector holding such a non-zero input takes the carry form.
               const I rnd = lowbias32_vec<S>(S::add(kIdxBase, S::set1(static_cast<std::int32_t>(blk + i))));
               const I rm = S::and_(rnd, kSrMask);
