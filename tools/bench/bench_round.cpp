@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -109,6 +110,13 @@ __attribute__((target("avx512f,avx512bf16"))) void bf16_hw_packed(const float* i
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),
                         reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_loadu_ps(in + i))));
 }
+// Simulate mode: the bf16 bits widened back to float (a bf16 value is the top half of its float).
+__attribute__((target("avx512f,avx512bf16"))) void bf16_hw_simulate(const float* in, float* out, std::size_t n) {
+  for (std::size_t i = 0; i < n; i += 16) {
+    const __m256i h = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_loadu_ps(in + i)));
+    _mm512_storeu_si512(out + i, _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+}
 #endif
 
 bool cpu_has_bf16() {
@@ -137,7 +145,10 @@ void register_all() {
     add("f16c-loop", "rne", set, "packed", [in, &d] { f16c_packed(in, d.out16.data(), kN); });
     add("f16c-loop", "rne", set, "simulate", [in, &d] { f16c_simulate(in, d.out_f.data(), kN); });
 #ifdef MPSIM_HAVE_BF16_INTRIN
-    if (cpu_has_bf16()) add("bf16-hw-loop", "rne", set, "packed", [in, &d] { bf16_hw_packed(in, d.out16.data(), kN); });
+    if (cpu_has_bf16()) {
+      add("bf16-hw-loop", "rne", set, "packed", [in, &d] { bf16_hw_packed(in, d.out16.data(), kN); });
+      add("bf16-hw-loop", "rne", set, "simulate", [in, &d] { bf16_hw_simulate(in, d.out_f.data(), kN); });
+    }
 #endif
     auto packed16 = [&d, sin](const Format& f, Rounding r, BulkOptions o, Stats* s = nullptr) {
       return [&d, sin, &f, r, o, s] { round_array(sin, std::span<std::uint16_t>(d.out16), f, r, s, o); };
@@ -174,6 +185,23 @@ void register_all() {
     add("bf16+stats", "rne", set, "packed", packed16(bf16(), {}, one_thread(), &sink));
     add("bf16+stats", "rne", set, "simulate", simulate(bf16(), {}, one_thread(), &sink));
     add("fp16+stats", "sr", set, "packed", packed16(fp16(), sr, one_thread(), &sink));
+    // The same calls forced onto the AVX2 path, where the automatic path is AVX-512.
+    if (best_path() == Path::avx512) {
+      BulkOptions a2 = one_thread();
+      a2.path = Path::avx2;
+      BulkOptions a2sw = a2;
+      a2sw.hardware_convert = false;
+      add("fp16 avx2", "rne", set, "packed", packed16(fp16(), {}, a2));
+      add("fp16(sw) avx2", "rne", set, "packed", packed16(fp16(), {}, a2sw));
+      add("bf16 avx2", "rne", set, "simulate", simulate(bf16(), {}, a2));
+      add("bf16 avx2", "rne", set, "packed", packed16(bf16(), {}, a2));
+      add("fp16 avx2", "rto", set, "packed", packed16(fp16(), Rounding::of(RoundingMode::to_odd), a2));
+      add("fp8_e5m2 avx2", "rne", set, "packed", packed8(fp8_e5m2(), {}, a2));
+      add("fp16 avx2", "sr", set, "packed", packed16(fp16(), sr, a2));
+      add("fp16 avx2", "sr", set, "simulate", simulate(fp16(), sr, a2));
+      add("fp16+stats avx2", "rne", set, "packed", packed16(fp16(), {}, a2, &sink));
+      add("fp16+stats avx2", "sr", set, "packed", packed16(fp16(), sr, a2, &sink));
+    }
     add("fp16 2thr", "rne", set, "simulate", simulate(fp16(), {}, two));
     add("fp16 2thr", "rne", set, "packed", packed16(fp16(), {}, two));
     add("bf16 2thr", "rne", set, "packed", packed16(bf16(), {}, two));
@@ -225,9 +253,10 @@ const Row* find_row(const std::string& format, const std::string& mode, const st
 }
 
 void print_table() {
-  std::map<std::string, double> f16c, mcpy;
+  std::map<std::string, double> f16c, mcpy, bf16hw;
   for (const Row& r : rows()) {
     if (r.format == "f16c-loop") f16c[r.set + r.kind] = median(r.ns);
+    if (r.format == "bf16-hw-loop") bf16hw[r.set + r.kind] = median(r.ns);
     if (r.format == "memcpy") mcpy[r.set] = median(r.ns);
   }
   std::printf("\nbulk rounding, 2^26 float32, median of %d, path %s%s\n", kRepetitions,
@@ -236,8 +265,17 @@ void print_table() {
   std::printf("(pair: the median ratio of %d alternated runs of the row and its baseline. pair other: Stats rows vs\n"
               " the same call without Stats; 2thr rows: speedup over the same call on one thread)\n",
               kRepetitions);
-  std::printf("%-18s %-4s %-8s %-8s %9s %8s %8s %10s %10s\n", "format", "mode", "set", "output", "ns/elem", "x F16C",
-              "x memcpy", "pair F16C", "pair other");
+  // The table as CSV too, where MPSIM_BENCH_CSV names a file (./run bench: out/bench/bench_round.csv);
+  // written under a temporary name and renamed at the end, so an interrupted run leaves no partial file.
+  const char* csv_path = std::getenv("MPSIM_BENCH_CSV");
+  const std::string csv_tmp = csv_path ? std::string(csv_path) + ".tmp" : std::string();
+  std::FILE* csv = csv_path ? std::fopen(csv_tmp.c_str(), "w") : nullptr;
+  if (csv_path && !csv) std::fprintf(stderr, "bench_round: cannot write %s\n", csv_tmp.c_str());
+  if (csv)
+    std::fprintf(csv, "format,mode,set,output,ns_per_elem,x_f16c,x_memcpy,pair_f16c,pair_other,x_bf16hw,pair_bf16hw\n");
+  std::printf("(x BF16 / pair BF16: bf16 rows against the AVX512-BF16 vcvtneps2bf16 loop of the same output kind)\n");
+  std::printf("%-18s %-4s %-8s %-8s %9s %8s %8s %10s %10s %8s %10s\n", "format", "mode", "set", "output", "ns/elem",
+              "x F16C", "x memcpy", "pair F16C", "pair other", "x BF16", "pair BF16");
   for (const Row& r : rows()) {
     if (r.ns.empty()) continue;
     const double ns = median(r.ns);
@@ -258,9 +296,27 @@ void print_table() {
       if (const Row* b = find_row(r.format.substr(0, thr), r.mode, r.set, r.kind))
         paired2 = fmt_ratio(1.0 / paired_ratio(r, *b));
     }
-    std::printf("%-18s %-4s %-8s %-8s %9.3f %8.2f %8.2f %10s %10s\n", r.format.c_str(), r.mode.c_str(), r.set.c_str(),
-                r.kind.c_str(), ns, base > 0 ? ns / base : 0.0, mc > 0 ? ns / mc : 0.0, paired.c_str(), paired2.c_str());
+    // bf16 rows (one thread, not Stats-vs-plain) also against the bf16 hardware loop.
+    std::string xbf = "", pairbf = "";
+    const bool bf16_row = r.format.rfind("bf16", 0) == 0 && r.format.find("2thr") == std::string::npos &&
+                          r.format != "bf16-hw-loop";
+    if (bf16_row && bf16hw.count(r.set + r.kind)) {
+      xbf = fmt_ratio(ns / bf16hw[r.set + r.kind]);
+      if (const Row* b = find_row("bf16-hw-loop", "rne", r.set, r.kind)) pairbf = fmt_ratio(paired_ratio(r, *b));
+    }
+    std::printf("%-18s %-4s %-8s %-8s %9.3f %8.2f %8.2f %10s %10s %8s %10s\n", r.format.c_str(), r.mode.c_str(),
+                r.set.c_str(), r.kind.c_str(), ns, base > 0 ? ns / base : 0.0, mc > 0 ? ns / mc : 0.0, paired.c_str(),
+                paired2.c_str(), xbf.c_str(), pairbf.c_str());
+    if (csv)
+      std::fprintf(csv, "%s,%s,%s,%s,%.4f,%.4f,%.4f,%s,%s,%s,%s\n", r.format.c_str(), r.mode.c_str(), r.set.c_str(),
+                   r.kind.c_str(), ns, base > 0 ? ns / base : 0.0, mc > 0 ? ns / mc : 0.0, paired.c_str(),
+                   paired2.c_str(), xbf.c_str(), pairbf.c_str());
     std::fflush(stdout);
+  }
+  if (csv) {
+    std::fclose(csv);
+    if (std::rename(csv_tmp.c_str(), csv_path) != 0) std::fprintf(stderr, "bench_round: cannot rename to %s\n", csv_path);
+    else std::printf("table written to %s\n", csv_path);
   }
 }
 
