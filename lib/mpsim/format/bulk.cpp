@@ -91,7 +91,11 @@ Path best_path() {
   return Path::scalar;
 }
 
-bool vector_supported(const Format& f) { return f.man_bits <= 22 && f.emin >= -126 && f.storage_bits <= 32; }
+// emin + 23 - m <= 127: the float 2^(emin + 23 - m) that round_loop adds to format-subnormal lanes
+// (bulk_kernel.hpp, kFpuMode) is finite; only formats whose smallest normal is above 2^(104 + m) fail it.
+bool vector_supported(const Format& f) {
+  return f.man_bits <= 22 && f.emin >= -126 && f.emin + 23 - f.man_bits <= 127 && f.storage_bits <= 32;
+}
 
 int outcome_class(double x, const Format& f, const Rounding& r) {
   const std::uint64_t bits = round_bits(x, f, r, 0);

@@ -62,8 +62,8 @@ struct BulkOptions {
 // The path `automatic` resolves to on this CPU for float input (avx512, avx2 or scalar).
 Path best_path();
 
-// Whether the vector paths handle this format for float input: man_bits <= 22, emin >= -126 and
-// storage up to 32 bits (every named format but fp32 and fp64). Other formats, and double input, run
+// Whether the vector paths handle this format for float input: man_bits <= 22, emin >= -126,
+// emin + 23 - man_bits <= 127 and storage up to 32 bits (every named format but fp32 and fp64). Other formats, and double input, run
 // the scalar code (threaded) whatever path is asked for.
 bool vector_supported(const Format& fmt);
 

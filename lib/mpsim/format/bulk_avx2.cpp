@@ -59,6 +59,11 @@ struct Avx2 {
   static I max(I a, I b) { return _mm256_max_epi32(a, b); }
   static I min(I a, I b) { return _mm256_min_epi32(a, b); }
   static I mullo(I a, I b) { return _mm256_mullo_epi32(a, b); }
+  // Float addition / subtraction of bit patterns, rounded as MXCSR says (round_loop's Mxcsr).
+  static I addf(I a, I b) { return _mm256_castps_si256(_mm256_add_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(b))); }
+  static I subf(I a, I b) { return _mm256_castps_si256(_mm256_sub_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(b))); }
+  static unsigned getcsr() { return _mm_getcsr(); }
+  static void setcsr(unsigned c) { _mm_setcsr(c); }
 
   static M gt(I a, I b) { return _mm256_cmpgt_epi32(a, b); }
   static M eq(I a, I b) { return _mm256_cmpeq_epi32(a, b); }

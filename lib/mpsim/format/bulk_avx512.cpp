@@ -45,6 +45,11 @@ struct Avx512 {
   static I max(I a, I b) { return _mm512_max_epi32(a, b); }
   static I min(I a, I b) { return _mm512_min_epi32(a, b); }
   static I mullo(I a, I b) { return _mm512_mullo_epi32(a, b); }
+  // Float addition / subtraction of bit patterns, rounded as MXCSR says (round_loop's Mxcsr).
+  static I addf(I a, I b) { return _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(a), _mm512_castsi512_ps(b))); }
+  static I subf(I a, I b) { return _mm512_castps_si512(_mm512_sub_ps(_mm512_castsi512_ps(a), _mm512_castsi512_ps(b))); }
+  static unsigned getcsr() { return _mm_getcsr(); }
+  static void setcsr(unsigned c) { _mm_setcsr(c); }
 
   static M gt(I a, I b) { return _mm512_cmpgt_epi32_mask(a, b); }
   static M eq(I a, I b) { return _mm512_cmpeq_epi32_mask(a, b); }

@@ -360,6 +360,34 @@ void f16c_loop(const float* in, void* out, std::size_t n, const KernelParams& p,
   }
 }
 
+// The modes for which round_loop's non-UNIFORM kernel rounds format-subnormal lanes with one float
+// addition in that mode: the IEEE directions, and to-odd as toward zero plus a sticky bit. Nearest-away
+// (no such MXCSR mode) and stochastic (it needs the discarded bits) keep the per-lane shift.
+template <Mode MODE>
+constexpr bool kFpuMode = MODE == Mode::nearest_even || MODE == Mode::toward_zero || MODE == Mode::up ||
+                          MODE == Mode::down || MODE == Mode::to_odd;
+// MXCSR.RC (bits 13-14: 0 nearest-even, 1 toward -inf, 2 toward +inf, 3 toward zero) | all exceptions
+// masked (0x1f80); DAZ (bit 6) and FTZ (bit 15) clear. Intel SDM vol. 1, 10.2.3.
+template <Mode MODE>
+constexpr unsigned kMxcsrRounding = 0x1f80u | ((MODE == Mode::down ? 1u : MODE == Mode::up ? 2u
+                                                : MODE == Mode::nearest_even ? 0u : 3u) << 13);
+// Holds MXCSR at `csr` for its lifetime where ON (restoring the caller's control bits and flags).
+template <class S, bool ON>
+struct Mxcsr {
+  unsigned saved = 0;
+  explicit Mxcsr(unsigned csr) {
+    if constexpr (ON) {
+      saved = S::getcsr();
+      S::setcsr(csr);
+    }
+  }
+  ~Mxcsr() {
+    if constexpr (ON) S::setcsr(saved);
+  }
+  Mxcsr(const Mxcsr&) = delete;
+  Mxcsr& operator=(const Mxcsr&) = delete;
+};
+
 // The software kernel. UNIFORM: the format has float's smallest normal exponent (emin == -126), so
 // every finite float rounds at the same bit (23 - m) of its own bit pattern and the encoding is the
 // rounded pattern shifted down; otherwise each lane computes its own shift (format subnormals).
@@ -393,7 +421,19 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
   const I kSrTinyX = S::set1(sr_tiny_e <= 0 ? INT32_MIN
                                             : static_cast<std::int32_t>((static_cast<std::uint32_t>(sr_tiny_e) << 23) - 1u) ^
                                                   INT32_MIN);
+  // Ties (nearest-even) and to-odd look at the lowest bit of the kept significand (round_bits). In the
+  // shifted patterns below that is bit sh0, except with no mantissa bits (m = 0), where bit sh0 is the
+  // exponent's lowest: there the kept significand is the implicit 1 (odd) in the normal range and 0
+  // below it, so ties go up and to-odd changes nothing in the normal range, and below it the reverse.
+  const bool m0 = p.man_bits == 0;
   const I kLow = S::set1((1 << p.sh0) - 1), kHalfM1 = S::set1(((1 << p.sh0) - 1) >> 1), kHalf = S::set1(1 << (p.sh0 - 1));
+  // kFpuMode (formats with subnormals above float's): the rebase of the format's normal range, its
+  // smallest normal (float bits) and the float C whose ulp is the format's subnormal quantum.
+  const I kRebias = S::set1((p.d0 - 1) * (1 << 23)), kMinNorm = S::set1(p.d0 * (1 << 23));
+  const I kC = S::set1((p.d0 + p.sh0) * (1 << 23)), kSignF = S::set1(INT32_MIN);
+  // The addition there rounds in the mode MXCSR holds: set it for this call (exceptions masked, no
+  // DAZ/FTZ, which would treat float subnormal inputs as zero), restored on return with its flags.
+  const Mxcsr<S, !UNIFORM && kFpuMode<MODE>> mxcsr(kMxcsrRounding<MODE>);
   const M kOvfPosCounts = S::mconst(p.ovf_pos_counts != 0), kOvfNegCounts = S::mconst(p.ovf_neg_counts != 0);
   const int m = p.man_bits;
   const int sh0 = p.sh0;
@@ -418,7 +458,8 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
           if constexpr (UNIFORM) {
             rem = S::and_(ar, kLow);
             if constexpr (MODE == Mode::nearest_even) {
-              enc = S::srl(S::add(S::add(ar, kHalfM1), S::and_(S::srl(ar, sh0), kOne)), sh0);
+              const I odd = m0 ? S::maskz_not(S::gt(kMinNorm, ar), kOne) : S::and_(S::srl(ar, sh0), kOne);
+              enc = S::srl(S::add(S::add(ar, kHalfM1), odd), sh0);
             } else if constexpr (MODE == Mode::nearest_away) {
               enc = S::srl(S::add(ar, kHalf), sh0);
             } else if constexpr (MODE == Mode::toward_zero) {
@@ -428,11 +469,41 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
             } else if constexpr (MODE == Mode::down) {
               enc = S::srl(S::add(ar, S::maskz(neg, kLow)), sh0);
             } else if constexpr (MODE == Mode::to_odd) {
-              enc = S::or_(S::srl(ar, sh0), S::maskz_not(S::eq(rem, kZero), kOne));
+              const I odd = m0 ? S::maskz(S::gt(kMinNorm, ar), kOne) : kOne;  // m = 0: subnormal lanes only
+              enc = S::or_(S::srl(ar, sh0), S::maskz_not(S::eq(rem, kZero), odd));
             } else {  // stochastic
               const I frac32 = S::sll(rem, 32 - sh0);
               const I rnd = lowbias32_vec<S>(S::add(kIdxBase, S::set1(static_cast<std::int32_t>(blk + i))));
               enc = S::count(S::srl(ar, sh0), S::carry(S::and_(frac32, kSrMask), S::and_(rnd, kSrMask)));
+            }
+          } else if constexpr (kFpuMode<MODE>) {
+            // Formats with subnormals above float's (fp16, fp8, ...) in a mode the FPU has (see
+            // kFpuMode): no per-lane shift. A lane in the format's normal range is the UNIFORM case
+            // once its exponent is rebased so that emin's binade starts at 1 << 23; a lane below it
+            // is rounded by the float addition x + copysign(C, x), C = 2^(emin + 23 - m), whose ulp is
+            // the format's subnormal quantum 2^(emin - m): the FPU rounds |x| to a multiple of it in
+            // the mode round_loop put in MXCSR (to-odd: toward zero, then the sticky lane bit), and
+            // |s| - C (float bits) is the encoding, a carry into 2^emin giving 1 << m. Both results
+            // are computed for every lane and selected.
+            const I an = S::sub(ar, kRebias);
+            const I xs = PLAIN ? b : S::or_(ar, S::and_(b, kSignF));
+            const I s_abs = S::and_(S::addf(xs, S::or_(S::and_(b, kSignF), kC)), kAbs);
+            const I enc_sub = S::sub(s_abs, kC);
+            // Discarded bits (zero iff exact): the lane's own below 2^emin, the rounded-off sum there.
+            rem = S::sel(S::gt(kMinNorm, ar), S::xor_(S::subf(s_abs, kC), ar), S::and_(an, kLow));
+            I enc_norm;
+            if constexpr (MODE == Mode::nearest_even)
+              enc_norm = S::srl(S::add(S::add(an, kHalfM1), m0 ? kOne : S::and_(S::srl(an, sh0), kOne)), sh0);
+            else if constexpr (MODE == Mode::up)
+              enc_norm = S::srl(S::add(an, S::maskz_not(neg, kLow)), sh0);
+            else if constexpr (MODE == Mode::down)
+              enc_norm = S::srl(S::add(an, S::maskz(neg, kLow)), sh0);
+            else
+              enc_norm = S::srl(an, sh0);
+            enc = S::sel(S::gt(kMinNorm, ar), enc_sub, enc_norm);
+            if constexpr (MODE == Mode::to_odd) {
+              const I odd = m0 ? S::maskz(S::gt(kMinNorm, ar), kOne) : kOne;  // m = 0: subnormal lanes only
+              enc = S::or_(enc, S::maskz_not(S::eq(rem, kZero), odd));
             }
           } else {
             const I E = S::template srli<23>(ar);
@@ -606,6 +677,7 @@ void float_layout_loop(const float* in, void* out, std::size_t n, std::uint64_t 
   using I = typename S::I;
   const int sh0 = p.sh0;
   const I kAbs = S::set1(0x7fffffff), kInf = S::set1(0x7f800000), kZero = S::zero(), kOne = S::set1(1);
+  // (float_fast needs IEEE NaNs, so m >= 1: bit sh0 is the kept significand's lowest, see round_loop.)
   const I kLow = S::set1((1 << sh0) - 1), kKeep = S::set1(~((1 << sh0) - 1)), kHalfM1 = S::set1(((1 << sh0) - 1) >> 1);
   const I kHalf = S::set1(1 << (sh0 - 1)), kBit = S::set1(1 << sh0), kQuiet = S::set1(0x00400000);
   const I kSrMask = S::set1(static_cast<std::int32_t>(p.sr_mask));
