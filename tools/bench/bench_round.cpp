@@ -207,6 +207,7 @@ void register_all() {
     add("bf16 2thr", "rne", set, "packed", packed16(bf16(), {}, two));
     add("fp16 2thr", "sr", set, "packed", packed16(fp16(), sr, two));
     add("bf16+stats 2thr", "rne", set, "simulate", simulate(bf16(), {}, two, &sink));
+    add("fp16+stats 2thr", "sr", set, "packed", packed16(fp16(), sr, two, &sink));
     add("memcpy 2thr", "-", set, "packed", [in, &d] {
       std::thread t([&] { std::memcpy(d.out_f.data() + kN / 2, in + kN / 2, kN / 2 * sizeof(float)); });
       std::memcpy(d.out_f.data(), in, kN / 2 * sizeof(float));
