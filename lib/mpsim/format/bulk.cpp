@@ -306,6 +306,19 @@ bd::KernelParams make_params(const Format& f, const Rounding& r, const BulkOptio
   auto counts = [&](std::uint64_t bits) { return is_nan_bits(bits, f) || is_inf_bits(bits, f) ? -1 : 0; };
   p.ovf_pos_counts = counts(static_cast<std::uint64_t>(static_cast<std::uint32_t>(p.ovf_pos)));
   p.ovf_neg_counts = counts(static_cast<std::uint64_t>(static_cast<std::uint32_t>(p.ovf_neg)));
+  // round_loop's fast path counts overflows by mode alone where the format does not saturate (an
+  // overflow gives ±inf/NaN in nearest modes and stochastic, in up above zero, in down below zero, and
+  // ±max_finite otherwise): the specification must agree. Where max_finite is beyond float's range (an
+  // e8 format without inf), no float input overflows and the kernel never uses the rule.
+  if (f.overflow != Overflow::saturate && p.max_finite_f32 != 0x7f800000) {
+    const RoundingMode m = r.mode;
+    const bool to_inf_any = m == RoundingMode::nearest_even || m == RoundingMode::nearest_away ||
+                            m == RoundingMode::stochastic;
+    const bool pos = to_inf_any || m == RoundingMode::up, neg = to_inf_any || m == RoundingMode::down;
+    if ((p.ovf_pos_counts != 0) != pos || (p.ovf_neg_counts != 0) != neg)
+      throw Error("round_array: internal error: overflow results of " + f.name + " in mode " +
+                  std::string(short_name(m)) + " are not those the vector kernel counts");
+  }
   p.sr_mask = r.sr_bits >= 32 ? 0xffffffffu : ~((1u << (32 - r.sr_bits)) - 1);
   const SrKey key = sr_key(r.seed);
   p.sr_key_lo = key.lo;
@@ -331,7 +344,7 @@ bd::KernelParams make_params(const Format& f, const Rounding& r, const BulkOptio
   p.float_layout_ovf_ok = p.float_layout && f.nan == NanEncoding::ieee;
   p.uniform = f.emin == -126;
   const bool directed = r.mode == RoundingMode::up || r.mode == RoundingMode::down;
-  p.plain = !p.daz && !p.flush && !p.neg_zero && !p.ovf_special && (directed || p.cap_pos == p.cap_neg);
+  p.plain = !p.daz && !p.flush && !p.neg_zero && !p.ovf_special && !p.saturate && (directed || p.cap_pos == p.cap_neg);
   p.float_fast = p.plain && p.float_layout && f.nan == NanEncoding::ieee && f.has_inf && !p.saturate &&
                  p.max_finite_bits + 1 == p.inf_bits && p.inf_pos == p.inf_bits;
   const bool f16c_mode = r.mode == RoundingMode::nearest_even || r.mode == RoundingMode::toward_zero ||

@@ -61,7 +61,7 @@ struct KernelParams {
   bool float_layout = false;         // exp_bits 8, bias 127: an encoding is a float bit pattern >> (23 - m)
   bool half_layout = false;          // IEEE binary16's encoding (e5m10, bias 15, IEEE inf/NaN): F16C decodes it
   bool uniform = false;              // emin == -126: every finite float rounds at bit 23 - m of its pattern
-  // No daz, flush, neg_zero or ovf_special, and cap_pos == cap_neg outside the directed modes up/down:
+  // No daz, flush, neg_zero, ovf_special or saturate, and cap_pos == cap_neg outside the directed modes up/down:
   // the kernels instantiated for such formats test none of these per vector (fp16, fp8 e4m3 / e5m2).
   bool plain = false;
   // plain, float_layout, IEEE NaN and inf, overflow to inf: rounding is integer arithmetic on the signed
