@@ -6,6 +6,10 @@
 // in bulk_exhaustive_test.cpp.
 #include <catch2/catch.hpp>
 
+#if defined(__x86_64__)
+#include <immintrin.h>  // _mm_getcsr / _mm_setcsr
+#endif
+
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -240,6 +244,61 @@ TEST_CASE("formats with no mantissa bits: ties and to-odd follow the kept signif
   }
   WARN("m = 0 formats e8m0_fnuz, e4m0_fnuz, e5m0_fnuz: " << checked << " results compared, " << mismatches << " mismatches");
 }
+
+#if defined(__x86_64__)
+// The caller's floating-point environment must neither change the results nor be changed (its control
+// bits; flags are sticky): a program linked with -ffast-math runs with DAZ and FTZ on from its start,
+// under which vcvtps2ph and the scalar path's float conversions read float subnormals as zero (before
+// bulk.cpp's DefaultFpEnv: 226720 wrong fp16 ru/rd results on the F16C paths and 450000 per format and
+// mode on the scalar path, of these inputs). Every path and format under MXCSR = round up + DAZ + FTZ,
+// against round_bits() computed under the default environment.
+TEST_CASE("results and the caller's MXCSR do not depend on each other (rounding mode, DAZ, FTZ, flags)", "[bulk]") {
+  const std::vector<float> in = test_inputs(kSanitized ? 2003 : 20003);
+  const unsigned caller = 0x1f80u | (2u << 13) | 0x8000u | 0x0040u | 0x0020u;  // RC up, FTZ, DAZ, PE flag
+  std::size_t checked = 0, bad = 0, csr_changed = 0;
+  for (const Format& f : test_formats()) {
+    for (RoundingMode mode : kModes) {
+      const Rounding r = rounding_of(mode);
+      std::vector<std::uint64_t> spec(in.size());
+      for (std::size_t i = 0; i < in.size(); ++i) spec[i] = round_bits(in[i], f, r, i);
+      for (Path path : cpu_paths()) {
+        for (bool hw : {true, false}) {
+          BulkOptions opt;
+          opt.path = path;
+          opt.threads = 1;
+          opt.hardware_convert = hw;
+          std::vector<std::uint8_t> p8(in.size());
+          std::vector<std::uint16_t> p16(in.size());
+          std::vector<std::uint32_t> p32(in.size());
+          Stats st;
+          const unsigned saved = _mm_getcsr();
+          _mm_setcsr(caller);
+          if (f.storage_bytes() == 1) round_array(std::span<const float>(in), std::span<std::uint8_t>(p8), f, r, &st, opt);
+          else if (f.storage_bytes() == 2) round_array(std::span<const float>(in), std::span<std::uint16_t>(p16), f, r, &st, opt);
+          else round_array(std::span<const float>(in), std::span<std::uint32_t>(p32), f, r, &st, opt);
+          const unsigned after = _mm_getcsr();
+          _mm_setcsr(saved);
+          csr_changed += (after & ~0x3fu) != (caller & ~0x3fu);  // control bits; flags (0-5) are sticky
+          for (std::size_t i = 0; i < in.size(); ++i) {
+            const std::uint64_t got = f.storage_bytes() == 1 ? p8[i] : f.storage_bytes() == 2 ? p16[i] : p32[i];
+            if (got != spec[i]) {
+              if (bad < 3)
+                UNSCOPED_INFO(f.name << " " << short_name(mode) << " " << to_string(path) << (hw ? "" : " software")
+                                     << " x=" << std::hexfloat << in[i] << " got " << got << " want " << spec[i]);
+              ++bad;
+            }
+          }
+          checked += in.size();
+        }
+      }
+    }
+  }
+  WARN("under a caller's MXCSR of round-up + DAZ + FTZ: " << checked << " results compared, " << bad
+                                                           << " differ; MXCSR changed by " << csr_changed << " calls");
+  CHECK(bad == 0);
+  CHECK(csr_changed == 0);
+}
+#endif
 
 TEST_CASE("lengths 0, 1, 7, 8, 9, 10^6+3 at unaligned addresses, in place, any thread count", "[bulk]") {
   const std::size_t longest = kSanitized ? 250003 : 1000003;

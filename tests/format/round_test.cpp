@@ -9,6 +9,10 @@
 
 #include "mpsim/format/round.hpp"
 
+#if defined(__x86_64__)
+#include <immintrin.h>  // _mm_getcsr / _mm_setcsr
+#endif
+
 using namespace mpsim;
 
 namespace {
@@ -135,3 +139,32 @@ TEST_CASE("fp64 encodings use all 64 bits (NaN and decode)", "[round]") {
   CHECK(decode(round_bits(-1.5, fp64()), fp64()) == -1.5);
   CHECK(round_bits(-1.5, fp64()) == std::bit_cast<std::uint64_t>(-1.5));
 }
+
+#if defined(__x86_64__)
+// round_bits(float), round(float) and decode_float() widen and narrow floats by their bits, so a
+// caller's MXCSR with DAZ (float subnormal inputs read as zero by cvtss2sd) and FTZ (float subnormal
+// results flushed by cvtsd2ss) changes nothing; -ffast-math programs run so. Expected values worked
+// out by hand: 2^-149 rounds up to fp16's smallest subnormal 2^-24 (0x0001); 2^-127 is the bf16
+// subnormal 0x0040 and comes back as the float 0x00400000; bf16 0x0001 is 2^-133, float 0x00010000.
+TEST_CASE("float input and output do not depend on the caller's DAZ, FTZ or rounding mode", "[round]") {
+  const auto f32 = [](std::uint32_t b) { return std::bit_cast<float>(b); };
+  const unsigned saved = _mm_getcsr();
+  _mm_setcsr(0x1f80u | (3u << 13) | 0x8000u | 0x0040u);  // toward zero, FTZ, DAZ
+  const std::uint64_t up_min = round_bits(f32(0x00000001u), fp16(), Rounding::of(RoundingMode::up));
+  const std::uint64_t down_min = round_bits(f32(0x80000001u), fp16(), Rounding::of(RoundingMode::down));
+  const std::uint64_t bf16_sub = round_bits(f32(0x00400000u), bf16());
+  const float bf16_sub_value = round(f32(0x00400000u), bf16());
+  const float decoded = decode_float(0x0001, bf16());
+  const float tf32_sub = round(f32(0x80012345u), tf32(), Rounding::of(RoundingMode::toward_zero));
+  const unsigned during = _mm_getcsr();
+  _mm_setcsr(saved);
+  CHECK(up_min == 0x0001);
+  CHECK(down_min == 0x8001);
+  CHECK(bf16_sub == 0x0040);
+  CHECK(std::bit_cast<std::uint32_t>(bf16_sub_value) == 0x00400000u);
+  CHECK(std::bit_cast<std::uint32_t>(decoded) == 0x00010000u);
+  // tf32 keeps 10 mantissa bits of float's 23: toward zero clears the low 13 of the subnormal's pattern.
+  CHECK(std::bit_cast<std::uint32_t>(tf32_sub) == (0x80012345u & ~0x1fffu));
+  CHECK((during & ~0x3fu) == (0x1f80u | (3u << 13) | 0x8000u | 0x0040u));  // control bits left as they were
+}
+#endif

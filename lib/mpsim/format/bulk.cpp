@@ -14,6 +14,10 @@
 #include <thread>
 #include <vector>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>  // _mm_getcsr / _mm_setcsr (SSE: every x86-64 CPU)
+#endif
+
 #include "mpsim/error.hpp"
 #include "mpsim/format/bulk_params.hpp"
 
@@ -149,12 +153,33 @@ int thread_count(std::size_t n, const BulkOptions& opt) {
   return static_cast<int>(std::max<std::size_t>(t, 1));
 }
 
+// The engine's floating-point environment: the caller's MXCSR may have DAZ and FTZ on (a program linked
+// with -ffast-math runs so) or another rounding mode, and F16C's vcvtps2ph reads float subnormal inputs
+// as zero under DAZ, as do the float comparisons and conversions of the scalar path. Each thread of a
+// call runs under the default MXCSR (all exceptions masked, nearest-even, no DAZ/FTZ) and gets its own
+// back, flags included, when it is done.
+class DefaultFpEnv {
+ public:
+#if defined(__x86_64__) || defined(__i386__)
+  DefaultFpEnv() : saved_(_mm_getcsr()) { _mm_setcsr(0x1f80u); }
+  ~DefaultFpEnv() { _mm_setcsr(saved_); }
+#endif
+  DefaultFpEnv(const DefaultFpEnv&) = delete;
+  DefaultFpEnv& operator=(const DefaultFpEnv&) = delete;
+
+ private:
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned saved_;
+#endif
+};
+
 // Runs work(begin, end, stats) over contiguous ranges, one per thread, and merges the Stats. Every
 // element's result depends only on its value and its index, and the merge is a sum / max / min, so
 // output and Stats are the same bits whatever the thread count.
 template <class Work>
 void parallel_for(std::size_t n, const BulkOptions& opt, Stats* stats, Work work) {
   const int t = thread_count(n, opt);
+  const DefaultFpEnv env;
   if (t <= 1) {
     Stats local;
     work(std::size_t{0}, n, local);
@@ -167,7 +192,10 @@ void parallel_for(std::size_t n, const BulkOptions& opt, Stats* stats, Work work
   auto bound = [&](int k) { return k == t ? n : (n / t * k) & ~std::size_t{63}; };
   std::exception_ptr failure;
   for (int k = 1; k < t; ++k)
-    pool.emplace_back([&, k] { work(bound(k), bound(k + 1), parts[k]); });
+    pool.emplace_back([&, k] {
+      const DefaultFpEnv thread_env;
+      work(bound(k), bound(k + 1), parts[k]);
+    });
   try {
     work(0, bound(1), parts[0]);
   } catch (...) {
@@ -202,15 +230,6 @@ inline void account(Stats& s, T x, std::uint64_t bits, const Format& f) {
   if (y == static_cast<double>(x)) ++s.exact; else ++s.rounded;
 }
 
-// The float value of an encoding, NaN payloads kept (what round(float) returns).
-inline float decode_to_float(std::uint64_t bits, const Format& f) {
-  if (is_nan_bits(bits, f) && f.nan == NanEncoding::ieee) {
-    const std::uint32_t man = static_cast<std::uint32_t>(bits & ((std::uint64_t{1} << f.man_bits) - 1));
-    return std::bit_cast<float>(((bits & f.sign_bit()) ? 0x80000000u : 0u) | 0x7f800000u |
-                                (man << (23 - f.man_bits)));
-  }
-  return static_cast<float>(decode(bits, f));
-}
 
 template <class In, class Out, class Store>
 void scalar_range(const In* in, Out* out, std::size_t begin, std::size_t end, const Format& f, const Rounding& r,
@@ -338,9 +357,9 @@ bd::KernelParams make_params(const Format& f, const Rounding& r, const BulkOptio
                   p.cap_pos < p.max_finite_bits || p.cap_neg < p.max_finite_bits;
   if (p.ovf_special) p.cap_pos = p.cap_neg = p.max_finite_bits;  // the kernel blends the result in
   p.ovf_y_pos = static_cast<std::int32_t>(std::bit_cast<std::uint32_t>(
-      decode_to_float(static_cast<std::uint32_t>(p.ovf_pos), f)));
+      decode_float(static_cast<std::uint32_t>(p.ovf_pos), f)));
   p.ovf_y_neg = static_cast<std::int32_t>(std::bit_cast<std::uint32_t>(
-      decode_to_float(static_cast<std::uint32_t>(p.ovf_neg), f)));
+      decode_float(static_cast<std::uint32_t>(p.ovf_neg), f)));
   p.float_layout_ovf_ok = p.float_layout && f.nan == NanEncoding::ieee;
   p.uniform = f.emin == -126;
   const bool directed = r.mode == RoundingMode::up || r.mode == RoundingMode::down;
@@ -411,6 +430,7 @@ void round_float(std::span<const float> in, std::span<Out> out, const Format& f,
   const Path path = check_path(opt);
   const bool want = stats != nullptr;
   if (path != Path::scalar && vector_supported(f)) {
+    const DefaultFpEnv env;  // make_params bisects the F16C Stats thresholds over float subnormals too
     const bd::KernelParams p = make_params(f, r, opt);
     parallel_for(in.size(), opt, stats, [&](std::size_t b, std::size_t e, Stats& local) {
       vector_range(path, in.data(), out.data(), sizeof(Out), out_kind<Out>(), b, e, opt.index0, p, want, local);
@@ -420,7 +440,7 @@ void round_float(std::span<const float> in, std::span<Out> out, const Format& f,
   parallel_for(in.size(), opt, stats, [&](std::size_t b, std::size_t e, Stats& local) {
     if constexpr (std::is_same_v<Out, float>)
       scalar_range(in.data(), out.data(), b, e, f, r, want, local, opt.index0,
-                   [&f](std::uint64_t bits) { return decode_to_float(bits, f); });
+                   [&f](std::uint64_t bits) { return decode_float(bits, f); });
     else
       scalar_range(in.data(), out.data(), b, e, f, r, want, local, opt.index0,
                    [](std::uint64_t bits) { return static_cast<Out>(bits); });
@@ -454,13 +474,14 @@ void decode_packed(std::span<const Out> in, std::span<float> out, const Format& 
   check_sizes(in.size(), out.size(), in.data(), out.data(), "decode_array");
   check_storage<Out>(f);
   check_float_fits(f);
+  const DefaultFpEnv env;
   const Path path = best_path();
   if (path != Path::scalar && vector_supported(f) && !in.empty()) {
     const bd::KernelParams p = make_params(f, Rounding{}, BulkOptions{});
     (path == Path::avx512 ? bd::decode_avx512 : bd::decode_avx2)(in.data(), out_kind<Out>(), out.data(), in.size(), p);
     return;
   }
-  for (std::size_t i = 0; i < in.size(); ++i) out[i] = decode_to_float(in[i], f);
+  for (std::size_t i = 0; i < in.size(); ++i) out[i] = decode_float(in[i], f);
 }
 
 }  // namespace

@@ -199,6 +199,34 @@ std::uint64_t round_bits(double x, const Format& f, const Rounding& r, std::uint
   return sign | enc;
 }
 
+namespace {
+
+// float -> double by the bits (see round.hpp: not cvtss2sd, which DAZ would make read subnormals as 0).
+double widen_exact(std::uint32_t b) {
+  const std::uint64_t sign = std::uint64_t{b >> 31} << 63;
+  const std::uint32_t e = (b >> 23) & 0xffu, m = b & 0x7fffffu;
+  if (e == 0xffu) return std::bit_cast<double>(sign | kDoubleExpMask | (std::uint64_t{m} << 29));
+  if (e != 0) return std::bit_cast<double>(sign | (std::uint64_t{e + (1023u - 127u)} << 52) | (std::uint64_t{m} << 29));
+  if (m == 0) return std::bit_cast<double>(sign);
+  // A float subnormal m * 2^-149 with its top bit at p: 1.f * 2^(p - 149), a normal double.
+  const int p = 31 - std::countl_zero(m);
+  return std::bit_cast<double>(sign | (static_cast<std::uint64_t>(p - 149 + 1023) << 52) |
+                               ((std::uint64_t{m} << (52 - p)) & kDoubleManMask));
+}
+
+// double -> float for a value float holds exactly, by the bits below float's normal range (not
+// cvtsd2ss, which FTZ would make flush a float subnormal result).
+float narrow_exact(double d) {
+  const double a = std::fabs(d);
+  if (a != 0 && a < 0x1p-126) {
+    const auto k = static_cast<std::uint32_t>(a * 0x1p149);  // a normal double times 2^149: exact
+    return std::bit_cast<float>((std::signbit(d) ? 0x80000000u : 0u) | k);
+  }
+  return static_cast<float>(d);
+}
+
+}  // namespace
+
 std::uint64_t round_bits(float x, const Format& f, const Rounding& r, std::uint64_t index) {
   const std::uint32_t b = std::bit_cast<std::uint32_t>(x);
   if (r.input_subnormals == InputSubnormals::zero && (b & 0x7f800000u) == 0) {
@@ -211,7 +239,7 @@ std::uint64_t round_bits(float x, const Format& f, const Rounding& r, std::uint6
     const std::uint64_t xb = (std::uint64_t(b >> 31) << 63) | kDoubleExpMask | (std::uint64_t(b & 0x7fffffu) << 29);
     return nan_result(xb, f);
   }
-  return round_bits(static_cast<double>(x), f, r, index);
+  return round_bits(widen_exact(b), f, r, index);
 }
 
 bool is_nan_bits(std::uint64_t bits, const Format& f) {
@@ -259,15 +287,18 @@ double round(double x, const Format& f, const Rounding& r, std::uint64_t index) 
   return decode(round_bits(x, f, r, index), f);
 }
 
-float round(float x, const Format& f, const Rounding& r, std::uint64_t index) {
-  const std::uint64_t bits = round_bits(x, f, r, index);
+float decode_float(std::uint64_t bits, const Format& f) {
   if (is_nan_bits(bits, f) && f.nan == NanEncoding::ieee && f.man_bits <= 23) {
     // Keep the payload exactly in float (a double->float conversion would too, but say it here).
     const std::uint32_t man = static_cast<std::uint32_t>(bits & ((std::uint64_t{1} << f.man_bits) - 1));
     const std::uint32_t sign = (bits & f.sign_bit()) ? 0x80000000u : 0u;
     return std::bit_cast<float>(sign | 0x7f800000u | (man << (23 - f.man_bits)));
   }
-  return static_cast<float>(decode(bits, f));
+  return narrow_exact(decode(bits, f));
+}
+
+float round(float x, const Format& f, const Rounding& r, std::uint64_t index) {
+  return decode_float(round_bits(x, f, r, index), f);
 }
 
 bool is_representable(double x, const Format& f) {

@@ -110,6 +110,14 @@ std::uint64_t round_bits(float x, const Format& fmt, const Rounding& r = {}, std
 
 // The value of an encoding, exactly (every format that fits in a double decodes exactly).
 double decode(std::uint64_t bits, const Format& fmt);
+// The value as float, for formats that fit in float, NaN payloads kept (IEEE encodings): what
+// round(float) and simulate mode return.
+float decode_float(std::uint64_t bits, const Format& fmt);
+
+// round_bits(float), round(float) and decode_float() give the same bits whatever the caller's MXCSR:
+// floats are widened and narrowed by their bits, because cvtss2sd reads a float subnormal as zero under
+// DAZ and cvtsd2ss flushes a float subnormal result under FTZ (a program linked with -ffast-math runs
+// with both on). The bulk engine (bulk.hpp) holds the same promise.
 
 // round() = decode(round_bits()): the rounded value, held in the input's type (simulate mode).
 // For float input the rounded value is returned as float; formats wider than float (fp64, custom
