@@ -233,7 +233,7 @@ inline void count_slow(Counters<S>& c, typename S::I a, typename S::I res, typen
 }
 
 // The fast path's counters (Counters::f_* / u_*, s_over and the |x| extremes), held by round_loop as
-// separate local vectors and added into its Counters per step or block (Counters::add_fast): GCC keeps
+// separate local vectors and added into its Counters per step or block (round_loop's add_fast): GCC keeps
 // a struct of 16 vectors in memory, and a load, add and store per counter per vector made the Stats
 // loop latency-bound (AVX-512 fp16 software nearest-even + Stats in cache 0.45 ns/element, 0.21 without).
 // Fast-path counting: every lane finite. `enc` the result magnitudes before the overflow cap,
