@@ -64,8 +64,7 @@ Path best_path();
 
 // Whether the vector paths handle this format for float input: man_bits <= 22, emin >= -126,
 // emin + 23 - man_bits <= 127 and storage up to 32 bits (every named format but fp32 and fp64).
-// Other formats, and double input, run
-// the scalar code (threaded) whatever path is asked for.
+// Other formats, and double input, run the scalar code (threaded) whatever path is asked for.
 bool vector_supported(const Format& fmt);
 
 // Simulate mode: out[i] = round(in[i]) held in the input's type. `in` and `out` may be the same array.
