@@ -486,23 +486,34 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
           if (!PLAIN && p.daz) ar = S::maskz_not(S::eq(S::and_(a, kInf), kZero), a);
           const M neg = S::negmask(b);
           I enc, rem;  // rem: the discarded bits (zero iff the rounding was exact)
+          // A pattern x rounded at bit sh0 in MODE (to-odd: truncated; its sticky bit comes from
+          // with_sticky), for the modes that are an addition to the pattern. `ar` says which lanes lie
+          // below the format's normal range (the m = 0 rule at m0 above).
+          auto at_sh0 = [&](I x) __attribute__((always_inline)) {
+            if constexpr (MODE == Mode::nearest_even) {
+              const I odd = m0 ? S::maskz_not(S::gt(kMinNorm, ar), kOne) : S::and_(S::srl(x, sh0), kOne);
+              return S::srl(S::add(S::add(x, kHalfM1), odd), sh0);
+            } else if constexpr (MODE == Mode::nearest_away) {
+              return S::srl(S::add(x, kHalf), sh0);
+            } else if constexpr (MODE == Mode::up) {
+              return S::srl(S::add(x, S::maskz_not(neg, kLow)), sh0);
+            } else if constexpr (MODE == Mode::down) {
+              return S::srl(S::add(x, S::maskz(neg, kLow)), sh0);
+            } else {  // toward zero, to-odd
+              return S::srl(x, sh0);
+            }
+          };
+          // To-odd: the lowest kept bit set where bits were discarded (m = 0: below the normal range only).
+          auto with_sticky = [&](I e, I discarded) __attribute__((always_inline)) {
+            const I odd = m0 ? S::maskz(S::gt(kMinNorm, ar), kOne) : kOne;
+            return S::or_(e, S::maskz_not(S::eq(discarded, kZero), odd));
+          };
           if constexpr (UNIFORM) {
             rem = S::and_(ar, kLow);
-            if constexpr (MODE == Mode::nearest_even) {
-              const I odd = m0 ? S::maskz_not(S::gt(kMinNorm, ar), kOne) : S::and_(S::srl(ar, sh0), kOne);
-              enc = S::srl(S::add(S::add(ar, kHalfM1), odd), sh0);
-            } else if constexpr (MODE == Mode::nearest_away) {
-              enc = S::srl(S::add(ar, kHalf), sh0);
-            } else if constexpr (MODE == Mode::toward_zero) {
-              enc = S::srl(ar, sh0);
-            } else if constexpr (MODE == Mode::up) {
-              enc = S::srl(S::add(ar, S::maskz_not(neg, kLow)), sh0);
-            } else if constexpr (MODE == Mode::down) {
-              enc = S::srl(S::add(ar, S::maskz(neg, kLow)), sh0);
-            } else if constexpr (MODE == Mode::to_odd) {
-              const I odd = m0 ? S::maskz(S::gt(kMinNorm, ar), kOne) : kOne;  // m = 0: subnormal lanes only
-              enc = S::or_(S::srl(ar, sh0), S::maskz_not(S::eq(rem, kZero), odd));
-            } else {  // stochastic
+            if constexpr (MODE != Mode::stochastic) {
+              enc = at_sh0(ar);
+              if constexpr (MODE == Mode::to_odd) enc = with_sticky(enc, rem);
+            } else {
               const I frac32 = S::sll(rem, 32 - sh0);
               const I rnd = lowbias32_vec<S>(S::add(kIdxBase, S::set1(static_cast<std::int32_t>(blk + i))));
               enc = S::count(S::srl(ar, sh0), S::carry(S::and_(frac32, kSrMask), S::and_(rnd, kSrMask)));
@@ -522,20 +533,8 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
             const I enc_sub = S::sub(s_abs, kC);
             // Discarded bits (zero iff exact): the lane's own below 2^emin, the rounded-off sum there.
             rem = S::sel(S::gt(kMinNorm, ar), S::xor_(S::subf(s_abs, kC), ar), S::and_(an, kLow));
-            I enc_norm;
-            if constexpr (MODE == Mode::nearest_even)
-              enc_norm = S::srl(S::add(S::add(an, kHalfM1), m0 ? kOne : S::and_(S::srl(an, sh0), kOne)), sh0);
-            else if constexpr (MODE == Mode::up)
-              enc_norm = S::srl(S::add(an, S::maskz_not(neg, kLow)), sh0);
-            else if constexpr (MODE == Mode::down)
-              enc_norm = S::srl(S::add(an, S::maskz(neg, kLow)), sh0);
-            else
-              enc_norm = S::srl(an, sh0);
-            enc = S::sel(S::gt(kMinNorm, ar), enc_sub, enc_norm);
-            if constexpr (MODE == Mode::to_odd) {
-              const I odd = m0 ? S::maskz(S::gt(kMinNorm, ar), kOne) : kOne;  // m = 0: subnormal lanes only
-              enc = S::or_(enc, S::maskz_not(S::eq(rem, kZero), odd));
-            }
+            enc = S::sel(S::gt(kMinNorm, ar), enc_sub, at_sh0(an));
+            if constexpr (MODE == Mode::to_odd) enc = with_sticky(enc, rem);
           } else {
             const I E = S::template srli<23>(ar);
             const I Ee = S::max(E, kOne);
@@ -628,9 +627,9 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
             }
             if constexpr (STATS) {
               // Overflows that count: without saturation, those whose result is ±inf/NaN, which the mode
-              // alone decides (overflow_counts_by_mode, checked against the specification in bulk.cpp's
-              // make_params). Known at compile time: read from KernelParams, GCC moved the choice out of
-              // line with the mask on the stack, two taken jumps per vector.
+              // alone decides (make_params in bulk.cpp checks the specification agrees). Known at compile
+              // time: read from KernelParams, GCC moved the choice out of line with the mask on the stack,
+              // two taken jumps per vector.
               M ovc;
               if (!PLAIN && p.saturate)
                 ovc = S::gt(a, kMaxFinF32);
