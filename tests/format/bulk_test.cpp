@@ -15,6 +15,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <sstream>
 #include <vector>
 
 #include "mpsim/error.hpp"
@@ -168,16 +169,24 @@ TEST_CASE("every path matches round_bits for every format and mode, simulate and
             checked += 2 * in.size();
             mismatches += bad;
             CHECK(bad == 0);
-            CHECK(got_sim == want);
-            CHECK(got_packed == want);
+            auto stats_text = [&](const Stats& g) {
+              std::ostringstream o;
+              o << f.name << " " << short_name(mode) << " " << to_string(path) << " stats got/want: exact " << g.exact
+                << "/" << want.exact << " under " << g.underflow << "/" << want.underflow << " sub " << g.subnormal << "/"
+                << want.subnormal << " over " << g.overflow << "/" << want.overflow << " zero " << g.zero_in << "/"
+                << want.zero_in << " max " << g.max_abs << "/" << want.max_abs << " min " << g.min_abs_nonzero << "/"
+                << want.min_abs_nonzero;
+              return o.str();
+            };
+            {
+              INFO("simulate: " << stats_text(got_sim));
+              CHECK(got_sim == want);
+            }
+            {
+              INFO("packed: " << stats_text(got_packed));
+              CHECK(got_packed == want);
+            }
             ++stats_checked;
-            if (!(got_sim == want))
-              UNSCOPED_INFO(f.name << " " << short_name(mode) << " " << to_string(path) << " stats: exact " << got_sim.exact
-                                   << "/" << want.exact << " under " << got_sim.underflow << "/" << want.underflow
-                                   << " sub " << got_sim.subnormal << "/" << want.subnormal << " over "
-                                   << got_sim.overflow << "/" << want.overflow << " zero " << got_sim.zero_in << "/"
-                                   << want.zero_in << " max " << got_sim.max_abs << "/" << want.max_abs << " min "
-                                   << got_sim.min_abs_nonzero << "/" << want.min_abs_nonzero);
           }
         }
       }

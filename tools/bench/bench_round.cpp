@@ -153,8 +153,8 @@ void register_all() {
     auto packed16 = [&d, sin](const Format& f, Rounding r, BulkOptions o, Stats* s = nullptr) {
       return [&d, sin, &f, r, o, s] { round_array(sin, std::span<std::uint16_t>(d.out16), f, r, s, o); };
     };
-    auto packed8 = [&d, sin](const Format& f, Rounding r, BulkOptions o) {
-      return [&d, sin, &f, r, o] { round_array(sin, std::span<std::uint8_t>(d.out8), f, r, nullptr, o); };
+    auto packed8 = [&d, sin](const Format& f, Rounding r, BulkOptions o, Stats* s = nullptr) {
+      return [&d, sin, &f, r, o, s] { round_array(sin, std::span<std::uint8_t>(d.out8), f, r, s, o); };
     };
     auto simulate = [&d, sin](const Format& f, Rounding r, BulkOptions o, Stats* s = nullptr) {
       return [&d, sin, &f, r, o, s] { round_array(sin, std::span<float>(d.out_f), f, r, s, o); };
@@ -185,6 +185,9 @@ void register_all() {
     add("bf16+stats", "rne", set, "packed", packed16(bf16(), {}, one_thread(), &sink));
     add("bf16+stats", "rne", set, "simulate", simulate(bf16(), {}, one_thread(), &sink));
     add("fp16+stats", "sr", set, "packed", packed16(fp16(), sr, one_thread(), &sink));
+    add("fp16+stats", "sr", set, "simulate", simulate(fp16(), sr, one_thread(), &sink));
+    add("fp16+stats", "rto", set, "packed", packed16(fp16(), Rounding::of(RoundingMode::to_odd), one_thread(), &sink));
+    add("fp8_e4m3+stats", "rne", set, "packed", packed8(fp8_e4m3(), {}, one_thread(), &sink));
     // The same calls forced onto the AVX2 path, where the automatic path is AVX-512.
     if (best_path() == Path::avx512) {
       BulkOptions a2 = one_thread();

@@ -70,7 +70,7 @@ bool cpu_has_avx512() {
 #if defined(__x86_64__) || defined(__i386__)
   static const bool has = bd::avx512_compiled() && __builtin_cpu_supports("avx512f") &&
                           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-                          __builtin_cpu_supports("avx512dq");
+                          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512cd");
   return has;
 #else
   return false;
@@ -364,6 +364,8 @@ bd::KernelParams make_params(const Format& f, const Rounding& r, const BulkOptio
   p.uniform = f.emin == -126;
   const bool directed = r.mode == RoundingMode::up || r.mode == RoundingMode::down;
   p.plain = !p.daz && !p.flush && !p.neg_zero && !p.ovf_special && !p.saturate && (directed || p.cap_pos == p.cap_neg);
+  p.lut_ok = !p.uniform && static_cast<std::uint32_t>(p.cap_pos) < (1u << 15) &&
+             static_cast<std::uint32_t>(p.cap_neg) < (1u << 15);
   p.float_fast = p.plain && p.float_layout && f.nan == NanEncoding::ieee && f.has_inf && !p.saturate &&
                  p.max_finite_bits + 1 == p.inf_bits && p.inf_pos == p.inf_bits;
   const bool f16c_mode = r.mode == RoundingMode::nearest_even || r.mode == RoundingMode::toward_zero ||

@@ -79,6 +79,11 @@ struct Avx2 {
   static I minu(I a, I b) { return _mm256_min_epu32(a, b); }
   static bool any(M m) { return !_mm256_testz_si256(m, m); }
   static I count(I c, M m) { return _mm256_sub_epi32(c, m); }
+  // No lookup counting (bulk_kernel.hpp, make_lut): AVX2 has neither vplzcntd nor a 32-entry permute.
+  static constexpr bool kHasLut = false;
+  static I lzcnt(I v) { return v; }
+  static I xor_mask(I v, M, I) { return v; }
+  static I lut32(I idx, I, I) { return idx; }
   // Lanes where the unsigned sum f + r carries out of 32 bits.
   static M carry(I f, I r) {
     const I s = _mm256_set1_epi32(static_cast<std::int32_t>(0x80000000u));

@@ -1,5 +1,5 @@
-// The AVX-512 (F/BW/VL/DQ) kernels of the bulk engine: bulk_kernel.hpp over 16 lanes of __m512i with
-// mask registers. Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512dq (meson.build); bulk.cpp
+// The AVX-512 (F/BW/VL/DQ/CD) kernels of the bulk engine: bulk_kernel.hpp over 16 lanes of __m512i with
+// mask registers. Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512cd (meson.build); bulk.cpp
 // calls it only after __builtin_cpu_supports says the CPU has them. Where the compiler cannot build it,
 // meson compiles this file with MPSIM_NO_AVX512 and the path reports itself unavailable.
 #include "mpsim/format/bulk_params.hpp"
@@ -65,6 +65,11 @@ struct Avx512 {
   static I minu(I a, I b) { return _mm512_min_epu32(a, b); }
   static bool any(M m) { return m != 0; }
   static I count(I c, M m) { return _mm512_mask_add_epi32(c, m, c, _mm512_set1_epi32(1)); }
+  // Lookup counting (bulk_kernel.hpp, make_lut): vplzcntd (AVX-512CD) and a 32-entry vpermi2d.
+  static constexpr bool kHasLut = true;
+  static I lzcnt(I v) { return _mm512_lzcnt_epi32(v); }
+  static I xor_mask(I v, M m, I c) { return _mm512_mask_xor_epi32(v, m, v, c); }
+  static I lut32(I idx, I t0, I t1) { return _mm512_permutex2var_epi32(t0, idx, t1); }
   static M carry(I f, I r) { return _mm512_cmplt_epu32_mask(_mm512_add_epi32(f, r), f); }
   static I cvt_mul(I v, float s) {
     return _mm512_castps_si512(_mm512_mul_ps(_mm512_cvtepi32_ps(v), _mm512_set1_ps(s)));

@@ -59,6 +59,8 @@ struct KernelParams {
   std::int32_t ovf_y_pos = 0, ovf_y_neg = 0;  // float bits of the overflow results (simulate mode)
   bool float_layout_ovf_ok = false;  // float_layout and IEEE: decode_finite_vec is right for overflow too
   bool float_layout = false;         // exp_bits 8, bias 127: an encoding is a float bit pattern >> (23 - m)
+  // round_loop's lookup counting (bulk_kernel.hpp, make_lut) applies: both caps below 2^15.
+  bool lut_ok = false;
   bool half_layout = false;          // IEEE binary16's encoding (e5m10, bias 15, IEEE inf/NaN): F16C decodes it
   bool uniform = false;              // emin == -126: every finite float rounds at bit 23 - m of its pattern
   // No daz, flush, neg_zero, ovf_special or saturate, and cap_pos == cap_neg outside the directed modes up/down:
