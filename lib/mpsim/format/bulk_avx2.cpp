@@ -81,9 +81,6 @@ struct Avx2 {
   static I count(I c, M m) { return _mm256_sub_epi32(c, m); }
   // No lookup counting (bulk_kernel.hpp, make_lut): AVX2 has neither vplzcntd nor a 32-entry permute.
   static constexpr bool kHasLut = false;
-  static I lzcnt(I v) { return v; }
-  static I xor_mask(I v, M, I) { return v; }
-  static I lut32(I idx, I, I) { return idx; }
   // Lanes where the unsigned sum f + r carries out of 32 bits.
   static M carry(I f, I r) {
     const I s = _mm256_set1_epi32(static_cast<std::int32_t>(0x80000000u));
