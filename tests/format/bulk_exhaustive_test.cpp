@@ -343,13 +343,13 @@ TEST_CASE("fp16 and bf16 toward zero and stochastic: every 5th float pattern (al
   WARN("fp16/bf16 toward zero and stochastic: " << since(t_all) << " s wall in all");
 }
 
-TEST_CASE("fp16 up / down / nearest-away (F16C and software): every encoding and midpoint with neighbours; "
+TEST_CASE("fp16 up / down / nearest-away / to-odd (F16C and software): every encoding and midpoint with neighbours; "
           "every 41st float pattern",
           "[bulk][exhaustive]") {
-  // The F16C path rounds up and down with vcvtps2ph and nearest-away from two conversions and a tie
-  // test, and counts Stats from per-sign thresholds: the places they can go wrong are the encodings,
-  // the midpoints between them (every tie) and their float neighbours, all of which are checked here,
-  // with a sample of everything else.
+  // The F16C path rounds up and down with vcvtps2ph, nearest-away from two conversions and a tie test,
+  // to-odd from a truncation and an exactness test, and counts Stats from per-sign thresholds: the
+  // places they can go wrong are the encodings, the midpoints between them (every tie) and their float
+  // neighbours, all of which are checked here, with a sample of everything else.
   const auto t_all = std::chrono::steady_clock::now();
   const Format& f = fp16();
   const Tables tables = make_tables(f);
@@ -368,7 +368,7 @@ TEST_CASE("fp16 up / down / nearest-away (F16C and software): every encoding and
   constexpr std::size_t kChunk = std::size_t{1} << 20;
   const std::size_t strided = (std::uint64_t{1} << 32) / kStride + 1;
   const std::size_t total = strided + edges.size();
-  for (const RoundingMode mode : {RoundingMode::up, RoundingMode::down, RoundingMode::nearest_away}) {
+  for (const RoundingMode mode : {RoundingMode::up, RoundingMode::down, RoundingMode::nearest_away, RoundingMode::to_odd}) {
     const Rounding r = Rounding::of(mode);
     std::vector<Variant> vs = variants(f, r);
     for (Path p : {Path::avx2, Path::avx512}) {
@@ -391,7 +391,7 @@ TEST_CASE("fp16 up / down / nearest-away (F16C and software): every encoding and
     CHECK(tally.inputs * chunk_stride() >= total);
     report("every tie + every 41st pattern", f, r, vs, tally, since(t0));
   }
-  WARN("fp16 ru/rd/rna: " << edges.size() << " boundary inputs + " << strided << " sampled per mode, "
+  WARN("fp16 ru/rd/rna/rto: " << edges.size() << " boundary inputs + " << strided << " sampled per mode, "
                           << since(t_all) << " s wall in all");
 }
 

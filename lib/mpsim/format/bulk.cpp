@@ -276,12 +276,14 @@ const F16cThresholds& f16c_thresholds(RoundingMode mode) {
   static const F16cThresholds rne = find_f16c_thresholds(RoundingMode::nearest_even),
                               rtz = find_f16c_thresholds(RoundingMode::toward_zero),
                               ru = find_f16c_thresholds(RoundingMode::up), rd = find_f16c_thresholds(RoundingMode::down),
-                              rna = find_f16c_thresholds(RoundingMode::nearest_away);
+                              rna = find_f16c_thresholds(RoundingMode::nearest_away),
+                              rto = find_f16c_thresholds(RoundingMode::to_odd);
   switch (mode) {
     case RoundingMode::nearest_away: return rna;
     case RoundingMode::toward_zero: return rtz;
     case RoundingMode::up: return ru;
     case RoundingMode::down: return rd;
+    case RoundingMode::to_odd: return rto;
     default: return rne;
   }
 }
@@ -370,7 +372,7 @@ bd::KernelParams make_params(const Format& f, const Rounding& r, const BulkOptio
                  p.max_finite_bits + 1 == p.inf_bits && p.inf_pos == p.inf_bits;
   const bool f16c_mode = r.mode == RoundingMode::nearest_even || r.mode == RoundingMode::toward_zero ||
                          r.mode == RoundingMode::up || r.mode == RoundingMode::down ||
-                         r.mode == RoundingMode::nearest_away;
+                         r.mode == RoundingMode::nearest_away || r.mode == RoundingMode::to_odd;
   p.f16c = opt.hardware_convert && f == fp16() && f16c_mode && r.input_subnormals == InputSubnormals::keep;
   if (p.f16c) {
     const F16cThresholds& t = f16c_thresholds(r.mode);

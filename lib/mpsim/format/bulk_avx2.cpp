@@ -104,6 +104,18 @@ struct Avx2 {
     const __m128i tie16 = _mm_packs_epi32(_mm256_castsi256_si128(tie), _mm256_extracti128_si256(tie, 1));
     return _mm_blendv_epi8(e, u, tie16);
   }
+  // To-odd, which F16C lacks: the truncation t with its lowest bit set where t's value is not the input
+  // (inexact, overflow included: t = max finite, odd). NaN inputs (unordered) keep the conversion's
+  // quiet NaN. The test is an integer compare, so MXCSR.DAZ cannot make a float subnormal input exact.
+  // `same`: the lanes whose result converts back to the input's bits (eq(cvt_ph_back(result), b)).
+  static __m128i cvt_ph_odd(I b, M& same) {
+    const __m256 x = _mm256_castsi256_ps(b);
+    const __m128i t = _mm256_cvtps_ph(x, _MM_FROUND_TO_ZERO);
+    same = _mm256_cmpeq_epi32(b, _mm256_castps_si256(_mm256_cvtph_ps(t)));
+    const __m256i inexact = _mm256_andnot_si256(same, _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_ORD_Q)));
+    const __m128i inexact16 = _mm_packs_epi32(_mm256_castsi256_si128(inexact), _mm256_extracti128_si256(inexact, 1));
+    return _mm_or_si128(t, _mm_and_si128(inexact16, _mm_set1_epi16(1)));
+  }
   static I widen16(__m128i h) { return _mm256_cvtepu16_epi32(h); }
   // 16-bit encodings (zero-extended in 32-bit lanes) to 8 packed halves.
   static __m128i narrow16(I v) { return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(v, v), 0x08)); }

@@ -88,6 +88,17 @@ struct Avx512 {
     const __mmask16 tie = _mm512_cmp_ps_mask(x, mid, _CMP_EQ_OQ);
     return _mm256_mask_blend_epi16(tie, e, u);
   }
+  // To-odd, which F16C lacks: the truncation t with its lowest bit set where t's value is not the input
+  // (inexact, overflow included: t = max finite, odd). NaN inputs (unordered) keep the conversion's
+  // quiet NaN. The test is an integer compare, so MXCSR.DAZ cannot make a float subnormal input exact.
+  // `same`: the lanes whose result converts back to the input's bits (eq(cvt_ph_back(result), b)).
+  static __m256i cvt_ph_odd(I b, M& same) {
+    const __m512 x = _mm512_castsi512_ps(b);
+    const __m256i t = _mm512_cvtps_ph(x, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    same = _mm512_cmpeq_epi32_mask(b, _mm512_castps_si512(_mm512_cvtph_ps(t)));
+    const __mmask16 inexact = _kandn_mask16(same, _mm512_cmp_ps_mask(x, x, _CMP_ORD_Q));
+    return _mm256_mask_blend_epi16(inexact, t, _mm256_or_si256(t, _mm256_set1_epi16(1)));
+  }
   static I widen16(__m256i h) { return _mm512_cvtepu16_epi32(h); }
   static __m256i narrow16(I v) { return _mm512_cvtepi32_epi16(v); }
   static void store_ph(std::uint16_t* p, __m256i h) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), h); }

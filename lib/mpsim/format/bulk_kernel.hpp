@@ -337,6 +337,8 @@ inline void lut_flush(typename S::I& lut, typename S::I& f_zero, typename S::I& 
 constexpr std::size_t kStatsStep = 4096;
 // f16c_loop's IMM for nearest with ties away (S::cvt_ph_away), which has no rounding-control value.
 constexpr int kAwayImm = -1;
+// f16c_loop's IMM for to-odd (S::cvt_ph_odd): truncation, then the sticky bit.
+constexpr int kOddImm = -2;
 
 template <class S, int IMM, bool STATS, OutKind KIND>
 void f16c_loop(const float* in, void* out, std::size_t n, const KernelParams& p, StatsAcc* acc) {
@@ -350,13 +352,18 @@ void f16c_loop(const float* in, void* out, std::size_t n, const KernelParams& p,
   const I kZeroBelowP = S::set1(p.f16c_zero_below[0]), kZeroBelowN = S::set1(p.f16c_zero_below[1]);
   const I kSmallBelowP = S::set1(p.f16c_small_below[0]), kSmallBelowN = S::set1(p.f16c_small_below[1]);
   const I kFiniteUptoP = S::set1(p.f16c_finite_upto[0]), kFiniteUptoN = S::set1(p.f16c_finite_upto[1]);
-  auto convert = [&](const float* src, void* dst, std::size_t j, I& b, I& y) {
+  // To-odd knows which lanes convert back to the input (`same`) from its truncation; the others test
+  // the result converted back, which packed calls compute for Stats only.
+  constexpr bool kSameKnown = IMM == kOddImm;
+  auto convert = [&](const float* src, void* dst, std::size_t j, I& b, I& y, M& same) {
     b = S::load(src);
     const auto h = [&] {
       if constexpr (IMM == kAwayImm) return S::cvt_ph_away(b);
+      else if constexpr (IMM == kOddImm) return S::cvt_ph_odd(b, same);
       else return S::template cvt_ph<IMM>(b);
     }();
-    if constexpr (KIND == OutKind::f32 || STATS) y = S::cvt_ph_back(h);
+    if constexpr (KIND == OutKind::f32 || (STATS && !kSameKnown)) y = S::cvt_ph_back(h);
+    if constexpr (STATS && !kSameKnown) same = S::eq(y, b);
     if constexpr (KIND == OutKind::u16) {
       S::store_ph(static_cast<std::uint16_t*>(dst) + j, h);
     } else {
@@ -367,13 +374,15 @@ void f16c_loop(const float* in, void* out, std::size_t n, const KernelParams& p,
   if constexpr (!STATS) {
     for_each_vector<S, KIND>(in, out, n, [&](std::size_t, const float* src, void* dst, std::size_t j) {
       I b, y;
-      convert(src, dst, j, b, y);
+      M same;
+      convert(src, dst, j, b, y, same);
     });
     return;
   } else {
     auto fast = [&](std::size_t, const float* src, void* dst, std::size_t j) {
       I b, y = S::zero();
-      convert(src, dst, j, b, y);
+      M same;
+      convert(src, dst, j, b, y, same);
       const I a = S::and_(b, kAbs);
       I zero_below = kZeroBelowP, small_below = kSmallBelowP, finite_upto = kFiniteUptoP;
       if (by_sign) {
@@ -386,16 +395,17 @@ void f16c_loop(const float* in, void* out, std::size_t n, const KernelParams& p,
       c.f_enc0 = S::count(c.f_enc0, S::gt(zero_below, a));
       c.f_small = S::count(c.f_small, S::gt(small_below, a));
       c.s_over = S::count(c.s_over, S::gt(a, finite_upto));
-      c.h_same = S::count(c.h_same, S::eq(y, b));
+      c.h_same = S::count(c.h_same, same);
       c.vmax = S::max(c.vmax, a);
       c.vmin_m1 = S::minu(c.vmin_m1, S::sub(a, kOneI));
     };
     auto full = [&](std::size_t, const float* src, void* dst, std::size_t j) {
       I b, y = S::zero();
-      const auto h = convert(src, dst, j, b, y);
+      M same;
+      const auto h = convert(src, dst, j, b, y, same);
       const I res = S::widen16(h);
       const I rmag = S::and_(res, S::set1(0x7fff));
-      count_slow<S>(c, S::and_(b, kAbs), res, S::mnot(S::eq(y, b)), S::eq(rmag, kInfBits), p);
+      count_slow<S>(c, S::and_(b, kAbs), res, S::mnot(same), S::eq(rmag, kInfBits), p);
     };
     for (std::size_t blk = 0; blk < n; blk += kCounterBlock) {
       const std::size_t len = n - blk < kCounterBlock ? n - blk : kCounterBlock;
@@ -917,6 +927,10 @@ void round_dispatch_kind(const float* in, void* out, OutKind kind, std::size_t n
   if constexpr (MODE == Mode::nearest_away) {
     if (p.f16c && kind == OutKind::f32) return f16c_loop<S, kAwayImm, STATS, OutKind::f32>(in, out, n, p, acc);
     if (p.f16c && kind == OutKind::u16) return f16c_loop<S, kAwayImm, STATS, OutKind::u16>(in, out, n, p, acc);
+  }
+  if constexpr (MODE == Mode::to_odd) {
+    if (p.f16c && kind == OutKind::f32) return f16c_loop<S, kOddImm, STATS, OutKind::f32>(in, out, n, p, acc);
+    if (p.f16c && kind == OutKind::u16) return f16c_loop<S, kOddImm, STATS, OutKind::u16>(in, out, n, p, acc);
   }
   switch (kind) {
     case OutKind::f32: return round_uniform_or_not<S, MODE, STATS, OutKind::f32>(in, out, n, index0, p, acc);
