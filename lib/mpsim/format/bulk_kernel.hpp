@@ -478,7 +478,8 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
   using I = typename S::I;
   using M = typename S::M;
   const I kAbs = S::set1(0x7fffffff), kInf = S::set1(0x7f800000), kZero = S::zero(), kOne = S::set1(1);
-  const I kSh0 = S::set1(p.sh0), kD0 = S::set1(p.d0), k31 = S::set1(31), k32 = S::set1(32);
+  const I kD0 = S::set1(p.d0), k31 = S::set1(31), k32 = S::set1(32);
+  const I kShD0 = S::set1(p.sh0 + p.d0), kOne23 = S::set1(1 << 23);
   const I kMaxFin = S::set1(p.max_finite_bits), kSign = S::set1(p.fmt_sign), kOneM = S::set1(p.one_m);
   const I kOvfPos = S::set1(p.ovf_pos), kOvfNeg = S::set1(p.ovf_neg);
   const I kInfPos = S::set1(p.inf_pos), kInfNeg = S::set1(p.inf_neg);
@@ -491,6 +492,8 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
   // Stochastic rounding, formats with subnormals below float's: a lane has sh >= 32 where its biased
   // exponent Ee <= d0 + sh0 - 32, i.e. where 1 <= |x| bits < (d0 + sh0 - 31) << 23. Tested as the signed
   // compare kSrTinyX > (a + 0x7fffffff), which is (a - 1) < bound - 1 unsigned (zero excluded).
+  // (Testing k = 32 - sh <= 0 instead, zero lanes excluded by one vptest against |x|, was slower: AVX2
+  // fp16 stochastic packed 0.398 -> 0.428 ns/element in cache.)
   const std::int32_t sr_tiny_e = p.d0 + p.sh0 - 31;
   const I kSrTinyBias = S::set1(0x7fffffff);
   const I kSrTinyX = S::set1(sr_tiny_e <= 0 ? INT32_MIN
@@ -614,12 +617,17 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
             enc = S::sel(S::gt(kMinNorm, ar), enc_sub, at_sh0(an));
             if constexpr (MODE == Mode::to_odd) enc = with_sticky(enc, rem);
           } else {
-            const I E = S::template srli<23>(ar);
-            const I Ee = S::max(E, kOne);
-            const I d = S::sub(Ee, kD0);
-            const I sh = S::max(S::sub(kSh0, d), kSh0);
+            // The lane's kept bits are counted from exponent Ek = min(max(E, 1), d0): its own below the
+            // format's normal range, emin's above it. sig is the significand (implicit bit included) plus
+            // (Ee - d0) << 23 in the normal range, so that sig >> sh is already the encoding (a carry out of
+            // the mantissa lands in the exponent by the addition) and needs no exponent added back: 4
+            // operations fewer than significand, shift and exponent separately. In cache (2^14
+            // log-uniform, Zen 4), fp16 stochastic packed 0.387 -> 0.343 ns/element on AVX-512, 0.440 ->
+            // 0.398 on AVX2; fp8 e5m2 stochastic 0.453 -> 0.413, 0.598 -> 0.551.
+            const I Ek = S::min(S::max(S::template srli<23>(ar), kOne), kD0);
+            const I sh = S::sub(kShD0, Ek);  // sh0 + (d0 - Ek)
             const I shc = S::min(sh, k31);
-            const I sig = S::sub(ar, S::template slli<23>(S::sub(Ee, kOne)));
+            const I sig = S::sub(S::add(ar, kOne23), S::template slli<23>(Ek));
             const I lowmask = S::sub(S::sllv(kOne, shc), kOne);
             rem = S::and_(sig, lowmask);
             I mag;
@@ -654,8 +662,7 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
                 mag = S::count(S::srlv(sig, shc), S::carry(S::and_(frac32, kSrMask), rm));
               }
             }
-            // A carry out of the mantissa lands in the exponent field by the addition.
-            enc = S::add(S::sll(S::max(d, kZero), m), mag);
+            enc = mag;
           }
           if (!PLAIN && p.flush) enc = S::maskz_not(S::gt(kOneM, enc), enc);
           // Overflow: the result's magnitude is capped at the overflow result's (max_finite, inf or the
