@@ -626,7 +626,11 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
             // 0.398 on AVX2; fp8 e5m2 stochastic 0.453 -> 0.413, 0.598 -> 0.551.
             const I Ek = S::min(S::max(S::template srli<23>(ar), kOne), kD0);
             const I sh = S::sub(kShD0, Ek);  // sh0 + (d0 - Ek)
-            const I shc = S::min(sh, k31);
+            // Shift counts of 32 or more give 0 in vpsllvd/vpsrlvd. Nearest-away and stochastic rounding
+            // (the modes that reach this branch) then give the specification's result without the clamp:
+            // lowmask all ones, rem = sig, and 0 from every shift by sh (a tiny lane rounds to zero, or up
+            // by the stochastic carry form below).
+            const I shc = MODE == Mode::nearest_away || MODE == Mode::stochastic ? sh : S::min(sh, k31);
             const I sig = S::sub(S::add(ar, kOne23), S::template slli<23>(Ek));
             const I lowmask = S::sub(S::sllv(kOne, shc), kOne);
             rem = S::and_(sig, lowmask);
