@@ -528,6 +528,10 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
   const I kXor16 = S::set1(16);
 
   Counters<S> c;
+  // Stochastic rounding's counters (see the stochastic case below).
+  I idx_run = kZero;
+  std::size_t idx_next = ~std::size_t{0};
+  const I kIdxStep = S::set1(S::W);
   for (std::size_t blk = 0; blk < n; blk += kCounterBlock) {
     const std::size_t len = n - blk < kCounterBlock ? n - blk : kCounterBlock;
     I l_lut = kZero;
@@ -656,7 +660,14 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
               // zeros in frac32, and frac32 & sr_mask drops only bits whose counterparts in r are masked
               // off), and the sum fits in 32 bits. Lanes with sh >= 32 (|x| below 2^(emin - m - 8)) get 0
               // from the shifted r: a vector holding such a non-zero input takes the carry form.
-              const I rnd = lowbias32_vec<S>(S::add(kIdxBase, S::set1(static_cast<std::int32_t>(blk + i))));
+              // The counter vector continues from the previous call where the calls run in order (one
+              // add instead of a broadcast from a general register and an add). In cache, best of 6
+              // alternated runs: fp16 stochastic packed 0.336 -> 0.322 ns/element (AVX-512), 0.388 ->
+              // 0.366 (AVX2); AVX2 simulate 0.488 -> 0.431.
+              if (blk + i != idx_next) idx_run = S::add(kIdxBase, S::set1(static_cast<std::int32_t>(blk + i)));
+              const I rnd = lowbias32_vec<S>(idx_run);
+              idx_run = S::add(idx_run, kIdxStep);
+              idx_next = blk + i + S::W;
               const I rm = S::and_(rnd, kSrMask);
               mag = S::srlv(S::add(sig, S::srlv(rm, S::sub(k32, sh))), shc);
               if (S::any(S::gt(kSrTinyX, S::add(a, kSrTinyBias)))) {
