@@ -534,7 +534,7 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
   const I kIdxStep = S::set1(S::W);
   for (std::size_t blk = 0; blk < n; blk += kCounterBlock) {
     const std::size_t len = n - blk < kCounterBlock ? n - blk : kCounterBlock;
-    I l_lut = kZero;
+    I l_lut = kZero, l_min_s = S::set1(INT32_MAX);
     // The fast path's counters (see count_fast), added into c by add_fast. uniform_count steps count
     // zeros in l_zero and kept results in l_exact (Counters::u_zero / u_kept).
     I l_zero = kZero, l_enc0 = kZero, l_small = kZero, l_exact = kZero, l_over = kZero, l_max = kZero,
@@ -669,11 +669,21 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
               idx_run = S::add(idx_run, kIdxStep);
               idx_next = blk + i + S::W;
               const I rm = S::and_(rnd, kSrMask);
-              mag = S::srlv(S::add(sig, S::srlv(rm, S::sub(k32, sh))), shc);
+              const I k = S::sub(k32, sh);
+              mag = S::srlv(S::add(sig, S::srlv(rm, k)), shc);
+              // Stats' exactness test: the discarded bits moved to the top, sig << (32 - sh), one operation
+              // where sig & lowmask takes three. It is zero for every lane with sh >= 32 (count >= 32):
+              // right for zero inputs, and the carry form below, which any other such lane takes, sets
+              // rem = sig & lowmask again. With the signed minimum below, in cache: fp16 stochastic packed +
+              // Stats 0.489 -> 0.451 ns/element (AVX-512), simulate + Stats 0.515 -> 0.485, AVX2 packed + Stats
+              // 0.694 -> 0.672.
+              const I rem_all = rem;
+              rem = S::sllv(sig, k);
               if (S::any(S::gt(kSrTinyX, S::add(a, kSrTinyBias)))) {
                 // Shift counts of 32 or more give 0 in vpsllvd/vpsrlvd, which is what the specification's
                 // cases give.
-                const I frac32 = S::or_(S::sllv(rem, S::sub(k32, sh)), S::srlv(rem, S::sub(sh, k32)));
+                rem = rem_all;
+                const I frac32 = S::or_(S::sllv(rem, k), S::srlv(rem, S::sub(sh, k32)));
                 mag = S::count(S::srlv(sig, shc), S::carry(S::and_(frac32, kSrMask), rm));
               }
             }
@@ -756,12 +766,17 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
                 M equal;
                 if constexpr (KIND == OutKind::f32)
                   equal = S::eq(y, b);
-                else  // rem's sign bit ignored: rounding down, a zero input's C - C is -0 (kFpuMode)
+                else if constexpr (kFpuMode<MODE>)  // rem's sign bit ignored: rounding down, a zero input's C - C is -0
                   equal = S::mandnot(ovf, S::eq(S::and_(rem, kAbs), kZero));
+                else  // all of rem: stochastic rounding keeps the discarded bits at its top
+                  equal = S::mandnot(ovf, S::eq(rem, kZero));
                 l_lut = S::add(l_lut, S::lut32(S::xor_mask(S::lzcnt(encc), equal, kXor16), kLut0, kLut1));
                 l_over = S::count(l_over, ovc);
                 l_max = S::max(l_max, a);
-                l_min_m1 = S::minu(l_min_m1, S::sub(a, kOne));
+                // Stochastic rounding has |x| + 0x7fffffff from its tiny-lane test: its signed minimum is
+                // that of |x| - 1 unsigned with the sign bit flipped (folded into l_min_m1 at the end).
+                if constexpr (MODE == Mode::stochastic) l_min_s = S::min(l_min_s, S::add(a, kSrTinyBias));
+                else l_min_m1 = S::minu(l_min_m1, S::sub(a, kOne));
               } else {
               const M kept_all = S::mandnot(ovf, S::eq(rem, kZero));
               if constexpr (decltype(uniform_count)::value)
@@ -819,6 +834,7 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
                                       });
         lut_flush<S>(l_lut, l_zero, l_enc0, l_small, l_exact);
       }
+      l_min_m1 = S::minu(l_min_m1, S::xor_(l_min_s, kSignF));
       add_fast(false);
     } else {
       pad = plain();
