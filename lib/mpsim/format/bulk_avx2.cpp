@@ -106,7 +106,7 @@ struct Avx2 {
   }
   // To-odd, which F16C lacks: the truncation t with its lowest bit set where t's value is not the input
   // (inexact, overflow included: t = max finite, odd). NaN inputs (unordered) keep the conversion's
-  // quiet NaN. The test is an integer compare, so MXCSR.DAZ cannot make a float subnormal input exact.
+  // quiet NaN. (The engine runs under the default MXCSR, bulk.cpp's DefaultFpEnv, so no DAZ here.)
   // `same`: the lanes whose result converts back to the input's bits (eq(cvt_ph_back(result), b)).
   static __m128i cvt_ph_odd(I b, M& same) {
     const __m256 x = _mm256_castsi256_ps(b);

@@ -277,7 +277,7 @@ inline void count_fast_uniform(typename S::I& u_zero, typename S::I& u_kept, typ
 //   16-23 subnormal result, 24-31 exact non-zero result.
 // A lane adds at most 1 per field per vector: lut_flush empties the fields at least every 255 vectors.
 // In cache (2^14 log-uniform floats, AVX-512 on Zen 4), ns/element before / after, all with Stats: fp16
-// software nearest-even 0.407 / 0.391, fp8 e4m3 nearest-even 0.405 / 0.389, fp16 to-odd 0.383 / 0.373,
+// software nearest-even 0.407 / 0.391, fp8 e4m3 nearest-even 0.405 / 0.389, fp16 to-odd (software) 0.383 / 0.373,
 // fp16 stochastic 0.586 / 0.565. Still 1.5 to 1.9 x the call without Stats.
 struct LutTables {
   std::uint32_t t[32] = {};
@@ -478,7 +478,7 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
   using I = typename S::I;
   using M = typename S::M;
   const I kAbs = S::set1(0x7fffffff), kInf = S::set1(0x7f800000), kZero = S::zero(), kOne = S::set1(1);
-  const I kD0 = S::set1(p.d0), k31 = S::set1(31), k32 = S::set1(32);
+  const I kD0 = S::set1(p.d0), k32 = S::set1(32);
   const I kShD0 = S::set1(p.sh0 + p.d0), kOne23 = S::set1(1 << 23);
   const I kMaxFin = S::set1(p.max_finite_bits), kSign = S::set1(p.fmt_sign), kOneM = S::set1(p.one_m);
   const I kOvfPos = S::set1(p.ovf_pos), kOvfNeg = S::set1(p.ovf_neg);
@@ -567,9 +567,7 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
           I ar = a;
           if (!PLAIN && p.daz) ar = S::maskz_not(S::eq(S::and_(a, kInf), kZero), a);
           const M neg = S::negmask(b);
-          // rem: the discarded bits, zero iff the rounding was exact, except that bit 31 may be set where they
-          // are zero (kFpuMode rounding down: a zero input's C - C is -0; tests of rem for zero either mask
-          // it or exclude zero inputs).
+          // rem: the discarded bits (in any position), zero iff the rounding was exact.
           I enc, rem;
           // A pattern x rounded at bit sh0 in MODE (to-odd: truncated; its sticky bit comes from
           // with_sticky), for the modes that are an addition to the pattern. `ar` says which lanes lie
@@ -617,10 +615,15 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
             const I s_abs = S::and_(S::addf(xs, S::or_(S::and_(b, kSignF), kC)), kAbs);
             const I enc_sub = S::sub(s_abs, kC);
             // Discarded bits (zero iff exact): the lane's own below 2^emin, the rounded-off sum there.
-            rem = S::sel(S::gt(kMinNorm, ar), S::xor_(S::subf(s_abs, kC), ar), S::and_(an, kLow));
+            // Rounding down, a zero input's C - C is -0: its sign bit is not a discarded bit.
+            I rem_sub = S::xor_(S::subf(s_abs, kC), ar);
+            if constexpr (MODE == Mode::down) rem_sub = S::and_(rem_sub, kAbs);
+            rem = S::sel(S::gt(kMinNorm, ar), rem_sub, S::and_(an, kLow));
             enc = S::sel(S::gt(kMinNorm, ar), enc_sub, at_sh0(an));
             if constexpr (MODE == Mode::to_odd) enc = with_sticky(enc, rem);
           } else {
+            // The modes kFpuMode leaves: nearest-away and stochastic rounding.
+            static_assert(MODE == Mode::nearest_away || MODE == Mode::stochastic);
             // The lane's kept bits are counted from exponent Ek = min(max(E, 1), d0): its own below the
             // format's normal range, emin's above it. sig is the significand (implicit bit included) plus
             // (Ee - d0) << 23 in the normal range, so that sig >> sh is already the encoding (a carry out of
@@ -630,29 +633,15 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
             // 0.398 on AVX2; fp8 e5m2 stochastic 0.453 -> 0.413, 0.598 -> 0.551.
             const I Ek = S::min(S::max(S::template srli<23>(ar), kOne), kD0);
             const I sh = S::sub(kShD0, Ek);  // sh0 + (d0 - Ek)
-            // Shift counts of 32 or more give 0 in vpsllvd/vpsrlvd. Nearest-away and stochastic rounding
-            // (the modes that reach this branch) then give the specification's result without the clamp:
-            // lowmask all ones, rem = sig, and 0 from every shift by sh (a tiny lane rounds to zero, or up
-            // by the stochastic carry form below).
-            const I shc = MODE == Mode::nearest_away || MODE == Mode::stochastic ? sh : S::min(sh, k31);
+            // Shift counts of 32 or more give 0 in vpsllvd/vpsrlvd, which is both modes' result for such
+            // lanes without a clamp: lowmask all ones, rem = sig, and 0 from every shift by sh (a tiny lane
+            // rounds to zero, or up by the stochastic carry form below).
             const I sig = S::sub(S::add(ar, kOne23), S::template slli<23>(Ek));
-            const I lowmask = S::sub(S::sllv(kOne, shc), kOne);
+            const I lowmask = S::sub(S::sllv(kOne, sh), kOne);
             rem = S::and_(sig, lowmask);
             I mag;
-            if constexpr (MODE == Mode::nearest_even) {
-              const I half_m1 = S::template srli<1>(lowmask);
-              const I odd = S::and_(S::srlv(sig, shc), kOne);
-              mag = S::srlv(S::add(S::add(sig, half_m1), odd), shc);
-            } else if constexpr (MODE == Mode::nearest_away) {
-              mag = S::srlv(S::add(sig, S::add(S::template srli<1>(lowmask), kOne)), shc);
-            } else if constexpr (MODE == Mode::toward_zero) {
-              mag = S::srlv(sig, shc);
-            } else if constexpr (MODE == Mode::up) {
-              mag = S::srlv(S::add(sig, S::maskz_not(neg, lowmask)), shc);
-            } else if constexpr (MODE == Mode::down) {
-              mag = S::srlv(S::add(sig, S::maskz(neg, lowmask)), shc);
-            } else if constexpr (MODE == Mode::to_odd) {
-              mag = S::or_(S::srlv(sig, shc), S::maskz_not(S::eq(rem, kZero), kOne));
+            if constexpr (MODE == Mode::nearest_away) {
+              mag = S::srlv(S::add(sig, S::add(S::template srli<1>(lowmask), kOne)), sh);
             } else {  // stochastic
               // Round up where (frac32 & sr_mask) + (r & sr_mask) carries past 2^32, frac32 the discarded
               // fraction in units of 2^-32 truncated as round_bits does. Where sh <= 31 that is where
@@ -670,7 +659,7 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
               idx_next = blk + i + S::W;
               const I rm = S::and_(rnd, kSrMask);
               const I k = S::sub(k32, sh);
-              mag = S::srlv(S::add(sig, S::srlv(rm, k)), shc);
+              mag = S::srlv(S::add(sig, S::srlv(rm, k)), sh);
               // Stats' exactness test: the discarded bits moved to the top, sig << (32 - sh), one operation
               // where sig & lowmask takes three. It is zero for every lane with sh >= 32 (count >= 32):
               // right for zero inputs, and the carry form below, which any other such lane takes, sets
@@ -684,7 +673,7 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
                 // cases give.
                 rem = rem_all;
                 const I frac32 = S::or_(S::sllv(rem, k), S::srlv(rem, S::sub(sh, k32)));
-                mag = S::count(S::srlv(sig, shc), S::carry(S::and_(frac32, kSrMask), rm));
+                mag = S::count(S::srlv(sig, sh), S::carry(S::and_(frac32, kSrMask), rm));
               }
             }
             enc = mag;
@@ -766,9 +755,7 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
                 M equal;
                 if constexpr (KIND == OutKind::f32)
                   equal = S::eq(y, b);
-                else if constexpr (kFpuMode<MODE>)  // rem's sign bit ignored: rounding down, a zero input's C - C is -0
-                  equal = S::mandnot(ovf, S::eq(S::and_(rem, kAbs), kZero));
-                else  // all of rem: stochastic rounding keeps the discarded bits at its top
+                else
                   equal = S::mandnot(ovf, S::eq(rem, kZero));
                 l_lut = S::add(l_lut, S::lut32(S::xor_mask(S::lzcnt(encc), equal, kXor16), kLut0, kLut1));
                 l_over = S::count(l_over, ovc);
