@@ -45,6 +45,10 @@ std::vector<Format> test_formats() {
   f.push_back(make_format("bf16_flush", 8, 7, 127, true, NanEncoding::ieee, Subnormals::flush));
   // No mantissa bits: every tie is between two encodings whose significands are both the implicit 1.
   f.push_back(make_format("e4m0_fnuz", 4, 0, 8, false, NanEncoding::neg_zero));
+  // Either side of make_params' emax + 24 - m <= 127 (simulate mode's C = 2^(max(E, emin) + 23 - m) finite up
+  // to emax + 1): e7m3 bias 20 (emax 106) takes the PLAIN kernels at the limit, e7m2 bias 20 the general ones.
+  f.push_back(make_format("e7m3_b20", 7, 3, 20, true, NanEncoding::ieee));
+  f.push_back(make_format("e7m2_b20", 7, 2, 20, true, NanEncoding::ieee));
   return f;
 }
 

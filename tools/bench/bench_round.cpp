@@ -176,6 +176,7 @@ void register_all() {
     }
     add("tf32", "rne", set, "simulate", simulate(tf32(), {}, one_thread()));
     add("fp8_e4m3", "rne", set, "packed", packed8(fp8_e4m3(), {}, one_thread()));
+    add("fp8_e4m3", "rne", set, "simulate", simulate(fp8_e4m3(), {}, one_thread()));
     add("fp8_e5m2", "rne", set, "packed", packed8(fp8_e5m2(), {}, one_thread()));
     add("fp16", "sr", set, "packed", packed16(fp16(), sr, one_thread()));
     add("bf16", "sr", set, "packed", packed16(bf16(), sr, one_thread()));
@@ -188,6 +189,7 @@ void register_all() {
     add("fp16+stats", "sr", set, "simulate", simulate(fp16(), sr, one_thread(), &sink));
     add("fp16+stats", "rto", set, "packed", packed16(fp16(), Rounding::of(RoundingMode::to_odd), one_thread(), &sink));
     add("fp8_e4m3+stats", "rne", set, "packed", packed8(fp8_e4m3(), {}, one_thread(), &sink));
+    add("fp8_e4m3+stats", "rne", set, "simulate", simulate(fp8_e4m3(), {}, one_thread(), &sink));
     // The same calls forced onto the AVX2 path, where the automatic path is AVX-512.
     if (best_path() == Path::avx512) {
       BulkOptions a2 = one_thread();

@@ -365,7 +365,9 @@ bd::KernelParams make_params(const Format& f, const Rounding& r, const BulkOptio
   p.float_layout_ovf_ok = p.float_layout && f.nan == NanEncoding::ieee;
   p.uniform = f.emin == -126;
   const bool directed = r.mode == RoundingMode::up || r.mode == RoundingMode::down;
-  p.plain = !p.daz && !p.flush && !p.neg_zero && !p.ovf_special && !p.saturate && (directed || p.cap_pos == p.cap_neg);
+  p.plain = !p.daz && !p.flush && !p.neg_zero && !p.ovf_special && !p.saturate && (directed || p.cap_pos == p.cap_neg) &&
+            (p.uniform || f.emax + 24 - m <= 127);
+  p.ek_max = p.plain ? (f.emax + 128) << 23 : 0;
   p.lut_ok = !p.uniform && static_cast<std::uint32_t>(p.cap_pos) < (1u << 15) &&
              static_cast<std::uint32_t>(p.cap_neg) < (1u << 15);
   p.float_fast = p.plain && p.float_layout && f.nan == NanEncoding::ieee && f.has_inf && !p.saturate &&
