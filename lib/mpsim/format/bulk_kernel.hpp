@@ -564,6 +564,19 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
     // One vector: elements blk + i of the call (i also the stochastic index's offset), read from src,
     // written to dst at j. uniform_count: count with count_fast_uniform (a step without float subnormals).
     // (always_inline: GCC otherwise calls it per vector, its counters in memory; measured 2x slower.)
+    // Overflows that count, without saturation: those whose result is ±inf/NaN, which the mode alone
+    // decides (make_params in bulk.cpp checks the specification agrees). Known at compile time: read from
+    // KernelParams, GCC moved the choice out of line with the mask on the stack, two taken jumps per vector.
+    auto counted_overflows = [&](M neg, M ovf) __attribute__((always_inline)) {
+      if constexpr (MODE == Mode::up)
+        return S::mandnot(neg, ovf);
+      else if constexpr (MODE == Mode::down)
+        return S::mand(neg, ovf);
+      else if constexpr (MODE == Mode::toward_zero || MODE == Mode::to_odd)
+        return S::mconst(false);
+      else
+        return ovf;
+    };
     auto vec = [&](auto uniform_count, std::size_t i, const float* src) __attribute__((always_inline)) {
           if constexpr (kFpuY) {
             // Simulate mode, PLAIN formats below float's exponent range, in a mode the FPU has (kFpuY):
@@ -598,15 +611,7 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
                 // below 1 << m for a subnormal one, and 1 << m or more (the implicit bit) above emin. (The
                 // encoding itself would add (E - emin) << m, which no count looks at.)
                 const I enc = S::sub(s_abs, cl);
-                M ovc;
-                if constexpr (MODE == Mode::up)
-                  ovc = S::mandnot(neg, ovf);
-                else if constexpr (MODE == Mode::down)
-                  ovc = S::mand(neg, ovf);
-                else if constexpr (MODE == Mode::toward_zero || MODE == Mode::to_odd)
-                  ovc = S::mconst(false);
-                else
-                  ovc = ovf;
+                const M ovc = counted_overflows(neg, ovf);
                 const M equal = S::eq(y, b);  // zeros and exact results (an overflow never equals its input)
                 if constexpr (LUT) {
                   const I cap = MODE == Mode::up || MODE == Mode::down ? S::sel(neg, kCapNeg, kCapPos) : kCapPos;
@@ -791,21 +796,8 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
               }
             }
             if constexpr (STATS) {
-              // Overflows that count: without saturation, those whose result is ±inf/NaN, which the mode
-              // alone decides (make_params in bulk.cpp checks the specification agrees). Known at compile
-              // time: read from KernelParams, GCC moved the choice out of line with the mask on the stack,
-              // two taken jumps per vector.
-              M ovc;
-              if (!PLAIN && p.saturate)
-                ovc = S::gt(a, kMaxFinF32);
-              else if constexpr (MODE == Mode::up)
-                ovc = S::mandnot(neg, ovf);
-              else if constexpr (MODE == Mode::down)
-                ovc = S::mand(neg, ovf);
-              else if constexpr (MODE == Mode::toward_zero || MODE == Mode::to_odd)
-                ovc = S::mconst(false);
-              else
-                ovc = ovf;
+              // Overflows that count (counted_overflows; saturation: every |x| above max_finite).
+              const M ovc = !PLAIN && p.saturate ? S::gt(a, kMaxFinF32) : counted_overflows(neg, ovf);
               if constexpr (LUT) {
                 // "Equal": the result's value is the input's (zeros and exact results). In simulate
                 // mode the float result is compared with the input; packed, nothing was discarded and
