@@ -513,7 +513,7 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
   // DAZ/FTZ, which would treat float subnormal inputs as zero), restored on return with its flags.
   const Mxcsr<S, !UNIFORM && kFpuMode<MODE>> mxcsr(kMxcsrRounding<MODE>);
   // Simulate mode for PLAIN formats in those modes: one float addition per lane (see vec below).
-    constexpr bool kFpuY = !UNIFORM && kFpuMode<MODE> && PLAIN && KIND == OutKind::f32;
+  constexpr bool kFpuY = !UNIFORM && kFpuMode<MODE> && PLAIN && KIND == OutKind::f32;
   const I kEkMax = S::set1(p.ek_max), kShiftM = S::set1((23 - p.man_bits) * (1 << 23));
   const M kOvfPosCounts = S::mconst(p.ovf_pos_counts != 0), kOvfNegCounts = S::mconst(p.ovf_neg_counts != 0);
   const int m = p.man_bits;
@@ -561,9 +561,6 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
       c.vmin_m1 = S::minu(c.vmin_m1, l_min_m1);
       reset_fast();
     };
-    // One vector: elements blk + i of the call (i also the stochastic index's offset), read from src,
-    // written to dst at j. uniform_count: count with count_fast_uniform (a step without float subnormals).
-    // (always_inline: GCC otherwise calls it per vector, its counters in memory; measured 2x slower.)
     // Overflows that count, without saturation: those whose result is ±inf/NaN, which the mode alone
     // decides (make_params in bulk.cpp checks the specification agrees). Known at compile time: read from
     // KernelParams, GCC moved the choice out of line with the mask on the stack, two taken jumps per vector.
@@ -577,6 +574,9 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
       else
         return ovf;
     };
+    // One vector: elements blk + i of the call (i also the stochastic index's offset), read from src,
+    // written to dst at j. uniform_count: count with count_fast_uniform (a step without float subnormals).
+    // (always_inline: GCC otherwise calls it per vector, its counters in memory; measured 2x slower.)
     auto vec = [&](auto uniform_count, std::size_t i, const float* src) __attribute__((always_inline)) {
           if constexpr (kFpuY) {
             // Simulate mode, PLAIN formats below float's exponent range, in a mode the FPU has (kFpuY):
