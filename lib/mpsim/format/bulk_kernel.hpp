@@ -309,6 +309,23 @@ inline LutTables make_lut(const KernelParams& p) {
   return l;
 }
 
+// Lookup counting of one vector whose lanes are all finite (make_lut): `encc` the capped result
+// magnitudes, `equal` the lanes whose result's value is the input's, `ovc` the overflows that count.
+// SR (stochastic rounding): the smallest |x| as the signed minimum of |x| + 0x7fffffff, which the
+// tiny-lane test computes anyway (round_loop folds min_s into vmin_m1); otherwise vmin_m1 directly.
+// (A free function: as a lambda in round_loop capturing its counters by reference, AVX2 fp16 stochastic
+// packed + Stats went from 0.68 to 0.88 ns/element in cache, though AVX2 never called it.)
+template <class S, bool SR>
+inline void count_lut(typename S::I& lut, typename S::I& over, typename S::I& vmax, typename S::I& vmin_m1,
+                      typename S::I& min_s, typename S::I a, typename S::I encc, typename S::M equal,
+                      typename S::M ovc, typename S::I t0, typename S::I t1) {
+  lut = S::add(lut, S::lut32(S::xor_mask(S::lzcnt(encc), equal, S::set1(16)), t0, t1));
+  over = S::count(over, ovc);
+  vmax = S::max(vmax, a);
+  if constexpr (SR) min_s = S::min(min_s, S::add(a, S::set1(0x7fffffff)));
+  else vmin_m1 = S::minu(vmin_m1, S::sub(a, S::set1(1)));
+}
+
 // Empties the lookup counts' fields into the fast-path counters (see make_lut).
 template <class S>
 inline void lut_flush(typename S::I& lut, typename S::I& f_zero, typename S::I& f_enc0, typename S::I& f_small,
@@ -528,7 +545,6 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
   alignas(64) LutTables lut_tables;
   if constexpr (LUT) lut_tables = make_lut(p);
   const I kLut0 = S::load32(lut_tables.t), kLut1 = S::load32(lut_tables.t + (S::W == 16 ? 16 : 8));
-  const I kXor16 = S::set1(16);
 
   Counters<S> c;
   // Stochastic rounding's counters (see the stochastic case below).
@@ -615,10 +631,7 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
                 const M equal = S::eq(y, b);  // zeros and exact results (an overflow never equals its input)
                 if constexpr (LUT) {
                   const I cap = MODE == Mode::up || MODE == Mode::down ? S::sel(neg, kCapNeg, kCapPos) : kCapPos;
-                  l_lut = S::add(l_lut, S::lut32(S::xor_mask(S::lzcnt(S::min(enc, cap)), equal, kXor16), kLut0, kLut1));
-                  l_over = S::count(l_over, ovc);
-                  l_max = S::max(l_max, a);
-                  l_min_m1 = S::minu(l_min_m1, S::sub(a, kOne));
+                  count_lut<S, false>(l_lut, l_over, l_max, l_min_m1, l_min_s, a, S::min(enc, cap), equal, ovc, kLut0, kLut1);
                 } else {
                   count_fast<S>(l_zero, l_enc0, l_small, l_exact, l_over, l_max, l_min_m1, a, enc, equal, ovc, p);
                 }
@@ -808,19 +821,14 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
                   equal = S::eq(y, b);
                 else
                   equal = S::mandnot(ovf, S::eq(rem, kZero));
-                l_lut = S::add(l_lut, S::lut32(S::xor_mask(S::lzcnt(encc), equal, kXor16), kLut0, kLut1));
-                l_over = S::count(l_over, ovc);
-                l_max = S::max(l_max, a);
-                // Stochastic rounding has |x| + 0x7fffffff from its tiny-lane test: its signed minimum is
-                // that of |x| - 1 unsigned with the sign bit flipped (folded into l_min_m1 at the end).
-                if constexpr (MODE == Mode::stochastic) l_min_s = S::min(l_min_s, S::add(a, kSrTinyBias));
-                else l_min_m1 = S::minu(l_min_m1, S::sub(a, kOne));
+                count_lut<S, MODE == Mode::stochastic>(l_lut, l_over, l_max, l_min_m1, l_min_s, a, encc, equal, ovc,
+                                                       kLut0, kLut1);
               } else {
-              const M kept_all = S::mandnot(ovf, S::eq(rem, kZero));
-              if constexpr (decltype(uniform_count)::value)
-                count_fast_uniform<S>(l_zero, l_exact, l_over, l_max, l_min_m1, a, kept_all, ovc);
-              else
-                count_fast<S>(l_zero, l_enc0, l_small, l_exact, l_over, l_max, l_min_m1, a, enc, kept_all, ovc, p);
+                const M kept_all = S::mandnot(ovf, S::eq(rem, kZero));
+                if constexpr (decltype(uniform_count)::value)
+                  count_fast_uniform<S>(l_zero, l_exact, l_over, l_max, l_min_m1, a, kept_all, ovc);
+                else
+                  count_fast<S>(l_zero, l_enc0, l_small, l_exact, l_over, l_max, l_min_m1, a, enc, kept_all, ovc, p);
               }
             }
           }
