@@ -142,8 +142,10 @@ TEST_CASE("every path matches round_bits for every format and mode, simulate and
             round_array(std::span<const float>(in), std::span<float>(sim), f, r, &got_sim, opt);
             Stats got_packed;
             std::size_t bad = 0;
-            // With and without Stats: without, the kernels take other loops.
+            // With and without Stats: without, the kernels take other loops. The Stats call writes with
+            // streaming stores, the other with ordinary ones (simulate below: the other way round).
             for (Stats* st : {&got_packed, static_cast<Stats*>(nullptr)}) {
+              opt.streaming_stores = st != nullptr;
               if (f.storage_bytes() == 1) {
                 std::vector<std::uint8_t> packed(in.size());
                 round_array(std::span<const float>(in), std::span<std::uint8_t>(packed), f, r, st, opt);
@@ -159,6 +161,7 @@ TEST_CASE("every path matches round_bits for every format and mode, simulate and
               }
             }
             std::vector<float> sim_plain(in.size());
+            opt.streaming_stores = true;
             round_array(std::span<const float>(in), std::span<float>(sim_plain), f, r, nullptr, opt);
             for (std::size_t i = 0; i < in.size(); ++i) bad += !same_float_bits(sim_plain[i], sim[i]);
             for (std::size_t i = 0; i < in.size(); ++i) {
@@ -314,35 +317,40 @@ TEST_CASE("results and the caller's MXCSR do not depend on each other (rounding 
 }
 #endif
 
-TEST_CASE("lengths 0, 1, 7, 8, 9, 10^6+3 at unaligned addresses, in place, any thread count", "[bulk]") {
+// Streaming stores too: bulk.cpp writes up to the output's first 64-byte boundary with ordinary stores
+// (per thread and per stochastic 2^32 split), so offsets 1 and 3 move every boundary.
+TEST_CASE("lengths 0, 1, 7, 8, 9, 10^6+3 at unaligned addresses, in place, any thread count, streaming or not", "[bulk]") {
   const std::size_t longest = kSanitized ? 250003 : 1000003;
   const std::vector<float> base = test_inputs(longest);
   for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{8}, std::size_t{9}, longest}) {
     for (std::size_t offset : {0, 1, 3}) {
-      for (Path path : cpu_paths()) {
-        for (const Format* f : {&fp16(), &bf16(), &fp8_e4m3()}) {
-          for (RoundingMode mode : {RoundingMode::nearest_even, RoundingMode::stochastic}) {
-            const Rounding r = rounding_of(mode);
-            std::vector<float> buf(n + offset + 1, 7.0f);
-            std::memcpy(buf.data() + offset, base.data(), n * sizeof(float));
-            std::span<float> io(buf.data() + offset, n);
-            BulkOptions opt;
-            opt.path = path;
-            opt.threads = n > 1000 ? 3 : 1;
-            opt.index0 = (std::uint64_t{1} << 32) - 500;  // the stochastic index crosses 2^32 inside the array
-            // Stats of the same call out of place (checked against the test's classification above).
-            std::vector<float> separate(n);
-            Stats want;
-            round_array(std::span<const float>(base.data(), n), std::span<float>(separate), *f, r, &want, opt);
-            Stats s;
-            round_array(std::span<const float>(io.data(), n), io, *f, r, &s, opt);  // in place
-            CHECK(s == want);
-            std::size_t bad = 0;
-            for (std::size_t i = 0; i < n; ++i) bad += !same_float_bits(io[i], round(base[i], *f, r, opt.index0 + i));
-            CHECK(bad == 0);
-            CHECK(buf[offset + n] == 7.0f);  // nothing written past the end
-            if (offset > 0) CHECK(buf[offset - 1] == 7.0f);
-            CHECK(s.count == n);
+      for (bool streaming : {false, true}) {
+        for (Path path : cpu_paths()) {
+          for (const Format* f : {&fp16(), &bf16(), &fp8_e4m3()}) {
+            for (RoundingMode mode : {RoundingMode::nearest_even, RoundingMode::stochastic}) {
+              const Rounding r = rounding_of(mode);
+              std::vector<float> buf(n + offset + 1, 7.0f);
+              std::memcpy(buf.data() + offset, base.data(), n * sizeof(float));
+              std::span<float> io(buf.data() + offset, n);
+              BulkOptions opt;
+              opt.path = path;
+              opt.threads = n > 1000 ? 3 : 1;
+              opt.index0 = (std::uint64_t{1} << 32) - 500;  // the stochastic index crosses 2^32 inside the array
+              opt.streaming_stores = streaming;
+              // Stats of the same call out of place (checked against the test's classification above).
+              std::vector<float> separate(n);
+              Stats want;
+              round_array(std::span<const float>(base.data(), n), std::span<float>(separate), *f, r, &want, opt);
+              Stats s;
+              round_array(std::span<const float>(io.data(), n), io, *f, r, &s, opt);  // in place
+              CHECK(s == want);
+              std::size_t bad = 0;
+              for (std::size_t i = 0; i < n; ++i) bad += !same_float_bits(io[i], round(base[i], *f, r, opt.index0 + i));
+              CHECK(bad == 0);
+              CHECK(buf[offset + n] == 7.0f);  // nothing written past the end
+              if (offset > 0) CHECK(buf[offset - 1] == 7.0f);
+              CHECK(s.count == n);
+            }
           }
         }
       }

@@ -190,6 +190,21 @@ void register_all() {
     add("fp16+stats", "rto", set, "packed", packed16(fp16(), Rounding::of(RoundingMode::to_odd), one_thread(), &sink));
     add("fp8_e4m3+stats", "rne", set, "packed", packed8(fp8_e4m3(), {}, one_thread(), &sink));
     add("fp8_e4m3+stats", "rne", set, "simulate", simulate(fp8_e4m3(), {}, one_thread(), &sink));
+    // Streaming (non-temporal) stores, BulkOptions::streaming_stores ("nt" rows; "+stats nt" rows are
+    // paired with the "nt" row of the same call).
+    BulkOptions nt = one_thread();
+    nt.streaming_stores = true;
+    add("fp16 nt", "rne", set, "simulate", simulate(fp16(), {}, nt));
+    add("fp16 nt", "rne", set, "packed", packed16(fp16(), {}, nt));
+    add("bf16 nt", "rne", set, "packed", packed16(bf16(), {}, nt));
+    add("fp8_e4m3 nt", "rne", set, "packed", packed8(fp8_e4m3(), {}, nt));
+    add("fp8_e4m3 nt", "rne", set, "simulate", simulate(fp8_e4m3(), {}, nt));
+    add("fp16 nt", "sr", set, "packed", packed16(fp16(), sr, nt));
+    add("fp16+stats nt", "rne", set, "packed", packed16(fp16(), {}, nt, &sink));
+    add("bf16+stats nt", "rne", set, "packed", packed16(bf16(), {}, nt, &sink));
+    add("fp8_e4m3+stats nt", "rne", set, "packed", packed8(fp8_e4m3(), {}, nt, &sink));
+    add("fp8_e4m3+stats nt", "rne", set, "simulate", simulate(fp8_e4m3(), {}, nt, &sink));
+    add("fp16+stats nt", "sr", set, "packed", packed16(fp16(), sr, nt, &sink));
     // The same calls forced onto the AVX2 path, where the automatic path is AVX-512.
     if (best_path() == Path::avx512) {
       BulkOptions a2 = one_thread();

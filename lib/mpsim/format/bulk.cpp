@@ -415,9 +415,28 @@ void vector_range(Path path, const float* in, void* out, std::size_t out_size, b
     const std::uint64_t idx = index0 + i;
     const std::uint64_t to_boundary = (std::uint64_t{1} << 32) - (idx & 0xffffffffu);
     const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(end - i, to_boundary));
-    kernel(in + i, static_cast<unsigned char*>(out) + i * out_size, kind, len, idx, p, want_stats ? &acc : nullptr);
+    unsigned char* const dst = static_cast<unsigned char*>(out) + i * out_size;
+    // Streaming: the elements before the first 64-byte boundary of the output are written with ordinary
+    // stores, so that every non-temporal store of the rest is aligned to its width (at most 64 bytes).
+    std::size_t head = 0;
+    if (p.stream) {
+      const auto addr = reinterpret_cast<std::uintptr_t>(dst);
+      head = addr % out_size != 0 ? len : std::min<std::size_t>(len, (64 - addr % 64) % 64 / out_size);
+    }
+    if (head > 0) {
+      bd::KernelParams cached = p;
+      cached.stream = false;
+      kernel(in + i, dst, kind, head, idx, cached, want_stats ? &acc : nullptr);
+    }
+    if (head < len)
+      kernel(in + i + head, dst + head * out_size, kind, len - head, idx + head, p, want_stats ? &acc : nullptr);
     i += len;
   }
+#if defined(__x86_64__) || defined(__i386__)
+  // Non-temporal stores are weakly ordered: make them visible before the call returns (or the thread
+  // that made them is joined).
+  if (p.stream) _mm_sfence();
+#endif
   if (want_stats) to_stats(acc, end - begin, local);
 }
 
@@ -437,7 +456,8 @@ void round_float(std::span<const float> in, std::span<Out> out, const Format& f,
   const bool want = stats != nullptr;
   if (path != Path::scalar && vector_supported(f)) {
     const DefaultFpEnv env;  // make_params bisects the F16C Stats thresholds over float subnormals too
-    const bd::KernelParams p = make_params(f, r, opt);
+    bd::KernelParams p = make_params(f, r, opt);
+    p.stream = opt.streaming_stores;
     parallel_for(in.size(), opt, stats, [&](std::size_t b, std::size_t e, Stats& local) {
       vector_range(path, in.data(), out.data(), sizeof(Out), out_kind<Out>(), b, e, opt.index0, p, want, local);
     });

@@ -27,15 +27,18 @@ struct Avx2 {
   }
   // Two vectors of 16-bit encodings in one store: packus interleaves the 128-bit halves, the
   // permute puts them back in order.
-  static void store16x2(std::uint16_t* p, I a, I b) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xd8));
-  }
+  static I pack16x2(I a, I b) { return _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xd8); }
+  static void store16x2(std::uint16_t* p, I a, I b) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), pack16x2(a, b)); }
   // Four vectors of 8-bit encodings in one store.
-  static void store8x4(std::uint8_t* p, I a, I b, I c, I d) {
+  static I pack8x4(I a, I b, I c, I d) {
     const I t = _mm256_packus_epi16(_mm256_packus_epi32(a, b), _mm256_packus_epi32(c, d));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
-                        _mm256_permutevar8x32_epi32(t, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    return _mm256_permutevar8x32_epi32(t, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
   }
+  static void store8x4(std::uint8_t* p, I a, I b, I c, I d) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), pack8x4(a, b, c, d)); }
+  // Non-temporal stores (KernelParams::stream): the address is aligned to the store's width (bulk.cpp).
+  static void stream32(void* p, I v) { _mm256_stream_si256(static_cast<__m256i*>(p), v); }
+  static void stream16x2(std::uint16_t* p, I a, I b) { _mm256_stream_si256(reinterpret_cast<__m256i*>(p), pack16x2(a, b)); }
+  static void stream8x4(std::uint8_t* p, I a, I b, I c, I d) { _mm256_stream_si256(reinterpret_cast<__m256i*>(p), pack8x4(a, b, c, d)); }
   template <OutKind KIND>
   static constexpr int group() { return KIND == OutKind::u16 ? 2 : KIND == OutKind::u8 ? 4 : 1; }
   static void store8(std::uint8_t* p, I v) {
@@ -120,6 +123,7 @@ struct Avx2 {
   // 16-bit encodings (zero-extended in 32-bit lanes) to 8 packed halves.
   static __m128i narrow16(I v) { return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(v, v), 0x08)); }
   static void store_ph(std::uint16_t* p, __m128i h) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h); }
+  static void stream_ph(std::uint16_t* p, __m128i h) { _mm_stream_si128(reinterpret_cast<__m128i*>(p), h); }
 
   static std::uint64_t hsum(I v) {
     alignas(32) std::uint32_t t[8];

@@ -27,6 +27,10 @@ struct Avx512 {
   static void store32(void* p, I v) { _mm512_storeu_si512(p, v); }
   static void store16(std::uint16_t* p, I v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(v)); }
   static void store8(std::uint8_t* p, I v) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtepi32_epi8(v)); }
+  // Non-temporal stores (KernelParams::stream): the address is aligned to the store's width (bulk.cpp).
+  static void stream32(void* p, I v) { _mm512_stream_si512(static_cast<__m512i*>(p), v); }
+  static void stream16(std::uint16_t* p, I v) { _mm256_stream_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(v)); }
+  static void stream8(std::uint8_t* p, I v) { _mm_stream_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtepi32_epi8(v)); }
   // vpmovdw / vpmovdb narrow one vector in one instruction: no grouping (store_group, bulk_kernel.hpp).
   template <OutKind KIND>
   static constexpr int group() { return 1; }
@@ -102,6 +106,7 @@ struct Avx512 {
   static I widen16(__m256i h) { return _mm512_cvtepu16_epi32(h); }
   static __m256i narrow16(I v) { return _mm512_cvtepi32_epi16(v); }
   static void store_ph(std::uint16_t* p, __m256i h) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), h); }
+  static void stream_ph(std::uint16_t* p, __m256i h) { _mm256_stream_si256(reinterpret_cast<__m256i*>(p), h); }
 
   static std::uint64_t hsum(I v) {
     alignas(64) std::uint32_t t[16];

@@ -79,6 +79,9 @@ struct KernelParams {
   // Rounding is monotone in |x| within a sign, so a class is a range of |x| (bulk.cpp finds the ends
   // with round_bits itself).
   std::int32_t f16c_zero_below[2] = {0, 0}, f16c_small_below[2] = {0, 0}, f16c_finite_upto[2] = {0, 0};
+  // Non-temporal stores for the call's full vectors (BulkOptions::streaming_stores): bulk.cpp sets it per
+  // kernel call with `out` aligned to 64 bytes, and fences after.
+  bool stream = false;
 };
 
 // Counts of one kernel call; bulk.cpp turns them into Stats.
