@@ -137,6 +137,7 @@ constexpr std::uint32_t lowbias32_scalar(std::uint32_t x) {
 // NT: non-temporal stores (KernelParams::stream), for f32 / u32 (f16c_loop stores u16 itself).
 template <class S, OutKind KIND, bool NT>
 inline void store_out(void* out, std::size_t i, typename S::I res, typename S::I y) {
+  static_assert(!NT || KIND == OutKind::f32 || KIND == OutKind::u32, "no streaming 16/8-bit store here");
   if constexpr (KIND == OutKind::f32 || KIND == OutKind::u32) {
     void* const at = static_cast<std::uint32_t*>(out) + i;
     const typename S::I v = KIND == OutKind::f32 ? y : res;
