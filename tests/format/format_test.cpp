@@ -1,6 +1,6 @@
 // Tests of lib/mpsim/format/format.hpp: the named formats' constants, computed here from their
 // published definitions, and the parser's names and errors.
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include <cmath>
 #include <limits>

@@ -1,7 +1,7 @@
 // Tests of lib/mpsim/format/profile.hpp. Expected encodings come from the documents each rule cites
 // (Intel SDM's VCVTNEPS2BF16 pseudocode; the CUDA 13.0 headers cuda_fp16.hpp, cuda_bf16.hpp,
 // cuda_fp8.hpp), worked out by hand, not from the code under test.
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include <bit>
 #include <cstdio>

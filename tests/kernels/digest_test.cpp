@@ -1,6 +1,6 @@
 // Tests of kernels/digest.hpp against a digest written out here independently, from round.hpp's
 // splitmix64 (which adds the golden-ratio increment before the same output function).
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include <cstdio>
 #include <random>

@@ -1,7 +1,7 @@
 // GPU tests of kernels/ (run only where a CUDA device is present; gpu_main.cpp exits 77 otherwise).
 // Each kernel is compared with the emulation or an independent host computation, and each wrapper's
 // bad-input errors are checked.
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include <bit>
 #include <cmath>

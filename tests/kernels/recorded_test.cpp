@@ -5,7 +5,7 @@
 // digests of the hardware's outputs: the emulation is then checked against real hardware on every run
 // of this test, not only when a GPU is lent. The unit suite recomputes a few blocks of each run (the
 // blocks holding zeros/subnormals, NaNs and a middle one); [exhaustive] recomputes all of them.
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include <cstdio>
 #include <cstdlib>

@@ -1,6 +1,6 @@
 // Tests of lib/mpsim/models/lstm_lm.hpp (through make_model): determinism, exact scaling, the policy's
 // sites, the text corpus path and its errors.
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include <cstdio>
 #include <filesystem>

@@ -1,5 +1,5 @@
 // Tests of lib/mpsim/models/shapes.hpp: boxes inside the image and around bright pixels, determinism.
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include "mpsim/models/shapes.hpp"
 

@@ -1,6 +1,6 @@
 // Tests of lib/mpsim/nn/activation.hpp (ReLU) and lib/mpsim/nn/pool.hpp (max pooling): forward by
 // definition, backward against central differences in fp64 (inputs kept away from the kinks).
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include "grad_check.hpp"
 #include "mpsim/nn/activation.hpp"

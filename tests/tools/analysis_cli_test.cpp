@@ -2,7 +2,7 @@
 // run the real binary ($MPSIM_BIN) on .npy files written here and check the JSON against counts made
 // here with round_bits(), the tidy CSV's shape, the exit codes, that bad input leaves no output behind,
 // and that a directory with one bad file reports the others and names the bad one.
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include <sys/wait.h>
 
