@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <thread>
 
 #include "mpsim/error.hpp"
+#include "mpsim/parallel.hpp"
 
 namespace mpsim::hw {
 
@@ -42,20 +42,14 @@ std::uint64_t block_digest(std::uint64_t block, const std::function<std::uint32_
                            int threads) {
   if (block >= (std::uint64_t{1} << (32 - kDigestBlockLog2)))
     throw Error("digest: block " + std::to_string(block) + " lies beyond 2^32 elements");
-  int n = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  n = std::min(n, 64);
+  const int n = std::min(threads > 0 ? threads : hardware_threads(), 64);
   const std::uint64_t begin = block << kDigestBlockLog2;
-  std::vector<std::uint64_t> partial(n, 0);
-  std::vector<std::thread> pool;
-  for (int t = 0; t < n; ++t) {
-    pool.emplace_back([&, t] {
-      const std::uint64_t lo = begin + kDigestBlock * t / n, hi = begin + kDigestBlock * (t + 1) / n;
-      std::uint64_t sum = 0;
-      for (std::uint64_t i = lo; i < hi; ++i) sum += digest_term(i, produce(i));
-      partial[t] = sum;
-    });
-  }
-  for (auto& th : pool) th.join();
+  std::vector<std::uint64_t> partial(static_cast<std::size_t>(n), 0);
+  parallel_for(kDigestBlock, n, "digest", [&](int w, std::size_t lo, std::size_t hi) {
+    std::uint64_t sum = 0;
+    for (std::uint64_t i = begin + lo; i < begin + hi; ++i) sum += digest_term(i, produce(i));
+    partial[static_cast<std::size_t>(w)] = sum;
+  });
   std::uint64_t sum = 0;
   for (auto p : partial) sum += p;  // addition mod 2^64 is associative: the thread count does not matter
   return sum;

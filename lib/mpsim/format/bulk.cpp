@@ -7,19 +7,18 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
-#include <exception>
 #include <limits>
 #include <string>
 #include <type_traits>
-#include <thread>
 #include <vector>
 
 #if defined(__x86_64__) || defined(__i386__)
-#include <xmmintrin.h>  // _mm_getcsr / _mm_setcsr (SSE: every x86-64 CPU)
+#include <xmmintrin.h>  // _mm_sfence
 #endif
 
 #include "mpsim/error.hpp"
 #include "mpsim/format/bulk_params.hpp"
+#include "mpsim/parallel.hpp"
 
 namespace mpsim {
 
@@ -147,62 +146,26 @@ void check_storage(const Format& f) {
 constexpr std::size_t kMinPerThread = std::size_t{1} << 16;
 
 int thread_count(std::size_t n, const BulkOptions& opt) {
-  std::size_t t = opt.threads > 0 ? static_cast<std::size_t>(opt.threads)
-                                  : std::max(1u, std::thread::hardware_concurrency());
+  std::size_t t = opt.threads > 0 ? static_cast<std::size_t>(opt.threads) : static_cast<std::size_t>(hardware_threads());
   t = std::min(t, n / kMinPerThread);
   return static_cast<int>(std::max<std::size_t>(t, 1));
 }
 
-// The engine's floating-point environment: the caller's MXCSR may have DAZ and FTZ on (a program linked
-// with -ffast-math runs so) or another rounding mode, and F16C's vcvtps2ph reads float subnormal inputs
-// as zero under DAZ, as do the float comparisons and conversions of the scalar path. Each thread of a
-// call runs under the default MXCSR (all exceptions masked, nearest-even, no DAZ/FTZ) and gets its own
-// back, flags included, when it is done.
-class DefaultFpEnv {
- public:
-#if defined(__x86_64__) || defined(__i386__)
-  DefaultFpEnv() : saved_(_mm_getcsr()) { _mm_setcsr(0x1f80u); }
-  ~DefaultFpEnv() { _mm_setcsr(saved_); }
-#endif
-  DefaultFpEnv(const DefaultFpEnv&) = delete;
-  DefaultFpEnv& operator=(const DefaultFpEnv&) = delete;
-
- private:
-#if defined(__x86_64__) || defined(__i386__)
-  unsigned saved_;
-#endif
-};
-
-// Runs work(begin, end, stats) over contiguous ranges, one per thread, and merges the Stats. Every
+// Runs work(begin, end, stats) over contiguous ranges, one per thread (each starting on a 64-element
+// boundary, so a vector kernel's blocks never straddle two threads), and merges the Stats. Every
 // element's result depends only on its value and its index, and the merge is a sum / max / min, so
 // output and Stats are the same bits whatever the thread count.
 template <class Work>
-void parallel_for(std::size_t n, const BulkOptions& opt, Stats* stats, Work work) {
+void parallel_ranges(std::size_t n, const BulkOptions& opt, Stats* stats, Work work) {
   const int t = thread_count(n, opt);
-  const DefaultFpEnv env;
-  if (t <= 1) {
+  if (t == 1) {
     Stats local;
-    work(std::size_t{0}, n, local);
+    parallel_for(n, 1, "bulk", [&](int, std::size_t b, std::size_t e) { work(b, e, local); });
     if (stats) stats->merge(local);
     return;
   }
-  std::vector<Stats> parts(t);
-  std::vector<std::thread> pool;
-  pool.reserve(t - 1);
-  auto bound = [&](int k) { return k == t ? n : (n / t * k) & ~std::size_t{63}; };
-  std::exception_ptr failure;
-  for (int k = 1; k < t; ++k)
-    pool.emplace_back([&, k] {
-      const DefaultFpEnv thread_env;
-      work(bound(k), bound(k + 1), parts[k]);
-    });
-  try {
-    work(0, bound(1), parts[0]);
-  } catch (...) {
-    failure = std::current_exception();
-  }
-  for (auto& th : pool) th.join();
-  if (failure) std::rethrow_exception(failure);
+  std::vector<Stats> parts(static_cast<std::size_t>(t));
+  parallel_for(n, t, "bulk", [&](int k, std::size_t b, std::size_t e) { work(b, e, parts[static_cast<std::size_t>(k)]); }, 64);
   if (stats)
     for (const Stats& s : parts) stats->merge(s);
 }
@@ -458,12 +421,12 @@ void round_float(std::span<const float> in, std::span<Out> out, const Format& f,
     const DefaultFpEnv env;  // make_params bisects the F16C Stats thresholds over float subnormals too
     bd::KernelParams p = make_params(f, r, opt);
     p.stream = opt.streaming_stores;
-    parallel_for(in.size(), opt, stats, [&](std::size_t b, std::size_t e, Stats& local) {
+    parallel_ranges(in.size(), opt, stats, [&](std::size_t b, std::size_t e, Stats& local) {
       vector_range(path, in.data(), out.data(), sizeof(Out), out_kind<Out>(), b, e, opt.index0, p, want, local);
     });
     return;
   }
-  parallel_for(in.size(), opt, stats, [&](std::size_t b, std::size_t e, Stats& local) {
+  parallel_ranges(in.size(), opt, stats, [&](std::size_t b, std::size_t e, Stats& local) {
     if constexpr (std::is_same_v<Out, float>)
       scalar_range(in.data(), out.data(), b, e, f, r, want, local, opt.index0,
                    [&f](std::uint64_t bits) { return decode_float(bits, f); });
@@ -480,7 +443,7 @@ void round_double_packed(std::span<const double> in, std::span<Out> out, const F
   check_path(opt);
   validate(r);
   check_storage<Out>(f);
-  parallel_for(in.size(), opt, stats, [&](std::size_t b, std::size_t e, Stats& local) {
+  parallel_ranges(in.size(), opt, stats, [&](std::size_t b, std::size_t e, Stats& local) {
     scalar_range(in.data(), out.data(), b, e, f, r, stats != nullptr, local, opt.index0,
                  [](std::uint64_t bits) { return static_cast<Out>(bits); });
   });
@@ -525,7 +488,7 @@ void round_array(std::span<const double> in, std::span<double> out, const Format
   check_sizes(in.size(), out.size(), in.data(), out.data(), "round_array");
   check_path(opt);
   validate(r);
-  parallel_for(in.size(), opt, stats, [&](std::size_t b, std::size_t e, Stats& local) {
+  parallel_ranges(in.size(), opt, stats, [&](std::size_t b, std::size_t e, Stats& local) {
     scalar_range(in.data(), out.data(), b, e, f, r, stats != nullptr, local, opt.index0,
                  [&f](std::uint64_t bits) { return decode(bits, f); });
   });

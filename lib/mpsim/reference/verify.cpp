@@ -8,11 +8,11 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
-#include <thread>
 
 #include <fmt/format.h>
 
 #include "mpsim/reference/grid_table.hpp"
+#include "mpsim/parallel.hpp"
 #include "mpsim/reference/reference.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -25,20 +25,7 @@ namespace mpsim::verify {
 
 namespace {
 
-int thread_count(int threads) {
-  if (threads > 0) return threads;
-  const unsigned hw = std::thread::hardware_concurrency();
-  return hw == 0 ? 1 : static_cast<int>(hw);
-}
-
-// Runs body(worker) on n threads and joins them.
-template <class F>
-void parallel(int n, F&& body) {
-  std::vector<std::thread> pool;
-  for (int t = 1; t < n; ++t) pool.emplace_back(body, t);
-  body(0);
-  for (auto& th : pool) th.join();
-}
+int thread_count(int threads) { return threads > 0 ? threads : hardware_threads(); }
 
 // One row's counts while a sweep runs; the first mismatch is the one with the smallest key, so the
 // report does not depend on how the work was split between threads.
@@ -225,7 +212,7 @@ std::vector<Row> run_sweep(const Sweep& sweep, int threads) {
   const int nthreads = static_cast<int>(std::min<std::uint64_t>(thread_count(threads), chunks));
   std::vector<std::vector<Tally>> tallies(nthreads, std::vector<Tally>(nr + 1));
 
-  parallel(nthreads, [&](int worker) {
+  run_workers(nthreads, "verify", [&](int worker) {
     std::vector<Tally>& tally = tallies[worker];
     for (std::uint64_t c = next++; c < chunks; c = next++) {
       const std::uint64_t begin = c * chunk, end = std::min(total, begin + chunk);
@@ -380,7 +367,7 @@ std::vector<Row> compare_sampled(const std::string& check, const Format& fmt, st
   std::atomic<std::uint64_t> next{0};
   const int nthreads = static_cast<int>(std::max<std::uint64_t>(1, std::min<std::uint64_t>(thread_count(threads), blocks)));
   std::vector<std::vector<Tally>> tallies(nthreads, std::vector<Tally>(rs.size()));
-  parallel(nthreads, [&](int worker) {
+  run_workers(nthreads, "verify", [&](int worker) {
     for (std::uint64_t b = next++; b < blocks; b = next++) {
       std::mt19937_64 rng(splitmix64(seed ^ splitmix64(b)));
       const std::uint64_t end = std::min(count, (b + 1) * block);

@@ -8,10 +8,10 @@
 #include <exception>
 #include <mutex>
 #include <numeric>
-#include <thread>
 
 #include "mpsim/error.hpp"
 #include "mpsim/io/atomic_file.hpp"
+#include "mpsim/parallel.hpp"
 
 namespace mpsim::train {
 
@@ -124,7 +124,9 @@ nlohmann::json run_study(const StudyConfig& config, const ModelFactory& factory,
   std::atomic<std::size_t> next{0};
   std::atomic<int> done{0};
   std::mutex progress_mutex;
-  auto worker = [&] {
+  // Runs are taken from a shared counter (their lengths differ); each writes its own results[i], so the
+  // study does not depend on the number of jobs.
+  auto worker = [&](int) {
     for (std::size_t i; (i = next.fetch_add(1)) < runs.size();) {
       try {
         results[i].summary = run_training(runs[i], factory);
@@ -138,9 +140,7 @@ nlohmann::json run_study(const StudyConfig& config, const ModelFactory& factory,
       }
     }
   };
-  std::vector<std::thread> pool;
-  for (int j = 0; j < std::min<int>(config.jobs, static_cast<int>(runs.size())); ++j) pool.emplace_back(worker);
-  for (auto& t : pool) t.join();
+  run_workers(std::min<int>(config.jobs, static_cast<int>(runs.size())), "study", worker);
   for (std::size_t i = 0; i < runs.size(); ++i)
     if (!results[i].error.empty()) throw Error(fmt::format("study run {}: {}", runs[i].out.string(), results[i].error));
 

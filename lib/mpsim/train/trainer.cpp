@@ -6,12 +6,12 @@
 #include <chrono>
 #include <cmath>
 #include <set>
-#include <thread>
 
 #include "mpsim/analysis/histogram.hpp"
 #include "mpsim/error.hpp"
 #include "mpsim/io/atomic_file.hpp"
 #include "mpsim/nn/policy.hpp"
+#include "mpsim/parallel.hpp"
 #include "mpsim/train/checkpoint.hpp"
 
 namespace mpsim::train {
@@ -29,23 +29,6 @@ OptimizerConfig placeholder_optimizer(const TrainConfig& c) {
   nn::TrainHints h;
   h.optimizer = "sgd";
   return resolve_optimizer(c.optimizer, h);
-}
-
-// Runs fn(i) for i in [0, n) on up to `threads` threads. Each i touches its own data only, so the
-// result does not depend on the thread count.
-template <class Fn>
-void parallel_for(std::size_t n, int threads, Fn fn) {
-  const std::size_t workers = std::min<std::size_t>(static_cast<std::size_t>(std::max(threads, 1)), n);
-  if (workers <= 1) {
-    for (std::size_t i = 0; i < n; ++i) fn(i);
-    return;
-  }
-  std::vector<std::thread> pool;
-  for (std::size_t w = 0; w < workers; ++w)
-    pool.emplace_back([&, w] {
-      for (std::size_t i = w; i < n; i += workers) fn(i);
-    });
-  for (auto& t : pool) t.join();
 }
 
 std::string number(double v) {
@@ -307,13 +290,17 @@ TrainSummary run_training(const TrainConfig& config, const ModelFactory& factory
     // and average the micro-batches, then look for inf/NaN in the unscaled gradients.
     const float inv = static_cast<float>(1.0 / (scale * config.accumulate));
     std::vector<char> tensor_has_inf(grads.size(), 0);
-    parallel_for(grads.size(), config.threads, [&](std::size_t i) {
-      bool bad = false;
-      for (float& g : grads[i]) {
-        g *= inv;
-        bad |= !std::isfinite(g);
+    // Each tensor is touched by one worker only, so the result does not depend on the thread count.
+    const int workers = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(config.threads), grads.size()));
+    parallel_for(grads.size(), workers, "train", [&](int, std::size_t begin, std::size_t end) {
+      for (std::size_t i = begin; i < end; ++i) {
+        bool bad = false;
+        for (float& g : grads[i]) {
+          g *= inv;
+          bad |= !std::isfinite(g);
+        }
+        tensor_has_inf[i] = bad;
       }
-      tensor_has_inf[i] = bad;
     });
     const bool found_inf = std::any_of(tensor_has_inf.begin(), tensor_has_inf.end(), [](char c) { return c != 0; });
 
