@@ -57,7 +57,7 @@ def formats():
     WORK.mkdir(parents=True, exist_ok=True)
     out = WORK / "formats.json"
     run("formats", "--json", out)
-    return {f["name"]: f for f in load_json(out)}
+    return {f["name"]: f for f in load_json(out)["formats"]}
 
 
 def pow2_label(k):

@@ -3,6 +3,7 @@
 #include "catch.hpp"
 
 #include <cmath>
+#include <cstdio>
 #include <limits>
 
 #include "mpsim/error.hpp"
@@ -10,7 +11,19 @@
 
 using namespace mpsim;
 
+namespace {
+// The constants of a format as the checks below see them, so that the log shows what was compared.
+void show(const Format& f) {
+  std::printf("%-14s max_finite %-24.17g min_normal %-24.17g min_subnormal %-24.17g epsilon %-12.6g bits max 0x%llx "
+              "inf 0x%llx nan 0x%llx\n",
+              f.name.c_str(), f.max_finite, f.min_normal, f.min_subnormal, f.epsilon,
+              static_cast<unsigned long long>(f.max_finite_bits), static_cast<unsigned long long>(f.inf_bits),
+              static_cast<unsigned long long>(f.nan_bits));
+}
+}  // namespace
+
 TEST_CASE("fp16, bf16, fp32 constants match std::numeric_limits-style definitions", "[format]") {
+  for (const Format* f : {&fp16(), &bf16(), &fp32(), &fp64(), &tf32()}) show(*f);
   // IEEE 754-2008 binary16: emax 15, p 11.
   CHECK(fp16().max_finite == 65504.0);
   CHECK(fp16().min_normal == std::ldexp(1.0, -14));
@@ -34,6 +47,7 @@ TEST_CASE("fp16, bf16, fp32 constants match std::numeric_limits-style definition
 }
 
 TEST_CASE("fp8 formats follow the OCP and fnuz definitions", "[format]") {
+  for (const Format* f : {&fp8_e4m3(), &fp8_e5m2(), &fp8_e4m3fnuz(), &fp8_e5m2fnuz()}) show(*f);
   // OCP OFP8 rev 1.0, table 1: E4M3 max 448, min normal 2^-6, min subnormal 2^-9; E5M2 max 57344,
   // min normal 2^-14, min subnormal 2^-16.
   CHECK(fp8_e4m3().max_finite == 448.0);
@@ -61,6 +75,7 @@ TEST_CASE("parse_format accepts our names, ml_dtypes names and custom eXmY", "[f
   CHECK(parse_format("e5m10") == fp16());
   CHECK(parse_format("e8m7") == bf16());
   const Format f = parse_format("e6m9");
+  show(f);
   CHECK(f.bias == 31);
   CHECK(f.max_finite == (2.0 - std::ldexp(1.0, -9)) * std::ldexp(1.0, 31));
   CHECK(f.min_subnormal == std::ldexp(1.0, -30 - 9));
@@ -73,6 +88,7 @@ TEST_CASE("parse_format rejects bad names with a message naming the input", "[fo
       parse_format(bad);
       FAIL("no error for '" << bad << "'");
     } catch (const Error& e) {
+      std::printf("parse_format(\"%s\"): %s\n", bad, e.what());
       CHECK(std::string(e.what()).find(std::string("'") + bad + "'") != std::string::npos);
     }
   }

@@ -5,6 +5,8 @@
 
 #include <bit>
 #include <cmath>
+#include <cstdio>
+#include <string>
 #include <limits>
 
 #include "mpsim/format/round.hpp"
@@ -17,7 +19,13 @@ using namespace mpsim;
 
 namespace {
 const double inf = std::numeric_limits<double>::infinity();
-std::uint64_t rb(double x, const Format& f, RoundingMode m) { return round_bits(x, f, Rounding::of(m)); }
+// round_bits in mode m, printed (input, format, mode, result) so that the log shows every case checked.
+std::uint64_t rb(double x, const Format& f, RoundingMode m) {
+  const std::uint64_t bits = round_bits(x, f, Rounding::of(m));
+  std::printf("round_bits(%-24.17g %-9s %-22s) = 0x%llx\n", x, f.name.c_str(), std::string(ieee_name(m)).c_str(),
+              static_cast<unsigned long long>(bits));
+  return bits;
+}
 }  // namespace
 
 TEST_CASE("fp16 ties, subnormals and overflow in every deterministic mode", "[round]") {

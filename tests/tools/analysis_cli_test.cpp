@@ -1,17 +1,21 @@
-// Tests of `mpsim hist | underflow | rounding | updates` (tools/mpsim/{hist,underflow,rounding,updates}.cpp):
+// Tests of `mpsim hist | underflow | rounding-error | updates` (tools/mpsim/{hist,underflow,rounding,updates}.cpp):
 // run the real binary ($MPSIM_BIN) on .npy files written here and check the JSON against counts made
 // here with round_bits(), the tidy CSV's shape, the exit codes, that bad input leaves no output behind,
-// and that a directory with one bad file reports the others and names the bad one.
+// that a directory with one bad file reports the others and names the bad one, `--json -` / `--csv -`
+// (standard output), the schema tag, --version and the old command name.
 #include "catch.hpp"
 
 #include <sys/wait.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
+#include <tuple>
 
 #include "../io/test_files.hpp"
 #include "run_mpsim.hpp"
@@ -107,11 +111,106 @@ TEST_CASE("hist and underflow on .npy files: JSON against brute force, tidy CSV,
   CHECK(u.output.find("underflows%") != std::string::npos);
 }
 
+TEST_CASE("underflow reports min, max, mean, std, l1_norm, l2_norm of every tensor", "[analysis_cli]") {
+  ScratchDir dir("analysis-cli");
+  // Mean 1, sum of squares 36, sample variance 28 / 7 = 4: every statistic is exact in double, so the plain
+  // double arithmetic here gives the exact values (analysis/moments_test checks the hard cases).
+  const std::vector<float> v = {4, -2, 3, -1, std::numeric_limits<float>::quiet_NaN(), 2, 0, 1, 1};
+  io::write_npy(dir / "v.npy", io::make_npy(std::span<const float>(v)));
+  const auto u = run_mpsim(dir, "underflow " + quote((dir / "v.npy").string()) + " --json " + quote((dir / "u.json").string()));
+  REQUIRE(u.status == 0);
+  const auto t = read_json(dir / "u.json")["tensors"][0];
+  double n = 0, sum = 0, l1 = 0, sq = 0, lo = 1e9, hi = -1e9;
+  for (const float x : v)
+    if (std::isfinite(x)) {
+      ++n;
+      sum += x;
+      l1 += std::fabs(x);
+      sq += double(x) * x;
+      lo = std::min<double>(lo, x);
+      hi = std::max<double>(hi, x);
+    }
+  const double mean = sum / n, var = (sq - n * mean * mean) / (n - 1);
+  std::printf("underflow statistics: %s\n", t.dump().substr(0, 400).c_str());
+  CHECK(t["min"].get<double>() == lo);
+  CHECK(t["max"].get<double>() == hi);
+  CHECK(t["mean"].get<double>() == mean);
+  CHECK(t["l1_norm"].get<double>() == l1);
+  CHECK(t["l2_norm"].get<double>() == std::sqrt(sq));
+  CHECK(t["std"].get<double>() == std::sqrt(var));
+}
+
+TEST_CASE("--json - and --csv - write the report to standard output, the summary to standard error",
+          "[analysis_cli]") {
+  ScratchDir dir("analysis-cli");
+  const auto a = gradients(2000, 5);
+  io::write_npy(dir / "a.npy", io::make_npy(std::span<const float>(a)));
+  const std::string in = quote((dir / "a.npy").string());
+  const std::string bin = quote(std::getenv("MPSIM_BIN"));
+  auto run_split = [&](const std::string& args) {
+    const std::string cmd = bin + " " + args + " > " + quote((dir / "out").string()) + " 2> " + quote((dir / "err").string());
+    const int raw = std::system(cmd.c_str());
+    std::ifstream o(dir / "out"), e(dir / "err");
+    std::stringstream so, se;
+    so << o.rdbuf();
+    se << e.rdbuf();
+    std::filesystem::remove(dir / "out");
+    std::filesystem::remove(dir / "err");
+    INFO(cmd << "\nstdout: " << so.str().substr(0, 300) << "\nstderr: " << se.str().substr(0, 300));
+    REQUIRE(WIFEXITED(raw));
+    return std::tuple{WEXITSTATUS(raw), so.str(), se.str()};
+  };
+  for (const std::string& cmd : {"hist", "underflow", "rounding-error", "updates"}) {
+    const std::string args = cmd == "updates" ? in + " " + in : in;
+    // The same report to a file and to standard output: the same bytes.
+    REQUIRE(std::get<0>(run_split(cmd + " " + args + " --json " + quote((dir / "r.json").string()))) == 0);
+    const auto [status, out, err] = run_split(cmd + " " + args + " --json -");
+    CHECK(status == 0);
+    std::ifstream f(dir / "r.json");
+    std::stringstream file;
+    file << f.rdbuf();
+    CHECK(out == file.str());
+    CHECK(!err.empty());  // the human summary
+    CHECK_FALSE(std::filesystem::exists(dir / "-"));
+    const auto j = nlohmann::json::parse(out);
+    std::printf("%s --json -: %zu bytes on stdout, %zu on stderr, schema %s, version %s\n", cmd.c_str(), out.size(),
+                err.size(), j["schema"].dump().c_str(), j["mpsim_version"].dump().c_str());
+    CHECK(j["schema"] == "mpsim-" + cmd + "-1");
+    CHECK(j["mpsim_version"].is_string());
+  }
+  const auto [status, out, err] = run_split("underflow " + in + " --csv=-");
+  CHECK(status == 0);
+  CHECK(out.rfind("tensor,format,scale,stat,value\n", 0) == 0);
+  const auto both = run_split("underflow " + in + " --csv - --json -");
+  CHECK(std::get<0>(both) == 2);
+  CHECK(std::get<2>(both).find("only one of") != std::string::npos);
+}
+
+TEST_CASE("--version; the old name 'rounding' still runs, with a notice", "[analysis_cli]") {
+  ScratchDir dir("analysis-cli");
+  const auto v = run_mpsim(dir, "--version");
+  std::printf("--version: %s", v.output.c_str());
+  CHECK(v.status == 0);
+  CHECK(v.output.rfind("mpsim 0.", 0) == 0);
+  CHECK(v.output.find("\ngit ") != std::string::npos);
+  CHECK(v.output.find("buildtype=") != std::string::npos);
+  CHECK(v.output.find("cuda=") != std::string::npos);
+  const auto a = gradients(500, 6);
+  io::write_npy(dir / "a.npy", io::make_npy(std::span<const float>(a)));
+  const std::string in = quote((dir / "a.npy").string());
+  const auto old = run_mpsim(dir, "rounding " + in + " --json " + quote((dir / "old.json").string()));
+  const auto now = run_mpsim(dir, "rounding-error " + in + " --json " + quote((dir / "new.json").string()));
+  CHECK(old.status == 0);
+  CHECK(old.output.find("notice: 'rounding' is now called 'rounding-error'") != std::string::npos);
+  CHECK(now.output.find("notice") == std::string::npos);
+  CHECK(read_json(dir / "old.json") == read_json(dir / "new.json"));
+}
+
 TEST_CASE("rounding and updates commands", "[analysis_cli]") {
   ScratchDir dir("analysis-cli");
   const auto a = gradients(4000, 3);
   io::write_npy(dir / "a.npy", io::make_npy(std::span<const float>(a)));
-  const auto r = run_mpsim(dir, "rounding " + quote((dir / "a.npy").string()) + " --format bf16 --modes rne,sr,rtz --json " +
+  const auto r = run_mpsim(dir, "rounding-error " + quote((dir / "a.npy").string()) + " --format bf16 --modes rne,sr,rtz --json " +
                                     quote((dir / "r.json").string()));
   REQUIRE(r.status == 0);
   const auto rj = read_json(dir / "r.json");
@@ -155,7 +254,7 @@ TEST_CASE("bad input: exit 2 and no output; one bad file among good ones is name
   write_truncated(dir / "in/c.npy", a);
   const std::string out = quote((dir / "out.json").string());
   const std::string good = quote((dir / "in/a.npy").string());
-  for (const std::string& cmd : {"hist", "underflow", "rounding"}) {
+  for (const std::string& cmd : {"hist", "underflow", "rounding-error"}) {
     for (const std::string& bad : {good + " --format fp99", good + " --scale 3", good + " --format fp16 --scale 0",
                                   quote((dir / "missing.npy").string()), quote((dir / "in/c.npy").string()),
                                   good + " --mode sideways"}) {

@@ -18,6 +18,7 @@
 #include "mpsim/format/format.hpp"
 #include "mpsim/io/atomic_file.hpp"
 #include "mpsim/io/npy.hpp"
+#include "mpsim/version.hpp"
 
 namespace mpsim::cli::analysis_cli {
 
@@ -32,8 +33,8 @@ inline void add_common(CLI::App* cmd, CommonOptions& o, bool with_inputs = true)
   if (with_inputs) cmd->add_option("inputs", o.inputs, "Files or directories of tensors (.npy, .npz, safetensors; raw with --dtype)")->required();
   cmd->add_option("--format", o.format, "Target format (fp16, bf16, fp8_e4m3, ... or ml_dtypes names)")->capture_default_str();
   cmd->add_option("--scale", o.scale, "Loss scale S applied before rounding (a power of two)")->capture_default_str();
-  cmd->add_option("--json", o.json_path, "Write the report as JSON to this file");
-  cmd->add_option("--csv", o.csv_path, "Write the report as tidy CSV (tensor,format,scale,stat,value)");
+  cmd->add_option("--json", o.json_path, "Write the report as JSON to this file (-: standard output)");
+  cmd->add_option("--csv", o.csv_path, "Write the report as tidy CSV (tensor,format,scale,stat,value; -: standard output)");
   cmd->add_option("--dtype", o.dtype, "Read integer arrays as the bits of this type (bf16, fp16, fp8_e4m3, fp8_e5m2)");
 }
 
@@ -70,12 +71,19 @@ inline nlohmann::json failures_json(const std::vector<analysis::InputFailure>& f
   return j;
 }
 
+// The report of `command` tagged with its schema ("mpsim-<command>-1") and mpsim's version.
+inline nlohmann::json tagged(nlohmann::json report, const std::string& command) {
+  report["schema"] = "mpsim-" + command + "-1";
+  report["mpsim_version"] = kVersion;
+  return report;
+}
+
 inline void write_outputs(const CommonOptions& o, const nlohmann::json& report, const analysis::TidyCsv& csv) {
-  // Both are built before either is written; each appears whole or not at all.
-  const std::string json_text = report.dump(2) + "\n";
+  // Both are built before either is written; each appears whole or not at all ("-": standard output).
+  const std::string json_text = tagged(report, report.at("command").get<std::string>()).dump(2) + "\n";
   const std::string csv_text = csv.text();
-  if (!o.json_path.empty()) io::write_text_file(o.json_path, json_text);
-  if (!o.csv_path.empty()) io::write_text_file(o.csv_path, csv_text);
+  if (!o.json_path.empty()) write_report(o.json_path, json_text);
+  if (!o.csv_path.empty()) write_report(o.csv_path, csv_text);
 }
 
 inline std::string num(const nlohmann::json& v) { return analysis::number_text(v); }

@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace mpsim::cli {
@@ -24,5 +25,13 @@ std::vector<Command>& commands();
 
 // Exit status the callback wants main to return (0 unless it sets it, e.g. `verify` on a mismatch).
 int& exit_status();
+
+// Writes a report (--json, --csv, --stats-json) to `path` atomically, or to standard output when `path` is
+// "-". main() sees a "-" among those options before the command runs and sends everything else the command
+// prints (the human summary) to standard error, so standard output holds the report alone.
+void write_report(const std::string& path, std::string_view text);
+
+// `git describe` of the source tree at build time (tools/mpsim/git_description.cpp.in).
+const char* git_description();
 
 }  // namespace mpsim::cli

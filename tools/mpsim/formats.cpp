@@ -7,6 +7,7 @@
 #include "command.hpp"
 #include "mpsim/format/format.hpp"
 #include "mpsim/io/atomic_file.hpp"
+#include "mpsim/version.hpp"
 
 namespace {
 
@@ -37,12 +38,16 @@ void setup(CLI::App& app) {
   auto* cmd = app.add_subcommand("formats", "Table of the named formats and their constants");
   auto json_path = std::make_shared<std::string>();
   auto print_json = std::make_shared<bool>(false);
-  cmd->add_option("--json", *json_path, "Also write the table as JSON to this file");
+  cmd->add_option("--json", *json_path, "Also write the table as JSON to this file (-: standard output)");
   cmd->add_flag("--print-json", *print_json, "Print JSON to stdout instead of the table");
   cmd->callback([json_path, print_json] {
     nlohmann::json all = nlohmann::json::array();
     for (const auto& f : mpsim::named_formats()) all.push_back(format_json(f));
-    if (!json_path->empty()) mpsim::io::write_text_file(*json_path, all.dump(2) + "\n");
+    if (!json_path->empty())
+      mpsim::cli::write_report(*json_path,
+                               nlohmann::json{{"schema", "mpsim-formats-1"}, {"mpsim_version", mpsim::kVersion}, {"formats", all}}
+                                       .dump(2) +
+                                   "\n");
     if (*print_json) {
       fmt::print("{}\n", all.dump(2));
       return;

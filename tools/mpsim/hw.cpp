@@ -27,6 +27,7 @@
 #include "mpsim/format/profile.hpp"
 #include "mpsim/format/round.hpp"
 #include "mpsim/io/atomic_file.hpp"
+#include "mpsim/version.hpp"
 #include "mpsim_cuda.hpp"
 #include "runs_host.hpp"
 
@@ -78,7 +79,7 @@ std::string device_slug(const std::string& name) {
 [[maybe_unused]] void write_outputs(const json& doc, const std::string& json_path, const std::string& record_root,
                    const std::string& file_name) {
   const std::string text = doc.dump(1) + "\n";
-  if (!json_path.empty()) mpsim::io::write_text_file(json_path, text);
+  if (!json_path.empty()) mpsim::cli::write_report(json_path, text);
   if (!record_root.empty()) {
     const std::string slug = doc.at("device").value("slug", "unknown-device");
     const std::filesystem::path dir = std::filesystem::path(record_root) / slug;
@@ -112,7 +113,9 @@ void info_cmd(const std::string& json_path) {
     }
 #endif
   }
-  if (!json_path.empty()) mpsim::io::write_text_file(json_path, doc.dump(2) + "\n");
+  doc["schema"] = "mpsim-hw-1";
+  doc["mpsim_version"] = mpsim::kVersion;
+  if (!json_path.empty()) mpsim::cli::write_report(json_path, doc.dump(2) + "\n");
 }
 
 #if defined(MPSIM_WITH_CUDA)
@@ -135,6 +138,7 @@ json base_doc(const std::string& kind, const mpsim::Profile& profile) {
   json dev = device_json(d);
   dev["slug"] = device_slug(d.name);
   return {{"schema", "mpsim-hw-1"},
+          {"mpsim_version", mpsim::kVersion},
           {"kind", kind},
           {"device", dev},
           {"profile", profile.name},

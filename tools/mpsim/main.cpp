@@ -1,12 +1,20 @@
 // mpsim: the command line. Parsing and printing only; the work is in lib/mpsim.
 #include <fmt/core.h>
 
-#include <algorithm>
-#include <cstdio>
-#include <exception>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string_view>
+
+#include "build_options.hpp"
 #include "command.hpp"
 #include "mpsim/error.hpp"
+#include "mpsim/io/atomic_file.hpp"
+#include "mpsim/version.hpp"
 
 namespace mpsim::cli {
 
@@ -25,6 +33,48 @@ int& exit_status() {
   return status;
 }
 
+namespace {
+
+// Where a report named "-" goes: the process's standard output as it was at start (main moves the
+// summary's stdout onto stderr when a report takes it).
+int report_fd = STDOUT_FILENO;
+
+// The options whose file argument may be "-".
+constexpr std::string_view kReportOptions[] = {"--json", "--csv", "--stats-json"};
+
+// How many report options of the command line are "-" (`--json -` or `--json=-`).
+int reports_to_stdout(int argc, char** argv) {
+  int n = 0;
+  for (int i = 1; i < argc; ++i)
+    for (std::string_view opt : kReportOptions) {
+      const std::string_view a = argv[i];
+      if ((a == opt && i + 1 < argc && std::string_view(argv[i + 1]) == "-") ||
+          (a.size() == opt.size() + 2 && a.substr(0, opt.size()) == opt && a.substr(opt.size()) == "=-"))
+        ++n;
+    }
+  return n;
+}
+
+std::string version_text() {
+  return fmt::format("mpsim {}\ngit {}\nbuild {}", kVersion, git_description(), MPSIM_BUILD_OPTIONS);
+}
+
+}  // namespace
+
+void write_report(const std::string& path, std::string_view text) {
+  if (path != "-") {
+    io::write_text_file(path, text);
+    return;
+  }
+  std::fflush(stdout);
+  for (std::size_t done = 0; done < text.size();) {
+    const ssize_t n = ::write(report_fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw Error(fmt::format("standard output: write failed ({})", std::strerror(errno)));
+    done += static_cast<std::size_t>(n);
+  }
+}
+
 }  // namespace mpsim::cli
 
 int main(int argc, char** argv) {
@@ -32,6 +82,21 @@ int main(int argc, char** argv) {
   CLI::App app{"mpsim: numerical analysis of low-precision training (emulated fp16/bf16/tf32/fp8, "
                "rounding, underflow reports, loss-scaling simulator)"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", version_text(), "Print mpsim's version, git description and build options");
+  const int to_stdout = reports_to_stdout(argc, argv);
+  if (to_stdout > 1) {
+    fmt::print(stderr, "mpsim: error: only one of --json, --csv and --stats-json can be - (standard output)\n");
+    return 2;
+  }
+  if (to_stdout == 1) {
+    // The report takes standard output; what the command prints besides goes to standard error.
+    std::fflush(stdout);
+    report_fd = ::dup(STDOUT_FILENO);
+    if (report_fd < 0 || ::dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
+      fmt::print(stderr, "mpsim: internal error: cannot redirect standard output ({})\n", std::strerror(errno));
+      return 3;
+    }
+  }
   auto& cmds = commands();
   std::sort(cmds.begin(), cmds.end(), [](const Command& a, const Command& b) { return a.name < b.name; });
   for (auto& c : cmds) c.setup(app);

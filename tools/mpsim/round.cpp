@@ -21,6 +21,7 @@
 #include "mpsim/format/round.hpp"
 #include "mpsim/io/atomic_file.hpp"
 #include "mpsim/io/npy.hpp"
+#include "mpsim/version.hpp"
 
 namespace {
 
@@ -81,7 +82,8 @@ void run(const Options& o) {
   // Open the outputs before the work, so a bad output path fails before anything is written.
   mpsim::io::AtomicFile out_file(o.out);
   std::optional<mpsim::io::AtomicFile> stats_file;
-  if (!o.stats_json.empty()) stats_file.emplace(o.stats_json);
+  if (!o.stats_json.empty() && o.stats_json != "-") stats_file.emplace(o.stats_json);
+  std::string stats_text;
 
   mpsim::Stats stats;
   NpyArray result;
@@ -136,8 +138,10 @@ void run(const Options& o) {
 
   const auto bytes = mpsim::io::npy_bytes(result);
   out_file.write(bytes.data(), bytes.size());
-  if (stats_file) {
-    const nlohmann::json j = {{"input", o.in},
+  if (!o.stats_json.empty()) {
+    const nlohmann::json j = {{"schema", "mpsim-round-1"},
+                              {"mpsim_version", mpsim::kVersion},
+                              {"input", o.in},
                               {"output", o.out},
                               {"format", fmt.name},
                               {"subnormals", std::string(mpsim::to_string(fmt.subnormals))},
@@ -160,10 +164,12 @@ void run(const Options& o) {
                               {"overflow_num", stats.overflow},
                               {"max_abs", stats.max_abs},
                               {"min_abs_nonzero", stats.min_abs_nonzero}};
-    stats_file->write(j.dump(2) + "\n");
+    stats_text = j.dump(2) + "\n";
+    if (stats_file) stats_file->write(stats_text);
   }
   out_file.commit();
   if (stats_file) stats_file->commit();
+  if (o.stats_json == "-") mpsim::cli::write_report("-", stats_text);
   fmt::print("{} -> {} ({} {}): count {}, exact {}, rounded {}, underflow {}, subnormal {}, overflow {}, nan {}\n",
              o.in, o.out, fmt.name, mpsim::ieee_name(r.mode), stats.count, stats.exact, stats.rounded,
              stats.underflow, stats.subnormal, stats.overflow, stats.nan);
@@ -184,7 +190,7 @@ void setup(CLI::App& app) {
                   "Reproduce a device: ieee (round_bits itself, default), x86 (F16C / AVX512-BF16: bf16 reads "
                   "subnormal floats as zero), cuda-sm90 (H100: canonical NaNs)");
   cmd->add_flag("--bits", o->bits, "Write the encodings (uint8/uint16/uint32) instead of the rounded values");
-  cmd->add_option("--stats-json", o->stats_json, "Also write what the rounding did as JSON to this file");
+  cmd->add_option("--stats-json", o->stats_json, "Also write what the rounding did as JSON to this file (-: standard output)");
   cmd->add_option("IN", o->in, "Input .npy (float16, float32 or float64)")->required();
   cmd->add_option("OUT", o->out, "Output .npy")->required();
   cmd->callback([o] { run(*o); });

@@ -1,4 +1,4 @@
-// mpsim rounding FILE... [--format F] [--scale S] [--modes rne,sr,...] [--seed N] [--sr-bits B]: per
+// mpsim rounding-error FILE... [--format F] [--scale S] [--modes rne,sr,...] [--seed N] [--sr-bits B]: per
 // tensor and rounding mode, the relative error and the error in ulps of F (mean, max, percentiles)
 // and the mean signed error (bias) of rounding every value into F.
 #include <algorithm>
@@ -28,8 +28,11 @@ std::vector<Rounding> parse_modes(const std::string& list, std::uint64_t seed, i
   return out;
 }
 
-void setup(CLI::App& app) {
-  auto* cmd = app.add_subcommand("rounding", "Rounding error (relative, ulps, bias) per rounding mode");
+// The command, under its name or (`old_name`) under the name it had before `mpsim round` stood beside it:
+// that one is hidden from --help and prints a notice first.
+void setup_named(CLI::App& app, const std::string& name, bool old_name) {
+  auto* cmd = app.add_subcommand(name, "Rounding error (relative, ulps, bias) per rounding mode");
+  if (old_name) cmd->group("");
   auto o = std::make_shared<CommonOptions>();
   auto modes = std::make_shared<std::string>("rne,sr");
   auto seed = std::make_shared<std::uint64_t>(0);
@@ -38,7 +41,10 @@ void setup(CLI::App& app) {
   cmd->add_option("--modes", *modes, "Comma-separated rounding modes (rne, rtz, ru, rd, rna, rto, sr)")->capture_default_str();
   cmd->add_option("--seed", *seed, "Stochastic rounding seed")->capture_default_str();
   cmd->add_option("--sr-bits", *sr_bits, "Stochastic rounding random bits (1..32)")->capture_default_str();
-  cmd->callback([o, modes, seed, sr_bits] {
+  cmd->callback([o, modes, seed, sr_bits, name, old_name] {
+    if (old_name)
+      fmt::print(stderr, "mpsim: notice: '{}' is now called 'rounding-error' (beside 'round', which converts); the "
+                         "old name still works for now\n", name);
     const Format f = parse_format(o->format);
     const int k = log2_scale(o->scale);
     const auto rs = parse_modes(*modes, *seed, *sr_bits);
@@ -85,7 +91,7 @@ void setup(CLI::App& app) {
                          {"modes", modes_json(results[i].info.label, results[i].per_mode)}});
     }
     const nlohmann::json tj = {{"tensor", "total"}, {"modes", modes_json("total", total)}};
-    const nlohmann::json report = {{"command", "rounding"}, {"format", f.name}, {"scale", o->scale},
+    const nlohmann::json report = {{"command", "rounding-error"}, {"format", f.name}, {"scale", o->scale},
                                    {"log2_scale", k},        {"tensors", tensors}, {"total", tj},
                                    {"failed", failures_json(failures)}};
     write_outputs(*o, report, csv);
@@ -117,6 +123,9 @@ void setup(CLI::App& app) {
   });
 }
 
-const bool registered = mpsim::cli::register_command("rounding", setup);
+const bool registered = mpsim::cli::register_command("rounding-error", [](CLI::App& app) {
+  setup_named(app, "rounding-error", false);
+  setup_named(app, "rounding", true);
+});
 
 }  // namespace

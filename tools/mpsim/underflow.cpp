@@ -1,9 +1,11 @@
 // mpsim underflow FILE... [--format F] [--scale S] [--sweep] [--margin M] [--mode rne]: per tensor, the
 // fraction of non-zero values that underflow to zero / become subnormal / overflow in F under S, a
-// recommended power-of-two scale, and with --sweep the same for every scale 2^-8..2^32.
+// recommended power-of-two scale, and with --sweep the same for every scale 2^-8..2^32; beside them the
+// tensor's min, max, mean, std, l1_norm and l2_norm (exact, analysis/moments.hpp) from the same read.
 #include <algorithm>
 
 #include "analysis_common.hpp"
+#include "mpsim/analysis/moments.hpp"
 #include "mpsim/analysis/range_counter.hpp"
 #include "mpsim/analysis/underflow.hpp"
 
@@ -35,16 +37,24 @@ void setup(CLI::App& app) {
     struct Result {
       analysis::TensorInfo info;
       analysis::RangeCounter counter;
+      analysis::Moments moments;  // min, max, mean, std, l1_norm, l2_norm, from the same read
     };
     std::vector<Result> results;
     const auto failures = analysis::for_each_tensor(files, input_options(*o), [&](const analysis::TensorInfo& info,
                                                                                  const analysis::TensorRead& read) {
       analysis::RangeCounter c(f, r);
+      analysis::Moments m;
       read([&](std::span<const float> x, std::span<const double> d, std::uint64_t) {
-        if (!x.empty()) c.add(x);
-        if (!d.empty()) c.add(d);
+        if (!x.empty()) {
+          c.add(x);
+          m.add(x);
+        }
+        if (!d.empty()) {
+          c.add(d);
+          m.add(d);
+        }
       });
-      results.push_back({info, std::move(c)});
+      results.push_back({info, std::move(c), std::move(m)});
     });
     check_failures(failures, results.size());
 
@@ -71,15 +81,19 @@ void setup(CLI::App& app) {
           csv.add(label, f.name, o->scale, "largest_safe_scale", std::ldexp(1.0, s["largest_safe_log2_scale"].get<int>()));
       }
     };
+    analysis::Moments total_moments;
     for (const auto& res : results) {
       total += res.counter;
+      total_moments += res.moments;
       nlohmann::json j = analysis::underflow_report_json(res.info.label, res.counter, uo, *do_sweep);
+      j.update(analysis::moment_stats_json(res.moments.stats()));
       j["shape"] = res.info.shape;
       j["dtype"] = std::string(io::to_string(res.info.dtype));
       csv_rows(j);
       tensors.push_back(j);
     }
-    const nlohmann::json tj = analysis::underflow_report_json("total", total, uo, *do_sweep);
+    nlohmann::json tj = analysis::underflow_report_json("total", total, uo, *do_sweep);
+    tj.update(analysis::moment_stats_json(total_moments.stats()));
     csv_rows(tj);
     const nlohmann::json report = {{"command", "underflow"}, {"format", f.name},
                                    {"rounding", std::string(ieee_name(r.mode))},

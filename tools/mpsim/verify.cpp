@@ -11,6 +11,7 @@
 #include "mpsim/error.hpp"
 #include "mpsim/io/atomic_file.hpp"
 #include "mpsim/reference/verify.hpp"
+#include "mpsim/version.hpp"
 
 namespace {
 
@@ -46,7 +47,7 @@ void setup(CLI::App& app) {
   auto args = std::make_shared<VerifyArgs>();
   auto* cmd = app.add_subcommand("verify", "Check rounding against the independent references and hardware");
   cmd->add_flag("--exhaustive", args->exhaustive, "Every float input (2^32) in every mode instead of the sampled set");
-  cmd->add_option("--json", args->json_path, "Also write the rows as JSON to this file");
+  cmd->add_option("--json", args->json_path, "Also write the rows as JSON to this file (-: standard output)");
   cmd->add_option("--only", args->only, "Run only the checks whose name contains this text");
   cmd->add_option("--threads", args->threads, "Worker threads (0: all cores)")->check(CLI::NonNegativeNumber);
   cmd->add_flag("--list", args->list, "List the checks and exit");
@@ -76,7 +77,9 @@ void setup(CLI::App& app) {
     auto json = v::to_json(rows);
     json["exhaustive"] = args->exhaustive;
     json["seconds"] = secs;
-    if (!args->json_path.empty()) mpsim::io::write_text_file(args->json_path, json.dump(2) + "\n");
+    json["schema"] = "mpsim-verify-1";
+    json["mpsim_version"] = mpsim::kVersion;
+    if (!args->json_path.empty()) mpsim::cli::write_report(args->json_path, json.dump(2) + "\n");
     fmt::print("{}", v::format_table(rows));
     std::uint64_t checked = 0, mismatches = 0;
     for (const auto& r : rows) {

@@ -12,6 +12,7 @@
 #include "mpsim/error.hpp"
 #include "mpsim/io/atomic_file.hpp"
 #include "mpsim/parallel.hpp"
+#include "mpsim/version.hpp"
 
 namespace mpsim::train {
 
@@ -227,7 +228,9 @@ nlohmann::json run_study(const StudyConfig& config, const ModelFactory& factory,
         "\nEach run's steps.csv, run.json and gradient histograms are under runs/<policy>_<scaler>/seed<k>/.\n";
 
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  nlohmann::json summary = {{"model", config.model},
+  nlohmann::json summary = {{"schema", "mpsim-study-1"},
+                            {"mpsim_version", kVersion},
+                            {"model", config.model},
                             {"steps", steps},
                             {"seeds", config.seeds},
                             {"metric", metric_name},

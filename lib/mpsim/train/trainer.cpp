@@ -13,6 +13,7 @@
 #include "mpsim/nn/policy.hpp"
 #include "mpsim/parallel.hpp"
 #include "mpsim/train/checkpoint.hpp"
+#include "mpsim/version.hpp"
 
 namespace mpsim::train {
 
@@ -322,7 +323,9 @@ TrainSummary run_training(const TrainConfig& config, const ModelFactory& factory
                                             "rounding, loss scale included; master_grad: unscaled fp32 gradients"},
                                    {"activation_grad", act},
                                    {"weight_grad", wgrad},
-                                   {"master_grad", master}};
+                                   {"master_grad", master},
+                                   {"schema", "mpsim-train-hist-1"},
+                                   {"mpsim_version", kVersion}};
       std::filesystem::create_directories(hist_dir);
       io::write_text_file(hist_dir / fmt::format("step_{:06d}.json", step), snap.dump(1) + "\n");
     }
@@ -392,7 +395,9 @@ TrainSummary run_training(const TrainConfig& config, const ModelFactory& factory
   cfg["policy_formats"] = policy.describe();
   cfg["scaler_spec"] = to_spec(scaler_config);
   cfg["parameters"] = shapes;
-  const nlohmann::json run = {{"config", cfg},
+  const nlohmann::json run = {{"schema", "mpsim-train-run-1"},
+                              {"mpsim_version", kVersion},
+                              {"config", cfg},
                               {"summary", summary.to_json()},
                               {"activation_grad_sites", act_sites},
                               {"histogram_steps", hist_steps},
