@@ -5,6 +5,7 @@
 #include "catch.hpp"
 
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -210,4 +211,68 @@ TEST_CASE("scaler state round-trips: a restored scaler continues the same sequen
   LossScaler dyn(parse_scaler("dynamic"));
   CHECK_THROWS_AS(dyn.load_state(LossScaler(parse_scaler("static:8")).state()), Error);
   CHECK_THROWS_AS(dyn.load_state(nlohmann::json{{"kind", "dynamic"}}), Error);
+}
+
+TEST_CASE("a GradScaler.state_dict() seeds the dynamic scaler; its state is one again", "[scaler]") {
+  // The five entries and their Python types as torch/amp/grad_scaler.py's GradScaler.state_dict() documents
+  // them: scale, growth_factor, backoff_factor (float), growth_interval, _growth_tracker (int). The state of
+  // a run 3 clean steps into a growth interval of 5, at scale 2^12.
+  const auto torch_state = nlohmann::json::parse(
+      R"({"scale": 4096.0, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 5, "_growth_tracker": 3})");
+  const ScalerConfig c = scaler_from_torch_state(torch_state, "state.json");
+  std::printf("seeded: %s\n", to_spec(c).c_str());
+  CHECK(c.kind == ScalerKind::dynamic);
+  CHECK(c.init_scale == 4096.0);
+  CHECK(c.growth_interval == 5);
+  CHECK(c.init_growth_tracker == 3);
+  CHECK(parse_scaler(to_spec(c)).init_growth_tracker == 3);  // the spelling keeps it (run identity, resume)
+  // 2 more clean steps complete the interval: the scale grows on the second, as torch's would.
+  LossScaler s(c);
+  const auto got = run(s, script("CCCCCCCI"));
+  check_sequence(got, {4096, 8192, 8192, 8192, 8192, 8192, 16384, 8192}, "seeded by a torch state");
+  // The scaler's own state carries the same five entries with the same types, so torch loads it back.
+  const auto back = s.state();
+  std::printf("state: %s\n", back.dump().c_str());
+  for (const char* key : {"scale", "growth_factor", "backoff_factor"}) CHECK(back[key].is_number_float());
+  for (const char* key : {"growth_interval", "_growth_tracker"}) CHECK(back[key].is_number_integer());
+  const ScalerConfig again = scaler_from_torch_state(back, "state");
+  CHECK(again.init_scale == 8192.0);
+  CHECK(again.init_growth_tracker == 0);
+  CHECK(again.growth_interval == 5);
+}
+
+TEST_CASE("a bad GradScaler state is refused with a message naming the file and the entry", "[scaler]") {
+  const auto good = nlohmann::json::parse(
+      R"({"scale": 65536.0, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000, "_growth_tracker": 0})");
+  std::vector<std::pair<nlohmann::json, std::string>> cases;
+  for (const char* key : {"scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"}) {
+    auto missing = good;
+    missing.erase(key);
+    cases.push_back({missing, std::string("no \"") + key + "\""});
+    auto wrong = good;
+    wrong[key] = "1";
+    cases.push_back({wrong, std::string("\"") + key + "\" is string"});
+  }
+  auto fractional = good;
+  fractional["growth_interval"] = 2000.5;
+  cases.push_back({fractional, "\"growth_interval\" is number"});
+  auto negative = good;
+  negative["scale"] = -1.0;
+  cases.push_back({negative, "scale must be finite and > 0"});
+  auto behind = good;
+  behind["_growth_tracker"] = 2000;
+  cases.push_back({behind, "\"_growth_tracker\" must lie in [0, growth_interval = 2000)"});
+  cases.push_back({nlohmann::json::object(), "empty (saved from a disabled GradScaler)"});
+  cases.push_back({nlohmann::json::array(), "a JSON object"});
+  for (const auto& [state, want] : cases) {
+    std::string message;
+    try {
+      scaler_from_torch_state(state, "state.json");
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    std::printf("%s -> %s\n", state.dump().c_str(), message.c_str());
+    CHECK(message.rfind("state.json: ", 0) == 0);
+    CHECK(message.find(want) != std::string::npos);
+  }
 }

@@ -4,6 +4,9 @@
 // skipped steps and underflow, pure-fp16 weights, and corrupt or mismatched checkpoints.
 #include "catch.hpp"
 
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -75,7 +78,7 @@ TEST_CASE("the same run twice, and with 1 and 2 threads, gives byte-identical st
     CHECK(lines(sa).size() == 31);
     CHECK(sa == slurp(b.out / "steps.csv"));
     CHECK(sa == slurp(c.out / "steps.csv"));
-    CHECK(slurp(a.out / "checkpoint.mpck") == slurp(c.out / "checkpoint.mpck"));
+    CHECK(slurp(a.out / "checkpoint.safetensors") == slurp(c.out / "checkpoint.safetensors"));
   }
 }
 
@@ -93,7 +96,7 @@ TEST_CASE("resume: N steps, stop, resume to 2N equals 2N straight, bit for bit",
       first.steps = 12;
       auto second = straight;
       second.out = temp_dir("second");
-      second.resume = first.out / "checkpoint.mpck";
+      second.resume = first.out / "checkpoint.safetensors";
       const auto s_straight = run_training(straight, tiny::make);
       run_training(first, tiny::make);
       const auto s_resumed = run_training(second, tiny::make);
@@ -115,8 +118,8 @@ TEST_CASE("resume: N steps, stop, resume to 2N equals 2N straight, bit for bit",
       CHECK(s_resumed.skipped_steps == s_straight.skipped_steps);
       CHECK(s_resumed.final_scale == s_straight.final_scale);
       CHECK(s_resumed.act_grad_nonzero == s_straight.act_grad_nonzero);
-      const auto ck_a = read_checkpoint(straight.out / "checkpoint.mpck");
-      const auto ck_b = read_checkpoint(second.out / "checkpoint.mpck");
+      const auto ck_a = read_checkpoint(straight.out / "checkpoint.safetensors");
+      const auto ck_b = read_checkpoint(second.out / "checkpoint.safetensors");
       REQUIRE(ck_a.tensors.size() == ck_b.tensors.size());
       for (std::size_t t = 0; t < ck_a.tensors.size(); ++t) {
         INFO("tensor " << ck_a.tensors[t].name);
@@ -191,7 +194,7 @@ TEST_CASE("small gradients underflow in fp16 without scaling and survive with a 
 TEST_CASE("pure-fp16 keeps the weights representable in fp16 after every update", "[trainer]") {
   auto c = base("pure", "pure-fp16", "dynamic,init_scale=1024", 8);
   run_training(c, tiny::make);
-  const auto ck = read_checkpoint(c.out / "checkpoint.mpck");
+  const auto ck = read_checkpoint(c.out / "checkpoint.safetensors");
   std::size_t checked = 0;
   for (const auto& t : ck.tensors) {
     if (t.name.rfind("param/", 0) != 0) continue;
@@ -204,30 +207,99 @@ TEST_CASE("pure-fp16 keeps the weights representable in fp16 after every update"
   CHECK(checked == 9);
 }
 
+TEST_CASE("the checkpoint is a safetensors file: F32 tensors by name, the state in __metadata__", "[trainer]") {
+  auto c = base("ck_layout", "mixed-fp16", "dynamic,init_scale=1024,growth_interval=4", 6);
+  c.optimizer.name = "adamw";
+  run_training(c, tiny::make);
+  const std::string bytes = slurp(c.out / "checkpoint.safetensors");
+  // Parsed here from the safetensors README's layout, not with the library's reader.
+  REQUIRE(bytes.size() >= 8);
+  std::uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = header_len << 8 | static_cast<unsigned char>(bytes[i]);
+  REQUIRE(header_len <= bytes.size() - 8);
+  CHECK(header_len % 8 == 0);  // the data starts 8-byte aligned
+  const auto st = nlohmann::json::parse(bytes.substr(8, header_len));
+  const std::uint64_t data_bytes = bytes.size() - 8 - header_len;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> spans;
+  const Checkpoint ck = read_checkpoint(c.out / "checkpoint.safetensors");
+  std::size_t tensors = 0, values = 0, bad = 0;
+  for (const auto& [name, v] : st.items()) {
+    if (name == "__metadata__") continue;
+    ++tensors;
+    CHECK(v["dtype"] == "F32");
+    const auto b = v["data_offsets"][0].get<std::uint64_t>(), e = v["data_offsets"][1].get<std::uint64_t>();
+    CHECK(v["shape"] == nlohmann::json::array({(e - b) / 4}));
+    spans.push_back({b, e});
+    const auto it = std::find_if(ck.tensors.begin(), ck.tensors.end(), [&](const auto& t) { return t.name == name; });
+    REQUIRE(it != ck.tensors.end());
+    REQUIRE(it->values.size() * 4 == e - b);
+    bad += std::memcmp(it->values.data(), bytes.data() + 8 + header_len + b, e - b) != 0;
+    values += it->values.size();
+  }
+  // The tensors tile the data with no gap and no overlap (safetensors' own validation asks that).
+  std::sort(spans.begin(), spans.end());
+  std::uint64_t at = 0;
+  for (const auto& [b, e] : spans) {
+    CHECK(b == at);
+    at = e;
+  }
+  CHECK(at == data_bytes);
+  std::printf("checkpoint: %zu tensors, %zu values compared with the reader's, %zu differ\n", tensors, values, bad);
+  CHECK(tensors == ck.tensors.size());
+  CHECK(bad == 0);
+  // Every metadata value is a string holding JSON text.
+  const auto& meta = st["__metadata__"];
+  for (const auto& [key, v] : meta.items()) {
+    INFO("metadata " << key);
+    REQUIRE(v.is_string());
+    CHECK_NOTHROW(nlohmann::json::parse(v.get<std::string>()));
+  }
+  CHECK(nlohmann::json::parse(meta["step"].get<std::string>()) == 6);
+  // The scaler's state as torch.amp.GradScaler.state_dict() returns it (torch/amp/grad_scaler.py: "scale",
+  // "growth_factor", "backoff_factor" Python floats, "growth_interval", "_growth_tracker" Python ints).
+  const auto scaler = nlohmann::json::parse(meta["scaler_state"].get<std::string>());
+  std::printf("scaler_state: %s\n", scaler.dump().c_str());
+  for (const char* key : {"scale", "growth_factor", "backoff_factor"}) CHECK(scaler[key].is_number_float());
+  for (const char* key : {"growth_interval", "_growth_tracker"}) CHECK(scaler[key].is_number_integer());
+  CHECK(scaler["growth_interval"] == 4);
+  CHECK(scaler["growth_factor"] == 2.0);
+  CHECK(scaler["backoff_factor"] == 0.5);
+}
+
 TEST_CASE("corrupt, truncated and mismatched checkpoints are refused, nothing overwritten", "[trainer]") {
   auto c = base("ck_src", "mixed-fp16", "dynamic", 6);
   run_training(c, tiny::make);
-  const fs::path good = c.out / "checkpoint.mpck";
+  const fs::path good = c.out / "checkpoint.safetensors";
   const std::string bytes = slurp(good);
 
   auto write = [](const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; };
   const fs::path dir = temp_dir("ck_bad");
   fs::create_directories(dir);
-  write(dir / "truncated.mpck", bytes.substr(0, bytes.size() / 2));
+  write(dir / "truncated.safetensors", bytes.substr(0, bytes.size() / 2));
+  write(dir / "cut_by_4.safetensors", bytes.substr(0, bytes.size() - 4));
   std::string flipped = bytes;
-  flipped[flipped.size() - 20] ^= 0x40;
-  write(dir / "flipped.mpck", flipped);
-  write(dir / "empty.mpck", "");
-  write(dir / "text.mpck", "hello, not a checkpoint at all");
-  for (const char* name : {"truncated.mpck", "flipped.mpck", "empty.mpck", "text.mpck", "missing.mpck"}) {
-    INFO(name);
-    CHECK_THROWS_AS(read_checkpoint(dir / name), Error);
+  flipped[flipped.size() - 20] ^= 0x40;  // a bit of the last tensor's data
+  write(dir / "flipped.safetensors", flipped);
+  write(dir / "empty.safetensors", "");
+  write(dir / "text.safetensors", "hello, not a checkpoint at all");
+  // The container of earlier versions: magic, version 1, header length, header, no tensors, CRC-32.
+  write(dir / "old.mpck", std::string("MPSIMCKP\x01\0\0\0\x02\0\0\0\0\0\0\0{}\0\0\0\0", 26));
+  // What each must say besides the file's name.
+  const std::vector<std::pair<const char*, const char*>> cases = {
+      {"truncated.safetensors", "truncated checkpoint"}, {"cut_by_4.safetensors", "truncated checkpoint"},
+      {"flipped.safetensors", "CRC-32"},                 {"empty.safetensors", "truncated checkpoint"},
+      {"text.safetensors", "not an mpsim checkpoint"},   {"old.mpck", "MPSIMCKP"},
+      {"missing.safetensors", "cannot open"}};
+  for (const auto& [name, why] : cases) {
+    std::string message;
     try {
       read_checkpoint(dir / name);
     } catch (const Error& e) {
-      UNSCOPED_INFO(name << ": " << e.what());
-      CHECK(std::string(e.what()).find(name) != std::string::npos);
+      message = e.what();
     }
+    std::printf("%s: %s\n", name, message.c_str());
+    CHECK(message.find(name) != std::string::npos);
+    CHECK(message.find(why) != std::string::npos);
   }
 
   // A resume that fails leaves an existing output folder exactly as it was.
@@ -236,7 +308,7 @@ TEST_CASE("corrupt, truncated and mismatched checkpoints are refused, nothing ov
   const std::string before = slurp(victim.out / "steps.csv");
   const std::string run_before = slurp(victim.out / "run.json");
   auto bad = victim;
-  bad.resume = dir / "flipped.mpck";
+  bad.resume = dir / "flipped.safetensors";
   CHECK_THROWS_AS(run_training(bad, tiny::make), Error);
   auto other_shape = victim;
   other_shape.model_config.size = 12;

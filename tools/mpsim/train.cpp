@@ -1,11 +1,13 @@
 // mpsim train: one training run (model x policy x scaler x optimiser x seed) with its outputs
-// (run.json, steps.csv, hist/, checkpoint.mpck; see lib/mpsim/train/trainer.hpp).
+// (run.json, steps.csv, hist/, checkpoint.safetensors; see lib/mpsim/train/trainer.hpp).
 #include <fmt/core.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "command.hpp"
@@ -33,11 +35,19 @@ std::vector<int> parse_steps_list(const std::string& text) {
   return steps;
 }
 
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw mpsim::Error(fmt::format("{}: cannot open", path));
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded()) throw mpsim::Error(fmt::format("{}: not valid JSON", path));
+  return j;
+}
+
 void setup(CLI::App& app) {
   auto* cmd = app.add_subcommand("train", "Train a model under a precision policy and a loss scaler");
   auto c = std::make_shared<mpsim::train::TrainConfig>();
   auto out = std::make_shared<std::string>(), resume = std::make_shared<std::string>();
-  auto hist = std::make_shared<std::string>();
+  auto hist = std::make_shared<std::string>(), scaler_state = std::make_shared<std::string>();
   c->optimizer.lr = 0;
   cmd->add_option("--model", c->model, "ssd | lstm")->required();
   cmd->add_option("--policy", c->policy, "fp32 | mixed-fp16 | mixed-bf16 | pure-fp16 | custom:KEY=FMT,...")
@@ -46,6 +56,9 @@ void setup(CLI::App& app) {
                   "none | static:S | dynamic | hysteresis[:megatron|:deepspeed], optionally ,key=value "
                   "(init_scale, growth_factor, backoff_factor, growth_interval, hysteresis, min_scale)")
       ->capture_default_str();
+  cmd->add_option("--scaler-state", *scaler_state,
+                  "start the dynamic scaler from a torch.amp.GradScaler.state_dict() saved as JSON "
+                  "(json.dump(scaler.state_dict(), f)); replaces --scaler");
   cmd->add_option("--optimizer", c->optimizer.name, "sgd | adamw (default: the model's)");
   cmd->add_option("--lr", c->optimizer.lr, "learning rate (default: the model's)");
   cmd->add_option("--momentum", c->optimizer.momentum, "SGD momentum (default: the model's)");
@@ -61,13 +74,13 @@ void setup(CLI::App& app) {
   cmd->add_option("--eval-every", c->eval_every, "evaluate the metric every N steps (0: steps/10)");
   cmd->add_option("--out", *out, "output folder")->required();
   cmd->add_option("--resume", *resume, "continue from this checkpoint (same model, policy, scaler, optimiser)");
-  cmd->add_option("--checkpoint-every", c->checkpoint_every, "write checkpoint.mpck every N steps (0: at the end)");
+  cmd->add_option("--checkpoint-every", c->checkpoint_every, "write checkpoint.safetensors every N steps (0: at the end)");
   cmd->add_option("--threads", c->threads, "threads (results do not depend on it)")->capture_default_str();
   cmd->add_option("--hist-steps", *hist, "steps that write gradient histograms, e.g. 1,100,500 (default: first, last)");
   cmd->add_option("--corpus", c->model_config.corpus_path, "lstm: train on this UTF-8 text file");
   cmd->add_option("--batch", c->model_config.batch, "batch size (0: the model's default)");
   cmd->add_option("--size", c->model_config.size, "model width (0: the model's default)");
-  cmd->callback([cmd, c, out, resume, hist] {
+  cmd->callback([cmd, c, out, resume, hist, scaler_state] {
     mpsim::train::TrainConfig config = *c;
     // NaN stands for "the model's" inside TrainConfig; a number given on the command line must be finite.
     for (const auto& [opt, value] : {std::pair<const char*, double>{"--lr", config.optimizer.lr},
@@ -75,6 +88,11 @@ void setup(CLI::App& app) {
                                      {"--weight-decay", config.optimizer.weight_decay}})
       if (cmd->count(opt) > 0 && !std::isfinite(value))
         throw mpsim::Error(fmt::format("{} {}: must be a finite number", opt, value));
+    if (!scaler_state->empty()) {
+      if (cmd->count("--scaler") > 0)
+        throw mpsim::Error("--scaler-state gives the scaler (dynamic, with the state's parameters): drop --scaler");
+      config.scaler = mpsim::train::to_spec(mpsim::train::scaler_from_torch_state(read_json(*scaler_state), *scaler_state));
+    }
     config.out = *out;
     config.resume = *resume;
     if (!hist->empty()) config.hist_steps = parse_steps_list(*hist);
@@ -93,7 +111,7 @@ void setup(CLI::App& app) {
                config.model, config.policy, config.scaler, s.steps_done, s.final_loss,
                s.final_metric.name, s.final_metric.value, s.skipped_steps, 100 * s.act_grad_lost_fraction(),
                s.diverged ? ", DIVERGED" : "");
-    fmt::print("wrote {}/run.json, steps.csv, hist/, checkpoint.mpck\n", config.out.string());
+    fmt::print("wrote {}/run.json, steps.csv, hist/, checkpoint.safetensors\n", config.out.string());
   });
 }
 

@@ -3,25 +3,28 @@
 #include <fmt/core.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <map>
 
 #include "mpsim/error.hpp"
 #include "mpsim/io/atomic_file.hpp"
+#include "mpsim/io/tensor_source.hpp"
 
 namespace mpsim::train {
 
 namespace {
 
-// The tensors are written as the host's float bytes; the format says little-endian.
+// The tensors are written as the host's float bytes; safetensors says little-endian.
 static_assert(std::endian::native == std::endian::little, "checkpoint I/O assumes a little-endian host");
 
-constexpr char kMagic[8] = {'M', 'P', 'S', 'I', 'M', 'C', 'K', 'P'};
-constexpr std::uint32_t kVersion = 1;
-constexpr std::size_t kFixed = 8 + 4 + 8;  // magic, version, header length
+constexpr const char* kFormat = "mpsim training checkpoint";
+// The container of earlier mpsim versions: its first 8 bytes.
+constexpr char kOldMagic[8] = {'M', 'P', 'S', 'I', 'M', 'C', 'K', 'P'};
 
 std::uint32_t crc32_update(std::uint32_t crc, const void* data, std::size_t n) {
   const auto* p = static_cast<const Bytef*>(data);
@@ -34,28 +37,37 @@ std::uint32_t crc32_update(std::uint32_t crc, const void* data, std::size_t n) {
   return crc;
 }
 
+std::uint32_t crc32_init() { return static_cast<std::uint32_t>(::crc32(0L, Z_NULL, 0)); }
+
 }  // namespace
 
 void write_checkpoint(const std::filesystem::path& path, nlohmann::json header,
                       std::span<const CheckpointTensorView> tensors) {
-  nlohmann::json list = nlohmann::json::array();
-  for (const auto& t : tensors) list.push_back({{"name", t.name}, {"size", t.values.size()}});
-  header["tensors"] = list;
-  const std::string text = header.dump();
+  nlohmann::json names = nlohmann::json::array();
+  std::uint32_t crc = crc32_init();
+  nlohmann::json st = nlohmann::json::object();
+  std::uint64_t offset = 0;
+  for (const auto& t : tensors) {
+    names.push_back(t.name);
+    const std::uint64_t bytes = t.values.size() * sizeof(float);
+    st[t.name] = {{"dtype", "F32"}, {"shape", {t.values.size()}}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+    crc = crc32_update(crc, t.values.data(), bytes);
+  }
+  header["format"] = kFormat;
+  header["tensors"] = names;
+  header["data_crc32"] = fmt::format("{:08x}", crc);
+  nlohmann::json metadata = nlohmann::json::object();
+  for (const auto& [key, value] : header.items()) metadata[key] = value.dump();
+  st["__metadata__"] = metadata;
+  std::string text = st.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned, as safetensors writes it
   const std::uint64_t header_len = text.size();
 
   io::AtomicFile file(path);
-  std::uint32_t crc = static_cast<std::uint32_t>(::crc32(0L, Z_NULL, 0));
-  auto put = [&](const void* data, std::size_t n) {
-    file.write(data, n);
-    crc = crc32_update(crc, data, n);
-  };
-  put(kMagic, sizeof kMagic);
-  put(&kVersion, sizeof kVersion);
-  put(&header_len, sizeof header_len);
-  put(text.data(), text.size());
-  for (const auto& t : tensors) put(t.values.data(), t.values.size() * sizeof(float));
-  file.write(&crc, sizeof crc);
+  file.write(&header_len, sizeof header_len);
+  file.write(text);
+  for (const auto& t : tensors) file.write(t.values.data(), t.values.size() * sizeof(float));
   file.commit();
 }
 
@@ -63,62 +75,83 @@ Checkpoint read_checkpoint(const std::filesystem::path& path) {
   const std::string name = path.string();
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(fmt::format("{}: cannot open the checkpoint", name));
-  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw Error(fmt::format("{}: read failed", name));
-  if (bytes.size() < kFixed + 4 || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) {
-    if (bytes.size() >= sizeof kMagic && std::memcmp(bytes.data(), kMagic, sizeof kMagic) == 0)
-      throw Error(fmt::format("{}: truncated checkpoint ({} bytes)", name, bytes.size()));
-    throw Error(fmt::format("{}: not an mpsim checkpoint (no MPSIMCKP magic)", name));
+  std::vector<std::byte> bytes;
+  {
+    const std::vector<char> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (in.bad()) throw Error(fmt::format("{}: read failed", name));
+    bytes.resize(raw.size());
+    if (!raw.empty()) std::memcpy(bytes.data(), raw.data(), raw.size());
   }
-  std::uint32_t version = 0;
+  if (bytes.size() >= sizeof kOldMagic && std::memcmp(bytes.data(), kOldMagic, sizeof kOldMagic) == 0)
+    throw Error(fmt::format("{}: an MPSIMCKP checkpoint, the container of earlier mpsim versions; this mpsim reads "
+                            "safetensors checkpoints only: rerun the training to write one",
+                            name));
   std::uint64_t header_len = 0;
-  std::memcpy(&version, bytes.data() + 8, 4);
-  std::memcpy(&header_len, bytes.data() + 12, 8);
-  if (version != kVersion)
-    throw Error(fmt::format("{}: checkpoint version {} (this mpsim reads version {})", name, version, kVersion));
-  if (header_len > bytes.size() - kFixed - 4)
-    throw Error(fmt::format("{}: truncated checkpoint (header of {} bytes announced, {} bytes in the file)", name,
-                            header_len, bytes.size()));
-  std::uint32_t stored_crc = 0;
-  std::memcpy(&stored_crc, bytes.data() + bytes.size() - 4, 4);
-  const std::uint32_t crc =
-      crc32_update(static_cast<std::uint32_t>(::crc32(0L, Z_NULL, 0)), bytes.data(), bytes.size() - 4);
+  if (bytes.size() < 8)
+    throw Error(fmt::format("{}: truncated checkpoint ({} bytes; a safetensors file starts with an 8-byte header "
+                            "length)",
+                            name, bytes.size()));
+  std::memcpy(&header_len, bytes.data(), 8);
+  if (bytes.size() > 8 && bytes[8] != std::byte{'{'})
+    throw Error(fmt::format("{}: not an mpsim checkpoint (not a safetensors file: no JSON header after the 8-byte "
+                            "length)",
+                            name));
+  if (header_len > bytes.size() - 8)
+    throw Error(fmt::format("{}: truncated checkpoint (a header of {} bytes announced, {} bytes follow)", name,
+                            header_len, bytes.size() - 8));
+  const char* text = reinterpret_cast<const char*>(bytes.data()) + 8;
+  const nlohmann::json st = nlohmann::json::parse(text, text + header_len, nullptr, false);
+  if (st.is_discarded() || !st.is_object())
+    throw Error(fmt::format("{}: not an mpsim checkpoint (no safetensors JSON header)", name));
+  if (!st.contains("__metadata__") || !st["__metadata__"].is_object())
+    throw Error(fmt::format("{}: not an mpsim checkpoint (a safetensors file without metadata)", name));
 
+  // The run's header back from the metadata's JSON texts.
   Checkpoint ck;
-  const char* header_begin = bytes.data() + kFixed;
-  ck.header = nlohmann::json::parse(header_begin, header_begin + header_len, nullptr, false);
-  if (ck.header.is_discarded() || !ck.header.is_object() || !ck.header.contains("tensors") ||
-      !ck.header["tensors"].is_array()) {
-    if (crc != stored_crc) throw Error(fmt::format("{}: corrupt checkpoint (checksum mismatch)", name));
-    throw Error(fmt::format("{}: corrupt checkpoint (header is not valid JSON)", name));
+  ck.header = nlohmann::json::object();
+  for (const auto& [key, value] : st["__metadata__"].items()) {
+    if (!value.is_string())
+      throw Error(fmt::format("{}: corrupt checkpoint (metadata '{}' is not a string)", name, key));
+    nlohmann::json v = nlohmann::json::parse(value.get<std::string>(), nullptr, false);
+    if (v.is_discarded()) throw Error(fmt::format("{}: corrupt checkpoint (metadata '{}' is not JSON text)", name, key));
+    ck.header[key] = std::move(v);
   }
-  std::uint64_t floats = 0;
-  try {
-    for (const auto& t : ck.header["tensors"]) {
-      const std::uint64_t n = t.at("size").get<std::uint64_t>();
-      if (n > bytes.size()) throw Error(fmt::format("{}: corrupt checkpoint (tensor size {})", name, n));
-      floats += n;
-      ck.tensors.push_back({t.at("name").get<std::string>(), {}});
-    }
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(fmt::format("{}: corrupt checkpoint (tensor list: {})", name, e.what()));
-  }
-  const std::uint64_t expected = kFixed + header_len + floats * 4 + 4;
+  if (ck.header.value("format", nlohmann::json()) != kFormat)
+    throw Error(fmt::format("{}: not an mpsim checkpoint (a safetensors file whose metadata has no format \"{}\")",
+                            name, kFormat));
+  const auto& names = ck.header.value("tensors", nlohmann::json());
+  if (!names.is_array() || !ck.header.contains("data_crc32") || !ck.header["data_crc32"].is_string())
+    throw Error(fmt::format("{}: corrupt checkpoint (metadata without its tensor list or data_crc32)", name));
+
+  // A cut file is the common failure (a disk that filled up, a copy interrupted): say so before anything else.
+  std::uint64_t data_end = 0;
+  for (const auto& [key, v] : st.items())
+    if (key != "__metadata__" && v.is_object() && v.contains("data_offsets") && v["data_offsets"].is_array() &&
+        v["data_offsets"].size() == 2 && v["data_offsets"][1].is_number_unsigned())
+      data_end = std::max(data_end, v["data_offsets"][1].get<std::uint64_t>());
+  const std::uint64_t expected = 8 + header_len + data_end;
   if (bytes.size() < expected)
     throw Error(fmt::format("{}: truncated checkpoint ({} bytes, {} expected)", name, bytes.size(), expected));
   if (bytes.size() > expected)
     throw Error(fmt::format("{}: corrupt checkpoint ({} bytes, {} expected)", name, bytes.size(), expected));
-  if (crc != stored_crc)
-    throw Error(fmt::format("{}: corrupt checkpoint (CRC-32 {:08x}, the file says {:08x})", name, crc, stored_crc));
-  const char* p = header_begin + header_len;
-  std::size_t i = 0;
-  for (const auto& t : ck.header["tensors"]) {
-    const std::uint64_t n = t["size"].get<std::uint64_t>();
-    ck.tensors[i].values.resize(n);
-    std::memcpy(ck.tensors[i].values.data(), p, n * 4);
-    p += n * 4;
-    ++i;
+  const std::uint32_t crc = crc32_update(crc32_init(), bytes.data() + 8 + header_len, data_end);
+
+  // The safetensors structure (dtypes, shapes, offsets) is checked by the library's one reader of it.
+  const io::TensorSource src = io::TensorSource::from_bytes(std::move(bytes), name);
+  if (src.tensors().size() != names.size())
+    throw Error(fmt::format("{}: corrupt checkpoint ({} tensors, the metadata lists {})", name, src.tensors().size(),
+                            names.size()));
+  for (const auto& n : names) {
+    if (!n.is_string()) throw Error(fmt::format("{}: corrupt checkpoint (a tensor name that is not a string)", name));
+    const io::TensorRef& t = src.tensor(n.get<std::string>());
+    if (t.stored != io::DType::f32)
+      throw Error(fmt::format("{}: tensor {} is {}, checkpoints hold F32", name, t.name, io::to_string(t.stored)));
+    ck.tensors.push_back({t.name, src.read_float(t)});
   }
+  const std::string want_crc = ck.header["data_crc32"].get<std::string>();
+  if (fmt::format("{:08x}", crc) != want_crc)
+    throw Error(fmt::format("{}: corrupt checkpoint (the data's CRC-32 is {:08x}, the metadata says {})", name, crc,
+                            want_crc));
   return ck;
 }
 

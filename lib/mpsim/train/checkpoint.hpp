@@ -1,14 +1,16 @@
-// Checkpoint files: one file holding a JSON header (model name, config, tensor names and sizes, optimiser,
-// scaler and RNG state, step, ...) and the raw fp32 tensors (master weights, then optimiser buffers),
-// closed by a CRC-32. Written atomically (io::AtomicFile): a checkpoint is whole or absent.
-//
-// Layout (little-endian):
-//   8 bytes  magic "MPSIMCKP"
-//   u32      version (1)
-//   u64      header length H
-//   H bytes  header, JSON text (UTF-8)
-//   4*N      the tensors' float32 values, in the order of header["tensors"] (each {"name","size"})
-//   u32      CRC-32 (zlib's crc32, ISO-HDLC polynomial) of every byte before it
+// Checkpoint files in the safetensors format (https://github.com/huggingface/safetensors, README
+// "Format"), so that numpy (safetensors.numpy.load_file), torch and mpsim's own `hist` / `underflow` open
+// a run's weights:
+//   u64 (little-endian)  header length H
+//   H bytes              JSON header, padded with spaces to a multiple of 8 bytes:
+//                          {"__metadata__": {...}, "param/<name>": {"dtype": "F32", "shape": [n],
+//                           "data_offsets": [begin, end]}, "optimizer/<k>": {...}, ...}
+//   the tensors' float32 values, little-endian, in the order of the "tensors" entry of the metadata
+// safetensors metadata values are strings: every entry of the run's header (model, config, step,
+// optimiser and scaler state, ...) is stored as its JSON text (json.loads in Python gives the value back);
+// "tensors" lists the tensor names in order and "data_crc32" is the CRC-32 (zlib's crc32) of the data.
+// The scaler state carries torch.amp.GradScaler.state_dict()'s key names (scaler.hpp).
+// Written atomically (io::AtomicFile): a checkpoint is whole or absent.
 #pragma once
 
 #include <filesystem>
@@ -25,7 +27,7 @@ struct CheckpointTensor {
 };
 
 struct Checkpoint {
-  nlohmann::json header;  // everything but the tensors; header["tensors"] lists their names and sizes
+  nlohmann::json header;  // everything but the tensors; header["tensors"] lists their names
   std::vector<CheckpointTensor> tensors;
 };
 
@@ -38,8 +40,9 @@ struct CheckpointTensorView {
 void write_checkpoint(const std::filesystem::path& path, nlohmann::json header,
                       std::span<const CheckpointTensorView> tensors);
 
-// Reads and checks a checkpoint: magic, version, lengths, checksum, JSON, tensor sizes. Throws
-// mpsim::Error naming the file and what is wrong (truncated, corrupt, not a checkpoint).
+// Reads and checks a checkpoint: the safetensors structure, the metadata, the tensors (F32), the data's
+// CRC-32. Throws mpsim::Error naming the file and what is wrong (truncated, corrupt, not a checkpoint, a
+// checkpoint in the MPSIMCKP container of earlier mpsim versions).
 Checkpoint read_checkpoint(const std::filesystem::path& path);
 
 }  // namespace mpsim::train

@@ -70,6 +70,9 @@ void validate(const ScalerConfig& c) {
   if (!(std::isfinite(c.min_scale) && c.min_scale > 0 && c.min_scale <= c.init_scale))
     throw Error(fmt::format("--scaler '{}': min_scale must be finite, > 0 and <= init_scale, got {}", spec,
                             c.min_scale));
+  if (c.init_growth_tracker < 0 || c.init_growth_tracker >= c.growth_interval)
+    throw Error(fmt::format("--scaler '{}': init_growth_tracker must lie in [0, growth_interval), got {}", spec,
+                            c.init_growth_tracker));
 }
 
 ScalerConfig parse_scaler(std::string_view spec) {
@@ -113,6 +116,8 @@ ScalerConfig parse_scaler(std::string_view spec) {
     else if (tunable && key == "growth_interval") c.growth_interval = parse_count(value, spec, key);
     else if (hyst && key == "hysteresis") c.hysteresis = parse_count(value, spec, key);
     else if (hyst && key == "min_scale") c.min_scale = parse_number(value, spec, key);
+    else if (c.kind == ScalerKind::dynamic && key == "init_growth_tracker")
+      c.init_growth_tracker = parse_count(value, spec, key);
     else
       throw Error(fmt::format("--scaler '{}': '{}' is not a parameter of the {} scaler", spec, key,
                               to_string(c.kind)));
@@ -126,8 +131,9 @@ std::string to_spec(const ScalerConfig& c) {
     case ScalerKind::none: return "none";
     case ScalerKind::constant: return fmt::format("static:{}", c.init_scale);
     case ScalerKind::dynamic:
-      return fmt::format("dynamic,init_scale={},growth_factor={},backoff_factor={},growth_interval={}", c.init_scale,
-                         c.growth_factor, c.backoff_factor, c.growth_interval);
+      return fmt::format("dynamic,init_scale={},growth_factor={},backoff_factor={},growth_interval={}{}", c.init_scale,
+                         c.growth_factor, c.backoff_factor, c.growth_interval,
+                         c.init_growth_tracker != 0 ? fmt::format(",init_growth_tracker={}", c.init_growth_tracker) : "");
     case ScalerKind::hysteresis_megatron:
     case ScalerKind::hysteresis_deepspeed:
       return fmt::format("{},init_scale={},growth_factor={},backoff_factor={},growth_interval={},hysteresis={},"
@@ -142,6 +148,44 @@ LossScaler::LossScaler(const ScalerConfig& config) : config_(config) {
   validate(config_);
   scale_ = config_.kind == ScalerKind::none ? 1.0 : config_.init_scale;
   hysteresis_tracker_ = config_.hysteresis;
+  if (config_.kind == ScalerKind::dynamic) growth_tracker_ = config_.init_growth_tracker;
+}
+
+ScalerConfig scaler_from_torch_state(const nlohmann::json& state, std::string_view source) {
+  if (!state.is_object())
+    throw Error(fmt::format("{}: a GradScaler state_dict is a JSON object, this is {}", source, state.type_name()));
+  if (state.empty())
+    throw Error(fmt::format("{}: the GradScaler state_dict is empty (saved from a disabled GradScaler)", source));
+  // A float entry takes any JSON number (json.dump writes 65536.0, a hand-written file may say 65536); an
+  // int entry only an integer.
+  auto entry = [&](const char* key, bool integer) -> const nlohmann::json& {
+    if (!state.contains(key)) throw Error(fmt::format("{}: the GradScaler state_dict has no \"{}\"", source, key));
+    const nlohmann::json& v = state[key];
+    if (integer ? !v.is_number_integer() : !v.is_number())
+      throw Error(fmt::format("{}: \"{}\" is {} ({}), GradScaler.state_dict() holds a Python {} there", source, key,
+                              v.type_name(), v.dump(), integer ? "int" : "float"));
+    return v;
+  };
+  ScalerConfig c;
+  c.kind = ScalerKind::dynamic;
+  c.init_scale = entry("scale", false).get<double>();
+  c.growth_factor = entry("growth_factor", false).get<double>();
+  c.backoff_factor = entry("backoff_factor", false).get<double>();
+  const auto& interval = entry("growth_interval", true);
+  const auto& tracker = entry("_growth_tracker", true);
+  if (!(interval.get<double>() >= 1 && interval.get<double>() <= std::numeric_limits<int>::max()))
+    throw Error(fmt::format("{}: \"growth_interval\" must be an int >= 1, got {}", source, interval.dump()));
+  c.growth_interval = interval.get<int>();
+  if (!(tracker.get<double>() >= 0 && tracker.get<double>() < c.growth_interval))
+    throw Error(fmt::format("{}: \"_growth_tracker\" must lie in [0, growth_interval = {}), got {}", source,
+                            c.growth_interval, tracker.dump()));
+  c.init_growth_tracker = tracker.get<std::int64_t>();
+  try {
+    validate(c);
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: {}", source, e.what()));
+  }
+  return c;
 }
 
 void LossScaler::update(bool found_inf) {
@@ -216,44 +260,63 @@ void LossScaler::update(bool found_inf) {
 }
 
 nlohmann::json LossScaler::state() const {
-  nlohmann::json s = {{"kind", std::string(to_string(config_.kind))}, {"scale", scale_}};
-  switch (config_.kind) {
-    case ScalerKind::none:
-    case ScalerKind::constant:
-      break;
+  const ScalerConfig& c = config_;
+  nlohmann::json s = {{"kind", std::string(to_string(c.kind))}, {"scale", scale_}};
+  if (c.kind == ScalerKind::none || c.kind == ScalerKind::constant) return s;
+  s["growth_factor"] = c.growth_factor;
+  s["backoff_factor"] = c.backoff_factor;
+  s["growth_interval"] = c.growth_interval;
+  switch (c.kind) {
     case ScalerKind::dynamic:
-      s["growth_tracker"] = growth_tracker_;
+      s["_growth_tracker"] = growth_tracker_;
       break;
     case ScalerKind::hysteresis_megatron:
-      s["growth_tracker"] = growth_tracker_;
+      s["_growth_tracker"] = growth_tracker_;
+      s["hysteresis"] = c.hysteresis;
+      s["min_scale"] = c.min_scale;
       s["hysteresis_tracker"] = hysteresis_tracker_;
       break;
     case ScalerKind::hysteresis_deepspeed:
+      s["hysteresis"] = c.hysteresis;
+      s["min_scale"] = c.min_scale;
       s["cur_hysteresis"] = hysteresis_tracker_;
       s["cur_iter"] = cur_iter_;
       s["last_overflow_iter"] = last_overflow_iter_;
+      break;
+    default:
       break;
   }
   return s;
 }
 
 void LossScaler::load_state(const nlohmann::json& s) {
+  const ScalerConfig& c = config_;
   try {
-    if (s.at("kind").get<std::string>() != to_string(config_.kind))
-      throw Error(fmt::format("scaler state is for '{}', not '{}'", s.at("kind").get<std::string>(),
-                              to_string(config_.kind)));
+    if (s.at("kind").get<std::string>() != to_string(c.kind))
+      throw Error(fmt::format("scaler state is for '{}', not '{}'", s.at("kind").get<std::string>(), to_string(c.kind)));
     const double scale = s.at("scale").get<double>();
     if (!(std::isfinite(scale) && scale > 0)) throw Error(fmt::format("scaler state has scale {}", scale));
+    if (c.kind != ScalerKind::none && c.kind != ScalerKind::constant) {
+      // The parameters are the config's (a resumed run checks the scaler spec too); a state of other
+      // parameters would continue another run's sequence.
+      auto same = [&](const char* key, double want) {
+        if (s.at(key).get<double>() != want)
+          throw Error(fmt::format("scaler state has {} {}, the scaler {}", key, s.at(key).dump(), want));
+      };
+      same("growth_factor", c.growth_factor);
+      same("backoff_factor", c.backoff_factor);
+      same("growth_interval", c.growth_interval);
+    }
     scale_ = scale;
-    switch (config_.kind) {
+    switch (c.kind) {
       case ScalerKind::none:
       case ScalerKind::constant:
         break;
       case ScalerKind::dynamic:
-        growth_tracker_ = s.at("growth_tracker").get<std::int64_t>();
+        growth_tracker_ = s.at("_growth_tracker").get<std::int64_t>();
         break;
       case ScalerKind::hysteresis_megatron:
-        growth_tracker_ = s.at("growth_tracker").get<std::int64_t>();
+        growth_tracker_ = s.at("_growth_tracker").get<std::int64_t>();
         hysteresis_tracker_ = s.at("hysteresis_tracker").get<std::int64_t>();
         break;
       case ScalerKind::hysteresis_deepspeed:

@@ -31,19 +31,29 @@ struct ScalerConfig {
   int growth_interval = 2000;    // GradScaler default growth_interval
   int hysteresis = 2;            // Megatron-LM --hysteresis default 2; DeepSpeed fp16.hysteresis default 2
   double min_scale = 1.0;        // Megatron-LM --min-loss-scale default 1; DeepSpeed min_loss_scale default 1
+  // dynamic: clean steps already counted toward the next growth when the run starts (GradScaler's
+  // _init_growth_tracker, set by load_state_dict from a saved "_growth_tracker").
+  std::int64_t init_growth_tracker = 0;
 };
 
 // Parses the CLI spelling:
 //   none | static:S | dynamic | hysteresis | hysteresis:megatron | hysteresis:deepspeed
 // optionally followed by ",key=value" pairs for the parameters above (e.g.
 // "dynamic,growth_interval=100", "hysteresis:deepspeed,hysteresis=3,min_scale=8").
-// "hysteresis" alone is the Megatron-LM variant. Throws mpsim::Error naming the spec on anything else
+// "hysteresis" alone is the Megatron-LM variant; dynamic also takes init_growth_tracker. Throws mpsim::Error naming the spec on anything else
 // (unknown name or key, a scale <= 0 or not finite, growth_factor <= 1, backoff_factor outside (0,1), ...).
 ScalerConfig parse_scaler(std::string_view spec);
 // The canonical spelling of a config (parse_scaler(to_spec(c)) == c).
 std::string to_spec(const ScalerConfig&);
 std::string_view to_string(ScalerKind);
 void validate(const ScalerConfig&);
+
+// The dynamic scaler a torch.amp.GradScaler.state_dict() describes (saved as JSON: json.dump(scaler.state_dict())):
+// its five entries "scale" (float), "growth_factor" (float), "backoff_factor" (float), "growth_interval" (int)
+// and "_growth_tracker" (int), as GradScaler.state_dict's docstring lists them (torch/amp/grad_scaler.py).
+// Throws mpsim::Error naming `source` and the missing or wrong-typed entry, an empty dict (a disabled
+// GradScaler's) or a value the scaler refuses.
+ScalerConfig scaler_from_torch_state(const nlohmann::json& state, std::string_view source);
 
 class LossScaler {
  public:
@@ -60,7 +70,12 @@ class LossScaler {
   // Updates the scale after a step whose unscaled gradients were (found_inf) or were not finite.
   void update(bool found_inf);
 
-  // Serialisable state (for checkpoints): the scale and the trackers of the kind.
+  // Serialisable state (for checkpoints): {"kind", "scale"}; the dynamic kinds add GradScaler.state_dict()'s
+  // "growth_factor", "backoff_factor", "growth_interval" and "_growth_tracker" (hysteresis:deepspeed has no
+  // growth tracker: it counts from its last overflow); hysteresis:megatron adds "hysteresis", "min_scale"
+  // and DynamicGradScaler.state_dict()'s "hysteresis_tracker"; hysteresis:deepspeed adds "hysteresis",
+  // "min_scale" and DynamicLossScaler's "cur_hysteresis", "cur_iter", "last_overflow_iter". The dynamic
+  // scaler's state is a GradScaler.state_dict() that torch loads (load_state_dict reads only its five keys).
   nlohmann::json state() const;
   // Restores a state(); throws mpsim::Error if it does not belong to this kind or is malformed.
   void load_state(const nlohmann::json& state);

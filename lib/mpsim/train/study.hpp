@@ -2,7 +2,7 @@
 // seeds each, summarised against fp32 (DESIGN.md; issue 6 "the study shows the phenomenon honestly").
 //
 // Outputs under the study folder:
-//   runs/<config>/seed<k>/   each run's run.json, steps.csv, hist/, checkpoint.mpck
+//   runs/<config>/seed<k>/   each run's run.json, steps.csv, hist/, checkpoint.safetensors
 //   summary.json             one row per configuration (see StudyRow), the rule, the wall time
 //   summary.md               the same as a table, with the verdict rule written out
 #pragma once

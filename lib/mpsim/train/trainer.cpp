@@ -19,7 +19,7 @@ namespace mpsim::train {
 
 namespace {
 
-constexpr const char* kCheckpointName = "checkpoint.mpck";
+constexpr const char* kCheckpointName = "checkpoint.safetensors";
 
 nlohmann::json model_config_json(const nn::ModelConfig& m) {
   return {{"batch", m.batch}, {"size", m.size}, {"corpus_path", m.corpus_path}};
@@ -249,7 +249,7 @@ TrainSummary run_training(const TrainConfig& config, const ModelFactory& factory
 
   auto write_checkpoint_now = [&](int step) {
     nlohmann::json header = run_identity;
-    header["format"] = "mpsim training checkpoint";
+    header["mpsim_version"] = kVersion;
     header["step"] = step;
     header["optimizer_steps"] = optimizer.steps();
     header["optimizer_layout"] = optimizer.state_layout()["buffers"];

@@ -8,7 +8,7 @@
 //   hist/step_NNNNNN.json   log2 histograms (analysis::Log2Histogram) of activation gradients and weight
 //                gradients at the rounding sites (values before rounding, loss scale included) and of the
 //                unscaled fp32 master gradients, at the chosen steps
-//   checkpoint.mpck         every --checkpoint-every steps and at the end (train/checkpoint.hpp)
+//   checkpoint.safetensors  every --checkpoint-every steps and at the end (train/checkpoint.hpp)
 // Everything is written atomically; a run with the same config gives the same bytes in steps.csv
 // whatever the thread count, and a resumed run continues bit for bit.
 #pragma once
