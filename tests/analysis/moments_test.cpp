@@ -140,6 +140,40 @@ TEST_CASE("min, max, mean, std, l1_norm, l2_norm are the doubles nearest the exa
   CHECK(checked == cases.size() * 6);
 }
 
+TEST_CASE("2^21 + 5 floats: every first-level flush and big-integer fold on the way, sums exact", "[moments]") {
+  // x_i = +-j_i 2^-8 with j_i < 2^20: the sums are integers in units of 2^-8 (squares: 2^-16), kept here in
+  // 128-bit integers; 2^21 + 5 values go through many of the float flushes (2^15) and two folds (2^20).
+  const std::size_t n = (std::size_t{1} << 21) + 5;
+  std::mt19937_64 rng(5);
+  std::vector<float> v(n);
+  __int128 sum = 0, sum_abs = 0, sum_sq = 0;
+  for (auto& x : v) {
+    const std::int64_t j = static_cast<std::int64_t>(rng() % (1u << 20)) * ((rng() & 1) ? -1 : 1);
+    x = std::ldexp(static_cast<float>(j), -8);
+    sum += j;
+    sum_abs += j < 0 ? -j : j;
+    sum_sq += static_cast<__int128>(j) * j;
+  }
+  auto rational = [](__int128 v) {
+    const bool neg = v < 0;
+    const unsigned __int128 u = neg ? static_cast<unsigned __int128>(-v) : static_cast<unsigned __int128>(v);
+    BigInt b = static_cast<std::uint64_t>(u >> 64);
+    b <<= 64;
+    b += static_cast<std::uint64_t>(u);
+    return Rational(neg ? BigInt(-b) : b);
+  };
+  Moments m;
+  m.add(std::span<const float>(v));
+  const MomentStats s = m.stats();
+  const Rational S = rational(sum) / 256, A = rational(sum_abs) / 256, Q = rational(sum_sq) / 65536;
+  const Rational var = (Q - S * S / n) / (n - 1);
+  const bool ok = s.count == n && nearest(s.mean, S / n) && nearest(s.l1_norm, A) && nearest(s.l2_norm, Q, true) &&
+                  nearest(s.std, var, true);
+  std::printf("moments, %zu floats on a 2^-8 grid: mean %.17g std %.17g l1 %.17g l2 %.17g: %s\n", n, s.mean, s.std,
+              s.l1_norm, s.l2_norm, ok ? "all nearest the exact values" : "MISMATCH");
+  CHECK(ok);
+}
+
 TEST_CASE("moment_stats_json: nulls where a statistic does not exist", "[moments]") {
   Moments none;
   const float nan = std::numeric_limits<float>::quiet_NaN();

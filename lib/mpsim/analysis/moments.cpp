@@ -25,6 +25,14 @@ constexpr int kBinades = 2046;  // biased exponents 1..2046 give k = 0..2045; su
 // The per-binade 128-bit sums fold into the big integers after this many values: |m| < 2^53, m^2 < 2^106,
 // so 2^20 values keep every sum below 2^126.
 constexpr std::uint64_t kFoldEvery = std::uint64_t{1} << 20;
+// Float input has its own first level: 64-bit sums per float binade in kBanks interleaved banks (so that
+// consecutive values of one binade do not wait on each other's read-modify-write), flushed into the
+// 128-bit sums every kFloatFlush values: |m| < 2^24 and m^2 < 2^48, so 2^15 values keep them below 2^63.
+constexpr int kBanks = 4;  // add(float) below is unrolled by 4
+constexpr int kFloatBinades = 254;  // float biased exponents 1..254 give k = 0..253; subnormals share k = 0
+constexpr std::size_t kFloatFlush = std::size_t{1} << 15;
+// A float m 2^(k - 149) is the double m 2^(k + kFloatToDouble - 1074).
+constexpr int kFloatToDouble = 1074 - 149;
 
 BigInt big(unsigned __int128 v) {
   BigInt b = static_cast<std::uint64_t>(v >> 64);
@@ -39,6 +47,11 @@ double to_double(const Wide& w) { return w.convert_to<double>(); }
 }  // namespace
 
 struct Moments::Exact {
+  struct FloatBank {
+    std::array<std::int64_t, kFloatBinades> sum{};
+    std::array<std::uint64_t, kFloatBinades> abs{}, sq{};
+  };
+  std::array<FloatBank, kBanks> fbank{};
   std::array<__int128, kBinades> sum{};            // sum of the signed significands, per k
   std::array<unsigned __int128, kBinades> abs{};   // sum of |m|, per k
   std::array<unsigned __int128, kBinades> sq{};    // sum of m^2, per k (weight 2^(2k))
@@ -77,7 +90,7 @@ inline void Moments::add_one(double x) {
   s.sq[k] += static_cast<unsigned __int128>(m) * m;
   s.lo = std::min(s.lo, k);
   s.hi = std::max(s.hi, k);
-  if (++s.pending == kFoldEvery) fold();
+  if (++s.pending >= kFoldEvery) fold();
 }
 
 void Moments::fold() const {
@@ -97,7 +110,64 @@ void Moments::fold() const {
 }
 
 void Moments::add(std::span<const float> values) {
-  for (float v : values) add_one(v);  // every float is a double exactly
+  Exact& s = *exact_;
+  for (std::size_t at = 0; at < values.size();) {
+    const std::size_t n = std::min(values.size() - at, kFloatFlush);
+    const float* p = values.data() + at;
+    float lo[kBanks], hi[kBanks];
+    std::uint64_t finite[kBanks] = {};
+    for (int b = 0; b < kBanks; ++b) {
+      lo[b] = std::numeric_limits<float>::infinity();
+      hi[b] = -std::numeric_limits<float>::infinity();
+    }
+    // One value into bank b: its binade's three sums, the bank's count and extremes.
+    auto put = [&](int b, float x) {
+      const std::uint32_t bits = std::bit_cast<std::uint32_t>(x);
+      const std::uint32_t e = (bits >> 23) & 0xff;
+      if (e == 0xff) return;  // inf, NaN
+      ++finite[b];
+      lo[b] = std::min(lo[b], x);
+      hi[b] = std::max(hi[b], x);
+      const std::uint32_t frac = bits & 0x7fffff;
+      const std::int64_t m = e == 0 ? frac : frac | 0x800000;
+      const std::uint32_t k = e == 0 ? 0 : e - 1;
+      Exact::FloatBank& bank = s.fbank[static_cast<std::size_t>(b)];
+      bank.sum[k] += (bits >> 31) ? -m : m;
+      bank.abs[k] += static_cast<std::uint64_t>(m);
+      bank.sq[k] += static_cast<std::uint64_t>(m * m);
+    };
+    std::size_t i = 0;
+    for (; i + kBanks <= n; i += kBanks) {
+      put(0, p[i]);
+      put(1, p[i + 1]);
+      put(2, p[i + 2]);
+      put(3, p[i + 3]);
+    }
+    for (; i < n; ++i) put(static_cast<int>(i % kBanks), p[i]);
+    for (int b = 0; b < kBanks; ++b) {
+      count_ += finite[b];
+      if (finite[b]) {
+        min_ = std::min(min_, static_cast<double>(lo[b]));
+        max_ = std::max(max_, static_cast<double>(hi[b]));
+      }
+      Exact::FloatBank& bank = s.fbank[static_cast<std::size_t>(b)];
+      for (int k = 0; k < kFloatBinades; ++k) {
+        if (bank.abs[k] == 0) continue;
+        const int kd = k + kFloatToDouble;
+        s.sum[kd] += bank.sum[k];
+        s.abs[kd] += bank.abs[k];
+        s.sq[kd] += bank.sq[k];
+        s.lo = std::min(s.lo, kd);
+        s.hi = std::max(s.hi, kd);
+        bank.sum[k] = 0;
+        bank.abs[k] = 0;
+        bank.sq[k] = 0;
+      }
+    }
+    s.pending += n;
+    if (s.pending >= kFoldEvery) fold();
+    at += n;
+  }
 }
 
 void Moments::add(std::span<const double> values) {
