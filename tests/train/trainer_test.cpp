@@ -255,6 +255,7 @@ TEST_CASE("the checkpoint is a safetensors file: F32 tensors by name, the state 
     CHECK_NOTHROW(nlohmann::json::parse(v.get<std::string>()));
   }
   CHECK(nlohmann::json::parse(meta["step"].get<std::string>()) == 6);
+  CHECK(nlohmann::json::parse(meta["schema"].get<std::string>()) == "mpsim-checkpoint-1");
   // The scaler's state as torch.amp.GradScaler.state_dict() returns it (torch/amp/grad_scaler.py: "scale",
   // "growth_factor", "backoff_factor" Python floats, "growth_interval", "_growth_tracker" Python ints).
   const auto scaler = nlohmann::json::parse(meta["scaler_state"].get<std::string>());

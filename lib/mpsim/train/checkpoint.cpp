@@ -55,6 +55,7 @@ void write_checkpoint(const std::filesystem::path& path, nlohmann::json header,
     crc = crc32_update(crc, t.values.data(), bytes);
   }
   header["format"] = kFormat;
+  header["schema"] = "mpsim-checkpoint-1";
   header["tensors"] = names;
   header["data_crc32"] = fmt::format("{:08x}", crc);
   nlohmann::json metadata = nlohmann::json::object();

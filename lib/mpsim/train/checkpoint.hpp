@@ -8,7 +8,8 @@
 //   the tensors' float32 values, little-endian, in the order of the "tensors" entry of the metadata
 // safetensors metadata values are strings: every entry of the run's header (model, config, step,
 // optimiser and scaler state, ...) is stored as its JSON text (json.loads in Python gives the value back);
-// "tensors" lists the tensor names in order and "data_crc32" is the CRC-32 (zlib's crc32) of the data.
+// "tensors" lists the tensor names in order, "data_crc32" is the CRC-32 (zlib's crc32) of the data,
+// "format" says "mpsim training checkpoint" and "schema" "mpsim-checkpoint-1".
 // The scaler state carries torch.amp.GradScaler.state_dict()'s key names (scaler.hpp).
 // Written atomically (io::AtomicFile): a checkpoint is whole or absent.
 #pragma once
