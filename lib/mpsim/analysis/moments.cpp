@@ -40,7 +40,12 @@ BigInt big(unsigned __int128 v) {
   b += static_cast<std::uint64_t>(v);
   return b;
 }
-BigInt big(__int128 v) { return v < 0 ? BigInt(-big(static_cast<unsigned __int128>(-v))) : big(static_cast<unsigned __int128>(v)); }
+// v 2^k, shifting the magnitude only (left shifts of negative big integers are not defined the same way by
+// every Boost version).
+BigInt shifted(__int128 v, int k) {
+  const BigInt magnitude = big(static_cast<unsigned __int128>(v < 0 ? -v : v)) << k;
+  return v < 0 ? BigInt(-magnitude) : magnitude;
+}
 
 double to_double(const Wide& w) { return w.convert_to<double>(); }
 
@@ -97,7 +102,7 @@ void Moments::fold() const {
   Exact& s = *exact_;
   for (int k = s.lo; k <= s.hi; ++k) {
     if (s.abs[k] == 0) continue;
-    s.s1 += big(s.sum[k]) << k;
+    s.s1 += shifted(s.sum[k], k);
     s.sa += big(s.abs[k]) << k;
     s.s2 += big(s.sq[k]) << (2 * k);
     s.sum[k] = 0;
