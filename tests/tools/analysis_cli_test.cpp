@@ -160,7 +160,7 @@ TEST_CASE("--json - and --csv - write the report to standard output, the summary
     REQUIRE(WIFEXITED(raw));
     return std::tuple{WEXITSTATUS(raw), so.str(), se.str()};
   };
-  for (const std::string& cmd : {"hist", "underflow", "rounding-error", "updates"}) {
+  for (const std::string cmd : {"hist", "underflow", "rounding-error", "updates"}) {
     const std::string args = cmd == "updates" ? in + " " + in : in;
     // The same report to a file and to standard output: the same bytes.
     REQUIRE(std::get<0>(run_split(cmd + " " + args + " --json " + quote((dir / "r.json").string()))) == 0);
@@ -177,6 +177,22 @@ TEST_CASE("--json - and --csv - write the report to standard output, the summary
                 err.size(), j["schema"].dump().c_str(), j["mpsim_version"].dump().c_str());
     CHECK(j["schema"] == "mpsim-" + cmd + "-1");
     CHECK(j["mpsim_version"].is_string());
+  }
+  {  // mpsim formats --json - and mpsim round --stats-json -: tagged JSON on stdout, the output file written
+    const auto [fs, fout, ferr] = run_split("formats --json -");
+    CHECK(fs == 0);
+    const auto fj = nlohmann::json::parse(fout);
+    CHECK(fj["schema"] == "mpsim-formats-1");
+    CHECK(fj["formats"].size() == named_formats().size());
+    const auto [rs, rout, rerr] = run_split("round --to bf16 --stats-json - " + in + " " + quote((dir / "o.npy").string()));
+    CHECK(rs == 0);
+    const auto rj = nlohmann::json::parse(rout);
+    std::printf("formats --json -: %zu formats; round --stats-json -: schema %s, count %s\n", fj["formats"].size(),
+                rj["schema"].dump().c_str(), rj["count"].dump().c_str());
+    CHECK(rj["schema"] == "mpsim-round-1");
+    CHECK(rj["count"] == a.size());
+    CHECK(std::filesystem::exists(dir / "o.npy"));
+    CHECK(rerr.find("-> ") != std::string::npos);  // the summary line, on stderr
   }
   const auto [status, out, err] = run_split("underflow " + in + " --csv=-");
   CHECK(status == 0);
@@ -254,7 +270,7 @@ TEST_CASE("bad input: exit 2 and no output; one bad file among good ones is name
   write_truncated(dir / "in/c.npy", a);
   const std::string out = quote((dir / "out.json").string());
   const std::string good = quote((dir / "in/a.npy").string());
-  for (const std::string& cmd : {"hist", "underflow", "rounding-error"}) {
+  for (const std::string cmd : {"hist", "underflow", "rounding-error"}) {
     for (const std::string& bad : {good + " --format fp99", good + " --scale 3", good + " --format fp16 --scale 0",
                                   quote((dir / "missing.npy").string()), quote((dir / "in/c.npy").string()),
                                   good + " --mode sideways"}) {

@@ -46,6 +46,9 @@ TEST_CASE("a training checkpoint opens in mpsim hist; every value counted", "[ch
   const auto r = run_mpsim(dir, "hist " + quote((run / "checkpoint.safetensors").string()) + " --json " +
                                     quote((dir / "hist.json").string()));
   REQUIRE(r.status == 0);
+  // The run's own JSON files carry their schema tags.
+  CHECK(read_json(run / "run.json")["schema"] == "mpsim-train-run-1");
+  CHECK(read_json(run / "hist" / "step_000003.json")["schema"] == "mpsim-train-hist-1");
   const auto report = read_json(dir / "hist.json");
   // The values the checkpoint holds, from its own header (the 8-byte length, the JSON, F32 = 4 bytes).
   const std::string bytes = slurp(run / "checkpoint.safetensors");
