@@ -194,6 +194,12 @@ TEST_CASE("--json - and --csv - write the report to standard output, the summary
     CHECK(std::filesystem::exists(dir / "o.npy"));
     CHECK(rerr.find("-> ") != std::string::npos);  // the summary line, on stderr
   }
+  {  // mpsim hw runs mpsim-hw with the same arguments: its `--json -` reaches standard output too
+    const auto [hs, hout, herr] = run_split("hw info --json -");
+    std::printf("hw info --json -: exit %d, %zu bytes on stdout\n", hs, hout.size());
+    CHECK(hs == 0);
+    CHECK(nlohmann::json::parse(hout)["schema"] == "mpsim-hw-1");
+  }
   const auto [status, out, err] = run_split("underflow " + in + " --csv=-");
   CHECK(status == 0);
   CHECK(out.rfind("tensor,format,scale,stat,value\n", 0) == 0);

@@ -30,6 +30,9 @@ int& exit_status();
 // "-". main() sees a "-" among those options before the command runs and sends everything else the command
 // prints (the human summary) to standard error, so standard output holds the report alone.
 void write_report(const std::string& path, std::string_view text);
+// Gives the process its standard output back as it was at start (before exec'ing a program that sorts
+// out its own outputs: `mpsim hw` runs mpsim-hw with the same arguments).
+void restore_standard_output();
 
 // `git describe` of the source tree at build time (tools/mpsim/git_description.cpp.in).
 const char* git_description();

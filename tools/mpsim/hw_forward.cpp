@@ -31,7 +31,7 @@ void setup(CLI::App& app) {
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
-    std::fflush(stdout);
+    mpsim::cli::restore_standard_output();  // mpsim-hw routes its own `--json -`
     ::execv(exe.c_str(), argv.data());
     throw mpsim::Error(fmt::format("hw: cannot run {}: {} (it is built beside mpsim)", exe, std::strerror(errno)));
   });

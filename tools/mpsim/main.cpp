@@ -75,6 +75,14 @@ void write_report(const std::string& path, std::string_view text) {
   }
 }
 
+void restore_standard_output() {
+  if (report_fd == STDOUT_FILENO) return;
+  std::fflush(stdout);
+  ::dup2(report_fd, STDOUT_FILENO);
+  ::close(report_fd);
+  report_fd = STDOUT_FILENO;
+}
+
 }  // namespace mpsim::cli
 
 int main(int argc, char** argv) {
