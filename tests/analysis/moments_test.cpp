@@ -140,7 +140,7 @@ TEST_CASE("min, max, mean, std, l1_norm, l2_norm are the doubles nearest the exa
   CHECK(checked == cases.size() * 6);
 }
 
-TEST_CASE("2^21 + 5 floats: every first-level flush and big-integer fold on the way, sums exact", "[moments]") {
+TEST_CASE("2^21 + 5 floats, then as doubles: every flush and big-integer fold on the way, sums exact", "[moments]") {
   // x_i = +-j_i 2^-8 with j_i < 2^20: the sums are integers in units of 2^-8 (squares: 2^-16), kept here in
   // 128-bit integers; 2^21 + 5 values go through many of the float flushes (2^15) and two folds (2^20).
   const std::size_t n = (std::size_t{1} << 21) + 5;
@@ -172,6 +172,14 @@ TEST_CASE("2^21 + 5 floats: every first-level flush and big-integer fold on the 
   std::printf("moments, %zu floats on a 2^-8 grid: mean %.17g std %.17g l1 %.17g l2 %.17g: %s\n", n, s.mean, s.std,
               s.l1_norm, s.l2_norm, ok ? "all nearest the exact values" : "MISMATCH");
   CHECK(ok);
+  // The same values as doubles (the double path, its chunks and folds): the same statistics.
+  const std::vector<double> d(v.begin(), v.end());
+  Moments md;
+  md.add(std::span<const double>(d));
+  const MomentStats sd = md.stats();
+  std::printf("the same as doubles: mean %.17g std %.17g l1 %.17g l2 %.17g\n", sd.mean, sd.std, sd.l1_norm, sd.l2_norm);
+  CHECK((sd.count == s.count && sd.mean == s.mean && sd.std == s.std && sd.l1_norm == s.l1_norm &&
+         sd.l2_norm == s.l2_norm && sd.min == s.min && sd.max == s.max));
 }
 
 TEST_CASE("moment_stats_json: nulls where a statistic does not exist", "[moments]") {

@@ -22,8 +22,8 @@ using Wide = bmp::number<bmp::cpp_bin_float<256, bmp::digit_base_2>>;
 // A finite double is m * 2^(k - kLowExp) with m < 2^53, k in [0, kBinades).
 constexpr int kLowExp = 1074;   // 2^-1074: the smallest double subnormal (IEEE 754 binary64)
 constexpr int kBinades = 2046;  // biased exponents 1..2046 give k = 0..2045; subnormals share k = 0
-// The per-binade 128-bit sums fold into the big integers after this many values: |m| < 2^53, m^2 < 2^106,
-// so 2^20 values keep every sum below 2^126.
+// The per-binade 128-bit sums fold into the big integers after this many values (checked after every
+// chunk of at most 2^16): |m| < 2^53, m^2 < 2^106, so fewer than 2^20 + 2^16 values keep every sum below 2^127.
 constexpr std::uint64_t kFoldEvery = std::uint64_t{1} << 20;
 // Float input has its own first level: 64-bit sums per float binade in kBanks interleaved banks (so that
 // consecutive values of one binade do not wait on each other's read-modify-write), flushed into the
@@ -57,12 +57,15 @@ struct Moments::Exact {
     std::array<std::uint64_t, kFloatBinades> abs{}, sq{};
   };
   std::array<FloatBank, kBanks> fbank{};
-  std::array<__int128, kBinades> sum{};            // sum of the signed significands, per k
-  std::array<unsigned __int128, kBinades> abs{};   // sum of |m|, per k
-  std::array<unsigned __int128, kBinades> sq{};    // sum of m^2, per k (weight 2^(2k))
-  int lo = kBinades, hi = -1;                      // the k touched since the last fold
-  std::uint64_t pending = 0;                       // values since the last fold
-  BigInt s1 = 0, sa = 0, s2 = 0;                   // sum x = s1 2^-1074, sum |x| = sa 2^-1074, sum x^2 = s2 2^-2148
+  // The 128-bit sums per double binade k, in kBanks banks as well (add(double) spreads over them).
+  struct Bank {
+    std::array<__int128, kBinades> sum{};           // sum of the signed significands
+    std::array<unsigned __int128, kBinades> abs{};  // sum of |m|
+    std::array<unsigned __int128, kBinades> sq{};   // sum of m^2 (weight 2^(2k))
+  };
+  std::array<Bank, kBanks> bank{};
+  std::uint64_t pending = 0;                        // values since the last fold
+  BigInt s1 = 0, sa = 0, s2 = 0;                    // sum x = s1 2^-1074, sum |x| = sa 2^-1074, sum x^2 = s2 2^-2148
 };
 
 Moments::Moments() : exact_(std::make_unique<Exact>()) {
@@ -78,39 +81,18 @@ Moments& Moments::operator=(const Moments& o) {
 Moments::Moments(Moments&&) noexcept = default;
 Moments& Moments::operator=(Moments&&) noexcept = default;
 
-inline void Moments::add_one(double x) {
-  const std::uint64_t bits = std::bit_cast<std::uint64_t>(x);
-  const int e = static_cast<int>((bits >> 52) & 0x7ff);
-  if (e == 0x7ff) return;  // inf, NaN
-  ++count_;
-  min_ = std::min(min_, x);
-  max_ = std::max(max_, x);
-  const std::uint64_t frac = bits & ((std::uint64_t{1} << 52) - 1);
-  const std::uint64_t m = e == 0 ? frac : frac | (std::uint64_t{1} << 52);
-  if (m == 0) return;
-  const int k = e == 0 ? 0 : e - 1;
-  Exact& s = *exact_;
-  s.sum[k] += (bits >> 63) ? -static_cast<__int128>(m) : static_cast<__int128>(m);
-  s.abs[k] += m;
-  s.sq[k] += static_cast<unsigned __int128>(m) * m;
-  s.lo = std::min(s.lo, k);
-  s.hi = std::max(s.hi, k);
-  if (++s.pending >= kFoldEvery) fold();
-}
-
 void Moments::fold() const {
   Exact& s = *exact_;
-  for (int k = s.lo; k <= s.hi; ++k) {
-    if (s.abs[k] == 0) continue;
-    s.s1 += shifted(s.sum[k], k);
-    s.sa += big(s.abs[k]) << k;
-    s.s2 += big(s.sq[k]) << (2 * k);
-    s.sum[k] = 0;
-    s.abs[k] = 0;
-    s.sq[k] = 0;
-  }
-  s.lo = kBinades;
-  s.hi = -1;
+  for (auto& b : s.bank)
+    for (int k = 0; k < kBinades; ++k) {
+      if (b.abs[k] == 0) continue;
+      s.s1 += shifted(b.sum[k], k);
+      s.sa += big(b.abs[k]) << k;
+      s.s2 += big(b.sq[k]) << (2 * k);
+      b.sum[k] = 0;
+      b.abs[k] = 0;
+      b.sq[k] = 0;
+    }
   s.pending = 0;
 }
 
@@ -159,11 +141,10 @@ void Moments::add(std::span<const float> values) {
       for (int k = 0; k < kFloatBinades; ++k) {
         if (bank.abs[k] == 0) continue;
         const int kd = k + kFloatToDouble;
-        s.sum[kd] += bank.sum[k];
-        s.abs[kd] += bank.abs[k];
-        s.sq[kd] += bank.sq[k];
-        s.lo = std::min(s.lo, kd);
-        s.hi = std::max(s.hi, kd);
+        Exact::Bank& wide = s.bank[static_cast<std::size_t>(b)];
+        wide.sum[kd] += bank.sum[k];
+        wide.abs[kd] += bank.abs[k];
+        wide.sq[kd] += bank.sq[k];
         bank.sum[k] = 0;
         bank.abs[k] = 0;
         bank.sq[k] = 0;
@@ -176,7 +157,52 @@ void Moments::add(std::span<const float> values) {
 }
 
 void Moments::add(std::span<const double> values) {
-  for (double v : values) add_one(v);
+  Exact& s = *exact_;
+  for (std::size_t at = 0; at < values.size();) {
+    // At most 2^16 values between folds (fold checks after each chunk): |m| < 2^53 and m^2 < 2^106
+    // keep the 128-bit sums below 2^122 until the fold.
+    const std::size_t n = std::min<std::size_t>(values.size() - at, std::size_t{1} << 16);
+    const double* p = values.data() + at;
+    double lo[kBanks], hi[kBanks];
+    std::uint64_t finite[kBanks] = {};
+    for (int b = 0; b < kBanks; ++b) {
+      lo[b] = std::numeric_limits<double>::infinity();
+      hi[b] = -std::numeric_limits<double>::infinity();
+    }
+    auto put = [&](int b, double x) {
+      const std::uint64_t bits = std::bit_cast<std::uint64_t>(x);
+      const int e = static_cast<int>((bits >> 52) & 0x7ff);
+      if (e == 0x7ff) return;  // inf, NaN
+      ++finite[b];
+      lo[b] = std::min(lo[b], x);
+      hi[b] = std::max(hi[b], x);
+      const std::uint64_t frac = bits & ((std::uint64_t{1} << 52) - 1);
+      const std::uint64_t m = e == 0 ? frac : frac | (std::uint64_t{1} << 52);
+      const int k = e == 0 ? 0 : e - 1;
+      Exact::Bank& bank = s.bank[static_cast<std::size_t>(b)];
+      bank.sum[k] += (bits >> 63) ? -static_cast<__int128>(m) : static_cast<__int128>(m);
+      bank.abs[k] += m;
+      bank.sq[k] += static_cast<unsigned __int128>(m) * m;
+    };
+    std::size_t i = 0;
+    for (; i + kBanks <= n; i += kBanks) {
+      put(0, p[i]);
+      put(1, p[i + 1]);
+      put(2, p[i + 2]);
+      put(3, p[i + 3]);
+    }
+    for (; i < n; ++i) put(static_cast<int>(i % kBanks), p[i]);
+    for (int b = 0; b < kBanks; ++b) {
+      count_ += finite[b];
+      if (finite[b]) {
+        min_ = std::min(min_, lo[b]);
+        max_ = std::max(max_, hi[b]);
+      }
+    }
+    s.pending += n;
+    if (s.pending >= kFoldEvery) fold();
+    at += n;
+  }
 }
 
 Moments& Moments::operator+=(const Moments& o) {

@@ -41,10 +41,9 @@ class Moments {
 
  private:
   struct Exact;  // the big-integer sums (Boost.Multiprecision stays out of this header)
-  void add_one(double x);
   void fold() const;
 
-  // Per-k partial sums since the last fold, and how many values they hold (folded before they can overflow).
+  // Per-binade partial sums since the last fold (folded before they can overflow), and the big integers.
   mutable std::unique_ptr<Exact> exact_;
   std::uint64_t count_ = 0;
   double min_ = 0, max_ = 0;
