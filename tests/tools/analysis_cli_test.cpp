@@ -155,8 +155,8 @@ TEST_CASE("bad input: exit 2 and no output; one bad file among good ones is name
   write_truncated(dir / "in/c.npy", a);
   const std::string out = quote((dir / "out.json").string());
   const std::string good = quote((dir / "in/a.npy").string());
-  for (const std::string& cmd : {"hist", "underflow", "rounding"}) {
-    for (const std::string& bad : {good + " --format fp99", good + " --scale 3", good + " --format fp16 --scale 0",
+  for (const std::string cmd : {"hist", "underflow", "rounding"}) {
+    for (const std::string& bad : std::vector<std::string>{good + " --format fp99", good + " --scale 3", good + " --format fp16 --scale 0",
                                   quote((dir / "missing.npy").string()), quote((dir / "in/c.npy").string()),
                                   good + " --mode sideways"}) {
       if (cmd == "hist" && bad.find("--mode") != std::string::npos) continue;
