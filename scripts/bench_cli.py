@@ -18,6 +18,7 @@ mpsim's peak resident memory, which does not grow with the input.
 """
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -40,11 +41,11 @@ try:
     import ml_dtypes
 except ImportError:
     ml_dtypes = None
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 x = np.load(sys.argv[1])
 {convert}
 np.save(sys.argv[2], x)
-print(time.perf_counter() - t0)
+print(time.perf_counter() - t0, time.process_time() - c0)
 """
 
 
@@ -55,20 +56,27 @@ def log_uniform(n, seed):
 
 
 def timed(cmd, inner_time=False):
-    """(seconds, peak resident MiB) of a process; seconds from its own report when inner_time."""
+    """(seconds, CPU seconds, peak resident MiB) of a process; the times from its own report when inner_time.
+
+    CPU time (user + system, all threads) is given beside the wall time because a loaded machine
+    stretches wall times by whatever else runs; CPU time is what the job itself cost."""
     time_bin = shutil.which("time") or ("/usr/bin/time" if os.path.exists("/usr/bin/time") else None)
     prefix = [time_bin, "-f", "MAXRSS %M"] if time_bin else []
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     r = subprocess.run(prefix + cmd, capture_output=True, text=True)
     wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if r.returncode != 0:
         sys.exit(f"bench_cli: {' '.join(cmd[:4])} ... failed: {r.stderr.strip()[-500:]}")
     rss = None
     for line in r.stderr.splitlines():
         if line.startswith("MAXRSS "):
             rss = int(line.split()[1]) / 1024
-    secs = float(r.stdout.strip().splitlines()[-1]) if inner_time else wall
-    return secs, rss
+    if inner_time:
+        wall, cpu = (float(v) for v in r.stdout.strip().splitlines()[-1].split())
+    return wall, cpu, rss
 
 
 def main():
@@ -130,14 +138,17 @@ def main():
                 checks.append((fmt, label, int(np.count_nonzero(got.view(np.uint32) != want.view(np.uint32)))))
                 os.remove(out)
 
-        floor = statistics.median(s for s, _ in results["np.load -> np.save"])
+        floor = statistics.median(s for s, _, _ in results["np.load -> np.save"])
+        floor_cpu = statistics.median(c for _, c, _ in results["np.load -> np.save"])
         print(f"\nbench_cli: {n} float32 values ({size_mib:.0f} MiB) in {work}, median of {args.repeats} "
               f"(interleaved), {os.cpu_count()} CPUs")
-        print(f"{'job':<40} {'seconds':>8} {'x floor':>8} {'peak MiB':>9}")
+        print(f"{'job':<40} {'seconds':>8} {'x floor':>8} {'CPU s':>8} {'x floor':>8} {'peak MiB':>9}")
         for name, rs in results.items():
-            secs = statistics.median(s for s, _ in rs)
-            rss = max((r for _, r in rs if r is not None), default=None)
-            print(f"{name:<40} {secs:8.3f} {secs / floor:8.2f} {rss if rss is None else f'{rss:9.0f}'}")
+            secs = statistics.median(s for s, _, _ in rs)
+            cpu = statistics.median(c for _, c, _ in rs)
+            rss = max((r for _, _, r in rs if r is not None), default=None)
+            rss_text = "-" if rss is None else f"{rss:.0f}"
+            print(f"{name:<40} {secs:8.3f} {secs / floor:8.2f} {cpu:8.3f} {cpu / floor_cpu:8.2f} {rss_text:>9}")
         for fmt, label, mismatches in checks:
             print(f"mpsim round --to {fmt} vs {label}: {mismatches} of {n} values differ")
 
@@ -160,9 +171,9 @@ def large(args):
             mm.flush()
         del mm
         out = os.path.join(work, "big16.npy")
-        secs, rss = timed([args.mpsim, "round", "--to", "fp16", src, out])
+        secs, cpu, rss = timed([args.mpsim, "round", "--to", "fp16", src, out])
         print(f"\nmpsim round --to fp16 on {os.path.getsize(src) / 2**30:.2f} GiB ({n} values) in {work}: "
-              f"{secs:.1f} s, peak resident {rss:.1f} MiB")
+              f"{secs:.1f} s ({cpu:.1f} s CPU), peak resident {rss:.1f} MiB")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -10,9 +10,6 @@
 #include <fmt/core.h>
 
 #include <cmath>
-#include <filesystem>
-#include <fstream>
-#include <string_view>
 
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -23,6 +20,7 @@
 
 #include "command.hpp"
 #include "format_options.hpp"
+#include "npy_input.hpp"
 #include "mpsim/error.hpp"
 #include "mpsim/format/bulk.hpp"
 #include "mpsim/format/format.hpp"
@@ -153,14 +151,7 @@ void run(const Options& o) {
   if (o.chunk == 0) throw mpsim::Error("--chunk must be at least 1");
 
   // The input is mapped, not read: it is streamed chunk by chunk, so its size is not bounded by memory.
-  if (std::filesystem::is_regular_file(o.in)) {
-    // round takes .npy only: say so, rather than the general reader's advice on raw files.
-    char magic[6] = {};
-    std::ifstream(o.in, std::ios::binary).read(magic, sizeof magic);
-    if (std::string_view(magic, sizeof magic) != "\x93NUMPY")
-      throw mpsim::Error(fmt::format("{}: not a .npy file (bad magic)", o.in));
-  }
-  const auto src = mpsim::io::TensorSource::open(o.in);
+  const auto src = mpsim::cli::open_npy(o.in);
   const mpsim::io::TensorRef& in = src.tensors().front();
   if (!(in.dtype == DType::f16 || in.dtype == DType::f32 || in.dtype == DType::f64))
     throw mpsim::Error(fmt::format("{}: round takes float16/float32/float64 arrays, this one is {}", o.in,
