@@ -43,6 +43,7 @@ void setup(CLI::App& app) {
     const int k = log2_scale(o->scale);
     const auto rs = parse_modes(*modes, *seed, *sr_bits);
     const auto files = analysis::expand_inputs(o->inputs);
+    const auto progress = input_progress("rounding", files);
     struct Result {
       analysis::TensorInfo info;
       std::vector<analysis::RoundingError> per_mode;
@@ -50,7 +51,7 @@ void setup(CLI::App& app) {
     std::vector<Result> results;
     std::vector<analysis::RoundingError> total;
     for (const auto& r : rs) total.emplace_back(f, r, k);
-    const auto failures = analysis::for_each_tensor(files, input_options(*o), [&](const analysis::TensorInfo& info,
+    const auto failures = analysis::for_each_tensor(files, input_options(*o, progress.get()), [&](const analysis::TensorInfo& info,
                                                                                  const analysis::TensorRead& read) {
       std::vector<analysis::RoundingError> acc;
       for (const auto& r : rs) acc.emplace_back(f, r, k);
@@ -62,6 +63,7 @@ void setup(CLI::App& app) {
       });
       results.push_back({info, std::move(acc)});
     });
+    progress->finish();
     check_failures(failures, results.size());
 
     nlohmann::json tensors = nlohmann::json::array();

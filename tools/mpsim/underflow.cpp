@@ -31,13 +31,14 @@ void setup(CLI::App& app) {
     uo.margin = *margin;
     const Rounding r = Rounding::of(parse_rounding_mode(*mode));
     const auto files = analysis::expand_inputs(o->inputs);
+    const auto progress = input_progress("underflow", files);
     analysis::RangeCounter total(f, r);  // also validates format and mode before any input is read
     struct Result {
       analysis::TensorInfo info;
       analysis::RangeCounter counter;
     };
     std::vector<Result> results;
-    const auto failures = analysis::for_each_tensor(files, input_options(*o), [&](const analysis::TensorInfo& info,
+    const auto failures = analysis::for_each_tensor(files, input_options(*o, progress.get()), [&](const analysis::TensorInfo& info,
                                                                                  const analysis::TensorRead& read) {
       analysis::RangeCounter c(f, r);
       read([&](std::span<const float> x, std::span<const double> d, std::uint64_t) {
@@ -46,6 +47,7 @@ void setup(CLI::App& app) {
       });
       results.push_back({info, std::move(c)});
     });
+    progress->finish();
     check_failures(failures, results.size());
 
     nlohmann::json tensors = nlohmann::json::array();

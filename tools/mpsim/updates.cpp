@@ -47,7 +47,9 @@ void setup(CLI::App& app) {
     Rounding r = Rounding::of(parse_rounding_mode(*mode));
     r.seed = *seed;
     analysis::SwallowedUpdates total(f, r);  // validates the format first
-    const auto io = input_options(*o);
+    // Each pair of tensors is held whole (elements pair up across files); the reading shows progress.
+    const auto progress = input_progress("updates", o->inputs);
+    const auto io = input_options(*o, progress.get());
     std::vector<std::pair<Loaded, Loaded>> pairs;
     if (o->inputs.size() == 2 && weights->empty() && updates->empty()) {
       auto w = load(o->inputs[0], io), u = load(o->inputs[1], io);
@@ -65,6 +67,7 @@ void setup(CLI::App& app) {
     } else {
       throw Error("updates: give two files (weights, updates) or one file with --weights NAME --updates NAME");
     }
+    progress->finish();
     for (const auto& [w, u] : pairs)
       if (w.values.size() != u.values.size())
         throw Error(fmt::format("{} has {} values but {} has {}", w.info.label, w.values.size(), u.info.label, u.values.size()));
