@@ -78,7 +78,11 @@ class ChunkRounder {
  public:
   ChunkRounder(const Options& o, const mpsim::Format& fmt, const mpsim::Rounding& r, const mpsim::Profile& like,
                mpsim::io::NpyWriter& out, DType in_dtype)
-      : o_(o), fmt_(fmt), r_(r), like_(like), out_(out), in_dtype_(in_dtype) {}
+      : o_(o), fmt_(fmt), r_(r), like_(like), out_(out), in_dtype_(in_dtype) {
+    // Only a profile that makes NaNs canonical changes an encoding: skip the per-element pass otherwise.
+    const mpsim::ProfileRule* rule = like.find(fmt.name, mpsim::Operation::convert);
+    canonical_nans_ = rule && rule->nan == mpsim::NanRule::canonical;
+  }
 
   void operator()(std::span<const In> x, std::uint64_t offset) {
     // The output goes to the file through write(), which reads it back: ordinary stores keep the chunk
@@ -97,7 +101,7 @@ class ChunkRounder {
         u32_.resize(x.size());
         for (std::size_t i = 0; i < x.size(); ++i)
           u32_[i] = static_cast<std::uint32_t>(mpsim::round_bits(x[i], fmt_, r_, offset + i));
-        canonicalize(std::span<std::uint32_t>(u32_), x, like_, fmt_);
+        if (canonical_nans_) canonicalize(std::span<std::uint32_t>(u32_), x, like_, fmt_);
         out_.append(std::span<const std::uint32_t>(u32_));
       }
       return;
@@ -122,7 +126,7 @@ class ChunkRounder {
   void pack(std::span<const In> x, std::vector<T>& enc, const mpsim::BulkOptions& opt) {
     enc.resize(x.size());
     mpsim::round_array(x, std::span<T>(enc), fmt_, r_, &stats_, opt);
-    canonicalize(std::span<T>(enc), x, like_, fmt_);
+    if (canonical_nans_) canonicalize(std::span<T>(enc), x, like_, fmt_);
     out_.append(std::span<const T>(enc));
   }
   void values(std::span<const In> x, const mpsim::BulkOptions& opt) {
@@ -136,6 +140,7 @@ class ChunkRounder {
   const mpsim::Profile& like_;
   mpsim::io::NpyWriter& out_;
   DType in_dtype_;
+  bool canonical_nans_ = false;
   mpsim::Stats stats_;
   std::vector<In> sim_;
   std::vector<std::uint8_t> u8_;
