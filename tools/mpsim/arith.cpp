@@ -12,9 +12,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <memory>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "command.hpp"
@@ -144,6 +146,42 @@ class ResultWriter {
   std::vector<std::uint16_t> f16_;
 };
 
+// arith_array over the chunk, split between the hardware threads: element i's result depends only on
+// its operands and its index (the stochastic generator is keyed by it), so the bits do not depend on
+// the split. The scalar exact arithmetic is compute-bound, so every core shortens it.
+void parallel_arith(mpsim::ArithOp op, const std::vector<std::vector<std::uint64_t>>& enc,
+                    std::vector<std::uint64_t>& res, const mpsim::Format& f, const mpsim::Rounding& r,
+                    std::uint64_t offset) {
+  const std::size_t n = res.size();
+  const std::size_t threads = std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1, std::max<std::size_t>(1, n / 1024));
+  auto part = [&](std::size_t k) {
+    const std::size_t b = n * k / threads, e = n * (k + 1) / threads;
+    auto slice = [&](const std::vector<std::uint64_t>& v) {
+      return v.empty() ? std::span<const std::uint64_t>() : std::span<const std::uint64_t>(v).subspan(b, e - b);
+    };
+    mpsim::arith_array(op, slice(enc[0]), slice(enc[1]), slice(enc[2]), std::span<std::uint64_t>(res).subspan(b, e - b),
+                       f, r, offset + b);
+  };
+  std::vector<std::thread> pool;
+  std::vector<std::exception_ptr> failure(threads);
+  for (std::size_t k = 1; k < threads; ++k)
+    pool.emplace_back([&, k] {
+      try {
+        part(k);
+      } catch (...) {
+        failure[k] = std::current_exception();
+      }
+    });
+  try {
+    part(0);
+  } catch (...) {
+    failure[0] = std::current_exception();
+  }
+  for (auto& t : pool) t.join();
+  for (const auto& e : failure)
+    if (e) std::rethrow_exception(e);
+}
+
 void run(const Options& o) {
   const mpsim::ArithOp op = mpsim::parse_arith_op(o.op);
   const int n_in = mpsim::arity(op);
@@ -193,7 +231,7 @@ void run(const Options& o) {
       encodings(x[k], offset, *in[k], o.files[k], f, o.bits, enc[k]);
     }
     res.resize(n);
-    mpsim::arith_array(op, enc[0], enc[1], enc[2], res, f, r, offset);
+    parallel_arith(op, enc, res, f, r, offset);
     for (std::size_t i = 0; i < n; ++i) {
       bool nan_operand = false;
       for (int k = 0; k < n_in; ++k) nan_operand = nan_operand || mpsim::is_nan_bits(enc[k][i], f);
