@@ -82,7 +82,10 @@ def main():
     ap.add_argument("names", nargs="*")
     args = ap.parse_args()
 
+    import tempfile
+
     import nbformat
+    from jupyter_client.manager import KernelManager
     from nbclient import NotebookClient
 
     names = args.names or [n for n in EXPECTED if (HERE / f"{n}.ipynb").exists()]
@@ -112,14 +115,22 @@ def main():
             continue
         nb = nbformat.read(path, as_version=4)
         t0 = time.time()
+        # The kernel talks over Unix sockets in a private folder: over TCP without CurveZMQ keys
+        # ipykernel prints a plain-text-transport warning for every notebook.
+        sockets = tempfile.TemporaryDirectory(prefix="mpsim-kernel-")
+        km = KernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(sockets.name, "kernel"))
         try:
-            NotebookClient(nb, timeout=1200, kernel_name="python3",
+            NotebookClient(nb, km=km, timeout=1200, kernel_name="python3",
                            resources={"metadata": {"path": str(HERE)}}).execute()
             report(True, f"{name}: every cell ran ({time.time() - t0:.1f} s)")
         except Exception as e:  # a failing cell: show its error, count the failure, go on
             report(False, f"{name}: a cell failed: {str(e).strip().splitlines()[-1] if str(e).strip() else e!r}")
             print(str(e)[-3000:], file=sys.stderr)
             continue
+        finally:
+            if km.has_kernel:
+                km.shutdown_kernel(now=False)
+            sockets.cleanup()
         for fig in EXPECTED.get(name, []):
             png = Path(env_figures) / f"{fig}.png"
             svg = Path(env_figures) / f"{fig}.svg"

@@ -211,6 +211,44 @@ TEST_CASE(".npz: stored and deflated members, every array named, values streamed
   expect_error("no tensor named 'nope'", [&] { s.tensor("nope"); });
 }
 
+TEST_CASE("read_range_double: ranges in step equal the stream; compressed and Fortran members refused",
+          "[tensor_source]") {
+  ScratchDir dir("ts");
+  std::vector<float> x(4099);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::ldexp(1.0f + float(i) / 4096, int(i % 70) - 35);
+  write_npy(dir / "x.npy", make_npy(std::span<const float>(x)));
+  Bytes be;  // big-endian float32: swapped per range
+  for (float v : x) mpsim::test::append_be(be, std::bit_cast<std::uint32_t>(v));
+  mpsim::test::write_bytes(dir / "be.npy", mpsim::test::npy_file("{'descr': '>f4', 'fortran_order': False, 'shape': (4099,), }", be));
+  const std::vector<std::uint16_t> h = {0x3c00, 0x0001, 0xfc00, 0x7e00, 0x8000};
+  for (const char* name : {"x.npy", "be.npy"}) {
+    auto s = TensorSource::open(dir / name);
+    const auto& t = s.tensors()[0];
+    std::vector<double> all, part;
+    for (std::uint64_t offset = 0; offset < t.count; offset += 1000) {  // 4099 = 4 * 1000 + an odd tail
+      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(1000, t.count - offset));
+      s.read_range_double(t, offset, n, part);
+      CHECK(part.size() == n);
+      all.insert(all.end(), part.begin(), part.end());
+    }
+    CHECK(same(all, stream_all(s, t, 1 << 20)));
+    expect_error("elements 4000..4100 asked of 4099", [&] { s.read_range_double(t, 4000, 100, part); });
+  }
+  const Bytes zip = zip_file({
+      {"x.npy", npy_of(make_npy(std::span<const float>(x))), true},
+      {"h.npy", npy_of(make_npy(std::span<const std::uint16_t>(h), DType::f16)), false},
+  });
+  mpsim::test::write_bytes(dir / "z.npz", zip);
+  auto z = TensorSource::open(dir / "z.npz");
+  std::vector<double> part;
+  z.read_range_double(z.tensor("h"), 1, 3, part);
+  CHECK(part[0] == std::ldexp(1.0, -24));
+  CHECK(part[1] == -std::numeric_limits<double>::infinity());
+  CHECK(std::isnan(part[2]));
+  expect_error("compressed npz member cannot be read in ranges", [&] { z.read_range_double(z.tensor("x"), 0, 1, part); });
+  WARN("read 2 x 4099 values in ranges of 1000 (float32, big-endian float32) and a stored npz member");
+}
+
 TEST_CASE("safetensors: every dtype, named, in file order; metadata ignored", "[tensor_source]") {
   ScratchDir dir("ts");
   Bytes data;

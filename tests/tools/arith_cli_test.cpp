@@ -209,3 +209,54 @@ TEST_CASE("mpsim arith: bad inputs exit 2 with a message naming the problem and 
   }
   std::printf("mpsim arith: %zu bad invocations, each exit 2 with its message and no output file\n", std::size(cases));
 }
+
+TEST_CASE("mpsim arith streams: chunked output is bit-identical to one chunk, odd tails included", "[arith_cli]") {
+  ScratchDir dir("arith-cli");
+  // 5003 elements (prime), read in step from three files in chunks that leave odd tails.
+  const std::size_t n = 5003;
+  const auto a = fp16_operands(n, 11), b = fp16_operands(n, 12), c = fp16_operands(n, 13);
+  mpsim::io::write_npy(dir / "a.npy", mpsim::io::make_npy(std::span<const std::uint16_t>(a)));
+  mpsim::io::write_npy(dir / "b.npy", mpsim::io::make_npy(std::span<const std::uint16_t>(b)));
+  mpsim::io::write_npy(dir / "c.npy", mpsim::io::make_npy(std::span<const std::uint16_t>(c)));
+  // Values: the fp16 encodings decoded into float32 (all representable in fp16).
+  std::vector<float> av(n), bv(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    av[i] = static_cast<float>(mpsim::decode(a[i], mpsim::fp16()));
+    bv[i] = static_cast<float>(mpsim::decode(b[i], mpsim::fp16()));
+  }
+  const std::string cases[] = {
+      "fma --format fp16 --bits --mode sr --seed 5 " + p(dir, "a.npy") + " " + p(dir, "b.npy") + " " + p(dir, "c.npy"),
+      "div --format fp16 --bits --mode rtz --like cuda-sm90 " + p(dir, "a.npy") + " " + p(dir, "b.npy"),
+      "sqrt --format fp16 --bits " + p(dir, "c.npy"),
+  };
+  std::size_t outputs = 0;
+  for (const std::string& args : cases) {
+    const auto whole = run_arith(dir, args + " " + p(dir, "whole.npy"));
+    REQUIRE(whole.status == 0);
+    const auto want = mpsim::test::read_bytes(dir / "whole.npy");
+    // (The one-chunk output is checked element by element against the library by the cases above.)
+    const auto wa = mpsim::io::read_npy(dir / "whole.npy");
+    REQUIRE(wa.count() == n);
+    for (const std::size_t chunk : {1, 333, 4096}) {
+      const auto res = run_arith(dir, args + " --chunk " + std::to_string(chunk) + " " + p(dir, "chunked.npy"));
+      REQUIRE(res.status == 0);
+      CHECK(res.output.substr(res.output.find("(encodings)")) == whole.output.substr(whole.output.find("(encodings)")));
+      CHECK(mpsim::test::read_bytes(dir / "chunked.npy") == want);
+      ++outputs;
+    }
+  }
+  // A bad element in a later chunk: one message naming it, and no output (nor temporary) left.
+  std::vector<float> bad = av;
+  bad[4321] = 0.1f;  // not an fp16 value
+  mpsim::io::write_npy(dir / "bad.npy", mpsim::io::make_npy(std::span<const float>(bad)));
+  mpsim::io::write_npy(dir / "bv.npy", mpsim::io::make_npy(std::span<const float>(bv)));
+  const auto before = dir.files().size();
+  const auto res = run_arith(dir, "add --format fp16 --chunk 1000 " + p(dir, "bv.npy") + " " + p(dir, "bad.npy") + " " +
+                                      p(dir, "out.npy"));
+  CHECK(res.status == 2);
+  CHECK(res.output.find("bad.npy: element 4321") != std::string::npos);
+  CHECK(!std::filesystem::exists(dir / "out.npy"));
+  CHECK(dir.files().size() == before);
+  WARN("compared " << outputs << " chunked outputs of " << n << " elements with the one-chunk output; a bad "
+                   << "element in the fifth chunk: " << res.output);
+}

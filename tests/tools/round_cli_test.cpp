@@ -5,6 +5,7 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdlib>
@@ -315,4 +316,68 @@ TEST_CASE("mpsim round --like reproduces a device profile element by element", "
   CHECK(bad.status == 2);
   CHECK(bad.output.find("nvidia") != std::string::npos);
   CHECK(!std::filesystem::exists(dir / "y.npy"));
+}
+
+TEST_CASE("mpsim round streams: chunked output is bit-identical to one chunk, odd tails included", "[round_cli]") {
+  ScratchDir dir("round-cli");
+  // 10007 elements (prime): every chunk size below leaves an odd tail, and none divides the 16- or
+  // 64-element vectors of the engine evenly.
+  const auto x = test_inputs(10007 - 22);
+  REQUIRE(x.size() == 10007);
+  std::vector<double> xd(x.begin(), x.end());
+  std::vector<std::uint16_t> xh(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i)
+    xh[i] = static_cast<std::uint16_t>(round_bits(static_cast<double>(x[i]), fp16()));
+  mpsim::io::write_npy(dir / "x32.npy", mpsim::io::make_npy(std::span<const float>(x)));
+  mpsim::io::write_npy(dir / "x64.npy", mpsim::io::make_npy(std::span<const double>(xd)));
+  mpsim::io::write_npy(dir / "x16.npy", mpsim::io::make_npy(std::span<const std::uint16_t>(xh), DType::f16));
+  const char* inputs[] = {"x32.npy", "x64.npy", "x16.npy"};
+  const char* options[] = {"--to fp16", "--to bf16 --mode sr --seed 7", "--to fp8_e4m3 --bits",
+                           "--to fp16 --mode sr --seed 3 --bits", "--to e5m2 --mode rto", "--to tf32 --bits",
+                           "--to bf16 --mode rd --bits --like cuda-sm90"};
+  const std::size_t chunks[] = {1, 97, 1000, 4096};
+  std::size_t files = 0, bytes_compared = 0;
+  for (const char* input : inputs) {
+    for (const char* opt : options) {
+      // float16 input holds only fp16 values: formats wider than fp16 need --bits (tested elsewhere).
+      if (std::string(input) == "x16.npy" && std::string(opt).find("bf16") != std::string::npos &&
+          std::string(opt).find("--bits") == std::string::npos)
+        continue;
+      const std::string in = quote((dir / input).string());
+      const auto whole = run_mpsim(dir, std::string("round ") + opt + " " + in + " " + quote((dir / "whole.npy").string()));
+      INFO(input << " " << opt << ": " << whole.output);
+      REQUIRE(whole.status == 0);
+      const auto want = mpsim::test::read_bytes(dir / "whole.npy");
+      for (const std::size_t chunk : chunks) {
+        const auto res = run_mpsim(dir, std::string("round ") + opt + " --chunk " + std::to_string(chunk) + " " + in +
+                                            " " + quote((dir / "chunked.npy").string()));
+        REQUIRE(res.status == 0);
+        CHECK(res.output.substr(res.output.find("):")) == whole.output.substr(whole.output.find("):")));
+        const auto got = mpsim::test::read_bytes(dir / "chunked.npy");
+        CHECK(got == want);
+        ++files;
+        bytes_compared += got.size();
+      }
+    }
+  }
+  WARN("compared " << files << " chunked outputs (" << bytes_compared << " bytes) with the one-chunk output: "
+                   << "chunks of 1, 97, 1000, 4096 elements over 10007");
+}
+
+TEST_CASE("mpsim round: a truncated input fails with one message and leaves no output", "[round_cli]") {
+  ScratchDir dir("round-cli");
+  const auto x = test_inputs(5000);
+  mpsim::io::write_npy(dir / "x.npy", mpsim::io::make_npy(std::span<const float>(x)));
+  auto bytes = mpsim::test::read_bytes(dir / "x.npy");
+  bytes.resize(bytes.size() - 4 * 1000 - 1);  // 1000 values and a byte short
+  mpsim::test::write_bytes(dir / "short.npy", bytes);
+  const auto before = dir.files().size();
+  const auto res = run_mpsim(dir, "round --to fp16 --chunk 512 " + quote((dir / "short.npy").string()) + " " +
+                                      quote((dir / "out.npy").string()));
+  CHECK(res.status == 2);
+  CHECK(res.output.find("short.npy") != std::string::npos);
+  CHECK(std::count(res.output.begin(), res.output.end(), '\n') == 1);
+  CHECK(!std::filesystem::exists(dir / "out.npy"));
+  CHECK(dir.files().size() == before);
+  WARN("truncated input: " << res.output);
 }

@@ -19,6 +19,7 @@
 #include "mpsim/io/atomic_file.hpp"
 #include "mpsim/io/npy.hpp"
 #include "mpsim/version.hpp"
+#include "mpsim/io/progress.hpp"
 
 namespace mpsim::cli::analysis_cli {
 
@@ -46,10 +47,17 @@ inline int log2_scale(double scale) {
   return e - 1;  // frexp's exponent is one more than the binade
 }
 
-inline analysis::InputOptions input_options(const CommonOptions& o) {
+// `progress` (may be null) is advanced as the inputs are read.
+inline analysis::InputOptions input_options(const CommonOptions& o, io::ProgressBar* progress = nullptr) {
   analysis::InputOptions io;
   if (!o.dtype.empty()) io.dtype = io::parse_dtype(o.dtype, "--dtype");
+  io.progress = progress;
   return io;
+}
+
+// The progress line of a command reading these files (drawn only on a terminal).
+inline std::unique_ptr<io::ProgressBar> input_progress(const std::string& command, const std::vector<std::string>& files) {
+  return std::make_unique<io::ProgressBar>(command, analysis::total_bytes(files), io::ProgressBar::Unit::bytes);
 }
 
 // After the inputs were read: with no tensor read at all, an error (exit 2, nothing written); with

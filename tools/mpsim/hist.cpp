@@ -21,13 +21,14 @@ void setup(CLI::App& app) {
     const Format f = parse_format(o->format);
     const int k = log2_scale(o->scale);
     const auto files = analysis::expand_inputs(o->inputs);
+    const auto progress = input_progress("hist", files);
     struct Result {
       analysis::TensorInfo info;
       analysis::RangeCounter counter;
     };
     std::vector<Result> results;
     analysis::RangeCounter total(f);
-    const auto failures = analysis::for_each_tensor(files, input_options(*o), [&](const analysis::TensorInfo& info,
+    const auto failures = analysis::for_each_tensor(files, input_options(*o, progress.get()), [&](const analysis::TensorInfo& info,
                                                                                  const analysis::TensorRead& read) {
       analysis::RangeCounter c(f);
       read([&](std::span<const float> x, std::span<const double> d, std::uint64_t) {
@@ -36,6 +37,7 @@ void setup(CLI::App& app) {
       });
       results.push_back({info, std::move(c)});
     });
+    progress->finish();
     check_failures(failures, results.size());
 
     nlohmann::json tensors = nlohmann::json::array();

@@ -4,6 +4,9 @@
 // (lib/mpsim/format/profile.hpp): its flushing rules adjust the format and rounding, and its NaN pattern
 // replaces round_bits()'s in --bits output (a NaN value is a NaN value in simulate output). OUT holds the rounded values in IN's dtype
 // (simulate mode) or, with --bits, the encodings as uint8 / uint16 / uint32 (by the format's storage).
+// IN is memory-mapped and rounded chunk by chunk, each chunk's results appended to a temporary OUT that is
+// renamed into place at the end: resident memory stays bounded whatever the size of IN, and a failure
+// leaves no OUT behind.
 #include <fmt/core.h>
 
 #include <cmath>
@@ -11,9 +14,13 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
+#include <type_traits>
+#include <vector>
 
 #include "command.hpp"
 #include "format_options.hpp"
+#include "npy_input.hpp"
 #include "mpsim/error.hpp"
 #include "mpsim/format/bulk.hpp"
 #include "mpsim/format/format.hpp"
@@ -22,17 +29,22 @@
 #include "mpsim/io/atomic_file.hpp"
 #include "mpsim/io/npy.hpp"
 #include "mpsim/version.hpp"
+#include "mpsim/io/npy_writer.hpp"
+#include "mpsim/io/progress.hpp"
+#include "mpsim/io/tensor_source.hpp"
 
 namespace {
 
 using mpsim::io::DType;
-using mpsim::io::NpyArray;
 
 struct Options {
   std::string to, mode = "rne", subnormals = "keep", overflow = "inf", like = "ieee", stats_json, in, out;
   int sr_bits = 32;
   std::uint64_t seed = 0;
   bool daz = false, bits = false;
+  // 2^18 elements: 1 MiB of float input and its output stay in the caches between the rounding and
+  // the write, and split into pieces large enough for the engine's threads (bulk.cpp kMinPerThread).
+  std::size_t chunk = std::size_t{1} << 18;
 };
 
 mpsim::Format target_format(const Options& o) { return mpsim::cli::format_with_options(o.to, o.subnormals, o.overflow); }
@@ -44,29 +56,110 @@ bool fits_in_fp16(const mpsim::Format& f) {
   return f.man_bits <= h.man_bits && f.emax <= h.emax && f.emin - f.man_bits >= h.emin - h.man_bits;
 }
 
-template <class Out, class In>
-std::vector<Out> pack(const std::vector<In>& in, const mpsim::Format& f, const mpsim::Rounding& r,
-                      mpsim::Stats& stats) {
-  std::vector<Out> out(in.size());
-  mpsim::round_array(std::span<const In>(in), std::span<Out>(out), f, r, &stats);
-  return out;
-}
-
 // The device's NaN pattern in place of round_bits()'s, element by element (--bits output).
 template <class T, class In>
-void canonicalize(std::vector<T>& enc, const std::vector<In>& x, const mpsim::Profile& p, const mpsim::Format& f) {
+void canonicalize(std::span<T> enc, std::span<const In> x, const mpsim::Profile& p, const mpsim::Format& f) {
   for (std::size_t i = 0; i < enc.size(); ++i)
     enc[i] = static_cast<T>(mpsim::canonicalize_nan_bits(p, f, enc[i], std::isnan(x[i])));
 }
+
+// What the output file holds: the encodings (--bits) in the format's storage, or the rounded values in
+// the input's dtype.
+DType output_dtype(const Options& o, const mpsim::Format& fmt, DType in) {
+  if (!o.bits) return in;
+  const int bytes = fmt.storage_bytes();
+  return bytes == 1 ? DType::u8 : bytes == 2 ? DType::u16 : DType::u32;
+}
+
+// Rounds one chunk of input (elements offset .. offset + x.size() of the array) and appends its results
+// to the output. Every element's result depends only on its value and its index (the stochastic
+// generator is keyed by offset + i), so the output is the same whatever the chunk size.
+template <class In>
+class ChunkRounder {
+ public:
+  ChunkRounder(const Options& o, const mpsim::Format& fmt, const mpsim::Rounding& r, const mpsim::Profile& like,
+               mpsim::io::NpyWriter& out, DType in_dtype)
+      : o_(o), fmt_(fmt), r_(r), like_(like), out_(out), in_dtype_(in_dtype) {
+    // Only a profile that makes NaNs canonical changes an encoding: skip the per-element pass otherwise.
+    const mpsim::ProfileRule* rule = like.find(fmt.name, mpsim::Operation::convert);
+    canonical_nans_ = rule && rule->nan == mpsim::NanRule::canonical;
+  }
+
+  void operator()(std::span<const In> x, std::uint64_t offset) {
+    // The output goes to the file through write(), which reads it back: ordinary stores keep the chunk
+    // in the cache for it (BulkOptions::streaming_stores would send it to memory first).
+    mpsim::BulkOptions opt;
+    opt.index0 = offset;
+    if (o_.bits) {
+      const int bytes = fmt_.storage_bytes();
+      if (bytes == 1) pack(x, u8_, opt);
+      else if (bytes == 2) pack(x, u16_, opt);
+      else if constexpr (std::is_same_v<In, float>) pack(x, u32_, opt);
+      else {
+        // The engine has no double -> uint32 path: the statistics from a simulate pass, the encodings from
+        // the scalar specification.
+        values(x, opt);
+        u32_.resize(x.size());
+        for (std::size_t i = 0; i < x.size(); ++i)
+          u32_[i] = static_cast<std::uint32_t>(mpsim::round_bits(x[i], fmt_, r_, offset + i));
+        if (canonical_nans_) canonicalize(std::span<std::uint32_t>(u32_), x, like_, fmt_);
+        out_.append(std::span<const std::uint32_t>(u32_));
+      }
+      return;
+    }
+    values(x, opt);
+    if constexpr (std::is_same_v<In, float>) {
+      if (in_dtype_ == DType::f16) {
+        // Every result is a float16 value (fits_in_fp16): store its float16 encoding.
+        u16_.resize(x.size());
+        mpsim::round_array(std::span<const float>(sim_), std::span<std::uint16_t>(u16_), mpsim::fp16());
+        out_.append(std::span<const std::uint16_t>(u16_));
+        return;
+      }
+    }
+    out_.append(std::span<const In>(sim_));
+  }
+
+  const mpsim::Stats& stats() const { return stats_; }
+
+ private:
+  template <class T>
+  void pack(std::span<const In> x, std::vector<T>& enc, const mpsim::BulkOptions& opt) {
+    enc.resize(x.size());
+    mpsim::round_array(x, std::span<T>(enc), fmt_, r_, &stats_, opt);
+    if (canonical_nans_) canonicalize(std::span<T>(enc), x, like_, fmt_);
+    out_.append(std::span<const T>(enc));
+  }
+  void values(std::span<const In> x, const mpsim::BulkOptions& opt) {
+    sim_.resize(x.size());
+    mpsim::round_array(x, std::span<In>(sim_), fmt_, r_, &stats_, opt);
+  }
+
+  const Options& o_;
+  const mpsim::Format& fmt_;
+  const mpsim::Rounding& r_;
+  const mpsim::Profile& like_;
+  mpsim::io::NpyWriter& out_;
+  DType in_dtype_;
+  bool canonical_nans_ = false;
+  mpsim::Stats stats_;
+  std::vector<In> sim_;
+  std::vector<std::uint8_t> u8_;
+  std::vector<std::uint16_t> u16_;
+  std::vector<std::uint32_t> u32_;
+};
 
 void run(const Options& o) {
   mpsim::Format fmt = target_format(o);
   mpsim::Rounding r = mpsim::cli::rounding_with_options(o.mode, o.sr_bits, o.seed, o.daz);
   const mpsim::Profile& like = mpsim::find_profile(o.like);
   mpsim::apply_profile(like, fmt, r, mpsim::Operation::convert);
+  if (o.chunk == 0) throw mpsim::Error("--chunk must be at least 1");
 
-  const NpyArray in = mpsim::io::read_npy(o.in);
-  if (!mpsim::io::is_float(in.dtype))
+  // The input is mapped, not read: it is streamed chunk by chunk, so its size is not bounded by memory.
+  const auto src = mpsim::cli::open_npy(o.in);
+  const mpsim::io::TensorRef& in = src.tensors().front();
+  if (!(in.dtype == DType::f16 || in.dtype == DType::f32 || in.dtype == DType::f64))
     throw mpsim::Error(fmt::format("{}: round takes float16/float32/float64 arrays, this one is {}", o.in,
                                    mpsim::io::to_string(in.dtype)));
   const bool wide = in.dtype == DType::f64;
@@ -80,64 +173,30 @@ void run(const Options& o) {
                                    o.in, fmt.name));
 
   // Open the outputs before the work, so a bad output path fails before anything is written.
-  mpsim::io::AtomicFile out_file(o.out);
+  mpsim::io::NpyWriter out(o.out, output_dtype(o, fmt, in.dtype), in.shape);
   std::optional<mpsim::io::AtomicFile> stats_file;
   if (!o.stats_json.empty() && o.stats_json != "-") stats_file.emplace(o.stats_json);
   std::string stats_text;
 
+  mpsim::io::ProgressBar progress("round " + o.in, in.count * mpsim::io::dtype_size(in.stored),
+                                  mpsim::io::ProgressBar::Unit::bytes);
+  const std::size_t elem = mpsim::io::dtype_size(in.stored);
   mpsim::Stats stats;
-  NpyArray result;
-  if (o.bits) {
-    const int bytes = fmt.storage_bytes();
-    if (wide) {
-      const auto x = mpsim::io::to_double(in);
-      auto emit = [&](auto&& values) {
-        using T = typename std::decay_t<decltype(values)>::value_type;
-        canonicalize(values, x, like, fmt);
-        result = mpsim::io::make_npy(std::span<const T>(values), in.shape);
-      };
-      if (bytes == 1) emit(pack<std::uint8_t>(x, fmt, r, stats));
-      else if (bytes == 2) emit(pack<std::uint16_t>(x, fmt, r, stats));
-      else {
-        // The engine has no double -> uint32 path: take the statistics from a simulate pass and the
-        // encodings from the scalar specification.
-        std::vector<double> sim(x.size());
-        mpsim::round_array(std::span<const double>(x), std::span<double>(sim), fmt, r, &stats);
-        std::vector<std::uint32_t> enc(x.size());
-        for (std::size_t i = 0; i < x.size(); ++i) enc[i] = static_cast<std::uint32_t>(mpsim::round_bits(x[i], fmt, r, i));
-        emit(enc);
-      }
-    } else {
-      const auto x = mpsim::io::to_float(in);
-      auto emit = [&](auto&& values) {
-        using T = typename std::decay_t<decltype(values)>::value_type;
-        canonicalize(values, x, like, fmt);
-        result = mpsim::io::make_npy(std::span<const T>(values), in.shape);
-      };
-      if (bytes == 1) emit(pack<std::uint8_t>(x, fmt, r, stats));
-      else if (bytes == 2) emit(pack<std::uint16_t>(x, fmt, r, stats));
-      else emit(pack<std::uint32_t>(x, fmt, r, stats));
-    }
-  } else if (wide) {
-    auto x = mpsim::io::to_double(in);
-    mpsim::round_array(std::span<const double>(x), std::span<double>(x), fmt, r, &stats);
-    result = mpsim::io::make_npy(std::span<const double>(x), in.shape);
-  } else {
-    auto x = mpsim::io::to_float(in);
-    if (in.dtype == DType::f16) {
-      // Every result is a float16 value (fits_in_fp16): store its float16 encoding.
-      std::vector<std::uint16_t> h(x.size());
-      mpsim::round_array(std::span<const float>(x), std::span<float>(x), fmt, r, &stats);
-      mpsim::round_array(std::span<const float>(x), std::span<std::uint16_t>(h), mpsim::fp16());
-      result = mpsim::io::make_npy(std::span<const std::uint16_t>(h), in.shape, DType::f16);
-    } else {
-      mpsim::round_array(std::span<const float>(x), std::span<float>(x), fmt, r, &stats);
-      result = mpsim::io::make_npy(std::span<const float>(x), in.shape);
-    }
-  }
+  auto stream = [&](auto tag) {
+    using In = decltype(tag);
+    ChunkRounder<In> rounder(o, fmt, r, like, out, in.dtype);
+    auto each = [&](std::span<const In> x, std::uint64_t offset) {
+      rounder(x, offset);
+      progress.advance(x.size() * elem);
+    };
+    if constexpr (std::is_same_v<In, double>) src.for_each_chunk_double(in, o.chunk, each);
+    else src.for_each_chunk(in, o.chunk, each);
+    stats = rounder.stats();
+  };
+  if (wide) stream(double{});
+  else stream(float{});
+  progress.finish();
 
-  const auto bytes = mpsim::io::npy_bytes(result);
-  out_file.write(bytes.data(), bytes.size());
   if (!o.stats_json.empty()) {
     const nlohmann::json j = {{"schema", "mpsim-round-1"},
                               {"mpsim_version", mpsim::kVersion},
@@ -152,7 +211,7 @@ void run(const Options& o) {
                               {"daz", r.input_subnormals == mpsim::InputSubnormals::zero},
                               {"like", like.name},
                               {"output_kind", o.bits ? "bits" : "values"},
-                              {"output_dtype", std::string(mpsim::io::to_string(result.dtype))},
+                              {"output_dtype", std::string(mpsim::io::to_string(out.dtype()))},
                               {"count", stats.count},
                               {"zero_in", stats.zero_in},
                               {"nan", stats.nan},
@@ -167,7 +226,7 @@ void run(const Options& o) {
     stats_text = j.dump(2) + "\n";
     if (stats_file) stats_file->write(stats_text);
   }
-  out_file.commit();
+  out.commit();
   if (stats_file) stats_file->commit();
   if (o.stats_json == "-") mpsim::cli::write_report("-", stats_text);
   fmt::print("{} -> {} ({} {}): count {}, exact {}, rounded {}, underflow {}, subnormal {}, overflow {}, nan {}\n",
@@ -191,6 +250,8 @@ void setup(CLI::App& app) {
                   "subnormal floats as zero), cuda-sm90 (H100: canonical NaNs)");
   cmd->add_flag("--bits", o->bits, "Write the encodings (uint8/uint16/uint32) instead of the rounded values");
   cmd->add_option("--stats-json", o->stats_json, "Also write what the rounding did as JSON to this file (-: standard output)");
+  // Elements per chunk of the stream; hidden: the tests use it to cross chunk boundaries on small inputs.
+  cmd->add_option("--chunk", o->chunk, "Elements rounded per chunk")->group("");
   cmd->add_option("IN", o->in, "Input .npy (float16, float32 or float64)")->required();
   cmd->add_option("OUT", o->out, "Output .npy")->required();
   cmd->callback([o] { run(*o); });

@@ -49,6 +49,7 @@ void setup_named(CLI::App& app, const std::string& name, bool old_name) {
     const int k = log2_scale(o->scale);
     const auto rs = parse_modes(*modes, *seed, *sr_bits);
     const auto files = analysis::expand_inputs(o->inputs);
+    const auto progress = input_progress("rounding", files);
     struct Result {
       analysis::TensorInfo info;
       std::vector<analysis::RoundingError> per_mode;
@@ -56,7 +57,7 @@ void setup_named(CLI::App& app, const std::string& name, bool old_name) {
     std::vector<Result> results;
     std::vector<analysis::RoundingError> total;
     for (const auto& r : rs) total.emplace_back(f, r, k);
-    const auto failures = analysis::for_each_tensor(files, input_options(*o), [&](const analysis::TensorInfo& info,
+    const auto failures = analysis::for_each_tensor(files, input_options(*o, progress.get()), [&](const analysis::TensorInfo& info,
                                                                                  const analysis::TensorRead& read) {
       std::vector<analysis::RoundingError> acc;
       for (const auto& r : rs) acc.emplace_back(f, r, k);
@@ -68,6 +69,7 @@ void setup_named(CLI::App& app, const std::string& name, bool old_name) {
       });
       results.push_back({info, std::move(acc)});
     });
+    progress->finish();
     check_failures(failures, results.size());
 
     nlohmann::json tensors = nlohmann::json::array();

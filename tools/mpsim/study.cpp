@@ -1,17 +1,22 @@
 // mpsim study loss-scaling: the grid of precision policies and loss scalers on one model, three seeds
 // each, summarised against fp32 (lib/mpsim/train/study.hpp).
 #include <fmt/core.h>
-#include <unistd.h>
 
+#include <algorithm>
 #include <memory>
 #include <sstream>
 
 #include "command.hpp"
 #include "mpsim/error.hpp"
+#include "mpsim/io/progress.hpp"
 #include "mpsim/nn/model.hpp"
 #include "mpsim/train/study.hpp"
 
 namespace {
+
+std::string metric_text(const nlohmann::json& v) {
+  return v.is_number() ? fmt::format("{:.5g}", v.get<double>()) : v.dump();
+}
 
 void setup(CLI::App& app) {
   auto* study = app.add_subcommand("study", "Studies that run many trainings and summarise them");
@@ -48,21 +53,22 @@ void setup(CLI::App& app) {
         config.static_scales.push_back(v);
       }
     }
-    const bool tty = ::isatty(STDERR_FILENO) == 1;
-    mpsim::train::StudyProgress progress;
-    if (tty)
-      progress = [](int done, int total, const std::string& label, int seed) {
-        const int width = 30, filled = done * width / total;
-        fmt::print(stderr, "\r[{}{}] {}/{} runs  {:<44}", std::string(filled, '#'), std::string(width - filled, '.'),
-                   done, total, fmt::format("{} seed {}", label, seed));
-        if (done == total) fmt::print(stderr, "\n");
-      };
+    // Drawn only on a terminal (io/progress.hpp); runs finish on the worker threads.
+    mpsim::io::ProgressBar bar("study " + config.model,
+                               mpsim::train::study_grid(config).size() * static_cast<std::uint64_t>(std::max(config.seeds, 0)),
+                               mpsim::io::ProgressBar::Unit::runs);
+    const mpsim::train::StudyProgress progress = [&bar](int done, int, const std::string& label, int seed) {
+      bar.set_note(fmt::format("{} seed {}", label, seed));
+      bar.advance(static_cast<std::uint64_t>(done) - std::min<std::uint64_t>(bar.done(), done));
+    };
     const auto summary = mpsim::train::run_study(config, mpsim::nn::make_model, progress);
+    bar.finish();
     fmt::print("loss-scaling study on {} ({} steps, {} seeds, {:.0f} s):\n", config.model, summary["steps"].get<int>(),
                config.seeds, summary["wall_seconds"].get<double>());
     for (const auto& row : summary["rows"])
+      // Five significant digits: the seeds' spread is in the third or fourth (summary.md gives mean ± sd).
       fmt::print("  {:<40} {} {} -> {}\n", row["configuration"].get<std::string>(), row["metric"].get<std::string>(),
-                 row["metric_mean"].dump(), row["verdict"].get<std::string>());
+                 metric_text(row["metric_mean"]), row["verdict"].get<std::string>());
     fmt::print("wrote {}/summary.md, summary.json, runs/\n", config.out.string());
   });
 }

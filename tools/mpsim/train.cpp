@@ -1,17 +1,19 @@
 // mpsim train: one training run (model x policy x scaler x optimiser x seed) with its outputs
 // (run.json, steps.csv, hist/, checkpoint.safetensors; see lib/mpsim/train/trainer.hpp).
 #include <fmt/core.h>
-#include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "command.hpp"
 #include "mpsim/error.hpp"
+#include "mpsim/io/progress.hpp"
 #include "mpsim/nn/model.hpp"
 #include "mpsim/train/trainer.hpp"
 
@@ -96,16 +98,15 @@ void setup(CLI::App& app) {
     config.out = *out;
     config.resume = *resume;
     if (!hist->empty()) config.hist_steps = parse_steps_list(*hist);
-    const bool tty = ::isatty(STDERR_FILENO) == 1;
-    mpsim::train::Progress progress;
-    if (tty)
-      progress = [](int step, int total, double loss, double scale) {
-        const int width = 30, done = total ? step * width / total : width;
-        fmt::print(stderr, "\r[{}{}] {}/{} loss {:.4g} scale {:g} ", std::string(done, '#'),
-                   std::string(width - done, '.'), step, total, loss, scale);
-        if (step == total) fmt::print(stderr, "\n");
-      };
+    // Drawn only on a terminal (io/progress.hpp); the step count is known once the run has started.
+    std::optional<mpsim::io::ProgressBar> bar;
+    const mpsim::train::Progress progress = [&bar, &config](int step, int total, double loss, double scale) {
+      if (!bar) bar.emplace("train " + config.model, static_cast<std::uint64_t>(total), mpsim::io::ProgressBar::Unit::steps);
+      bar->set_note(fmt::format("loss {:.4g} scale {:g}", loss, scale));
+      bar->advance(static_cast<std::uint64_t>(step) - std::min<std::uint64_t>(bar->done(), step));
+    };
     const auto s = mpsim::train::run_training(config, mpsim::nn::make_model, progress);
+    if (bar) bar->finish();
     fmt::print("{} {} {}: {} steps, final loss {:.6g}, {} {:.6g}, skipped {}, activation gradients lost "
                "{:.3g}%{}\n",
                config.model, config.policy, config.scaler, s.steps_done, s.final_loss,

@@ -33,6 +33,7 @@ void setup(CLI::App& app) {
     uo.margin = *margin;
     const Rounding r = Rounding::of(parse_rounding_mode(*mode));
     const auto files = analysis::expand_inputs(o->inputs);
+    const auto progress = input_progress("underflow", files);
     analysis::RangeCounter total(f, r);  // also validates format and mode before any input is read
     struct Result {
       analysis::TensorInfo info;
@@ -40,7 +41,7 @@ void setup(CLI::App& app) {
       analysis::Moments moments;  // min, max, mean, std, l1_norm, l2_norm, from the same read
     };
     std::vector<Result> results;
-    const auto failures = analysis::for_each_tensor(files, input_options(*o), [&](const analysis::TensorInfo& info,
+    const auto failures = analysis::for_each_tensor(files, input_options(*o, progress.get()), [&](const analysis::TensorInfo& info,
                                                                                  const analysis::TensorRead& read) {
       analysis::RangeCounter c(f, r);
       analysis::Moments m;
@@ -56,6 +57,7 @@ void setup(CLI::App& app) {
       });
       results.push_back({info, std::move(c), std::move(m)});
     });
+    progress->finish();
     check_failures(failures, results.size());
 
     nlohmann::json tensors = nlohmann::json::array();

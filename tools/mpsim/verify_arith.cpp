@@ -8,6 +8,7 @@
 #include <fmt/core.h>
 
 #include <chrono>
+#include <optional>
 #include <random>
 
 #include <boost/multiprecision/cpp_int.hpp>
@@ -51,8 +52,8 @@ struct Case {
 };
 
 // The reference encoding for a case with finite operands (returns false when the case is skipped).
-bool reference_result(const Case& cs, const mpsim::Format& f, const mpsim::Rounding& r, std::uint64_t index,
-                      std::uint64_t& out) {
+std::optional<std::uint64_t> reference_result(const Case& cs, const mpsim::Format& f, const mpsim::Rounding& r,
+                                             std::uint64_t index) {
   const auto A = mpsim::reference_decode(cs.a, f), B = mpsim::reference_decode(cs.b, f),
              C = mpsim::reference_decode(cs.c, f);
   const bool down = r.mode == RoundingMode::down;
@@ -66,32 +67,24 @@ bool reference_result(const Case& cs, const mpsim::Format& f, const mpsim::Round
     case mpsim::ArithOp::sub: {
       const bool bneg = cs.op == mpsim::ArithOp::sub ? !B.negative : B.negative;
       const Rational x = cs.op == mpsim::ArithOp::sub ? Rational(A.value - B.value) : Rational(A.value + B.value);
-      out = mpsim::reference_round(x, zero_sum_negative(A.negative, bneg, A.value == 0, B.value == 0), f, r, index);
-      return true;
+      return mpsim::reference_round(x, zero_sum_negative(A.negative, bneg, A.value == 0, B.value == 0), f, r, index);
     }
     case mpsim::ArithOp::mul:
-      out = mpsim::reference_round(A.value * B.value, A.negative != B.negative, f, r, index);
-      return true;
+      return mpsim::reference_round(A.value * B.value, A.negative != B.negative, f, r, index);
     case mpsim::ArithOp::div:
-      if (B.value == 0) return false;
-      out = mpsim::reference_round(A.value / B.value, A.negative != B.negative, f, r, index);
-      return true;
+      if (B.value == 0) return std::nullopt;
+      return mpsim::reference_round(A.value / B.value, A.negative != B.negative, f, r, index);
     case mpsim::ArithOp::fma: {
       const Rational p = A.value * B.value;
       const bool pneg = A.negative != B.negative;
-      out = mpsim::reference_round(p + C.value, zero_sum_negative(pneg, C.negative, p == 0, C.value == 0), f, r, index);
-      return true;
+      return mpsim::reference_round(p + C.value, zero_sum_negative(pneg, C.negative, p == 0, C.value == 0), f, r, index);
     }
     case mpsim::ArithOp::sqrt:
-      if (A.value < 0) return false;
-      if (A.value == 0) {
-        out = cs.a;  // sqrt(±0) = ±0
-        return true;
-      }
-      out = mpsim::reference_round(sqrt_for_rounding(A.value), false, f, r, index);
-      return true;
+      if (A.value < 0) return std::nullopt;
+      if (A.value == 0) return cs.a;  // sqrt(±0) = ±0
+      return mpsim::reference_round(sqrt_for_rounding(A.value), false, f, r, index);
   }
-  return false;
+  return std::nullopt;
 }
 
 std::uint64_t production(const Case& cs, const mpsim::Format& f, const mpsim::Rounding& r, std::uint64_t index) {
@@ -136,8 +129,9 @@ std::vector<mpsim::verify::Row> run_arith_checks(const mpsim::verify::Options& o
             cs.a = rng() & mask, cs.b = rng() & mask, cs.c = rng() & mask;
           }
           if (!finite_bits(cs.a, *f) || !finite_bits(cs.b, *f) || !finite_bits(cs.c, *f)) continue;
-          std::uint64_t want;
-          if (!reference_result(cs, *f, r, index, want)) continue;
+          const std::optional<std::uint64_t> reference = reference_result(cs, *f, r, index);
+          if (!reference) continue;
+          const std::uint64_t want = *reference;
           const std::uint64_t got = production(cs, *f, r, index);
           ++row.checked;
           if (got != want && row.mismatches++ == 0)

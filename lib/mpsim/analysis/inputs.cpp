@@ -50,11 +50,18 @@ void source_file(const std::string& file, const InputOptions& o,
     }
     TensorInfo info{t.file, t.name, t.label, t.shape, t.count, t.dtype};
     const std::size_t chunk = std::max<std::size_t>(1, o.chunk_elements);
+    const std::size_t elem = io::dtype_size(t.stored);
     fn(info, [&](const ChunkVisitor& v) {
       if (t.dtype == io::DType::f64)
-        src.for_each_chunk_double(t, chunk, [&](std::span<const double> d, std::uint64_t off) { v({}, d, off); });
+        src.for_each_chunk_double(t, chunk, [&](std::span<const double> d, std::uint64_t off) {
+          v({}, d, off);
+          if (o.progress) o.progress->advance(d.size() * elem);
+        });
       else
-        src.for_each_chunk(t, chunk, [&](std::span<const float> f, std::uint64_t off) { v(f, {}, off); });
+        src.for_each_chunk(t, chunk, [&](std::span<const float> f, std::uint64_t off) {
+          v(f, {}, off);
+          if (o.progress) o.progress->advance(f.size() * elem);
+        });
     });
   }
 }
@@ -72,6 +79,16 @@ std::vector<InputFailure> for_each_tensor(const std::vector<std::string>& files,
     }
   }
   return failures;
+}
+
+std::uint64_t total_bytes(const std::vector<std::string>& files) {
+  std::uint64_t total = 0;
+  for (const std::string& f : files) {
+    std::error_code ec;
+    const auto size = fs::file_size(f, ec);
+    if (!ec) total += size;
+  }
+  return total;
 }
 
 std::vector<double> read_all(const TensorRead& read, std::uint64_t count) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "mpsim/io/npy.hpp"
+#include "mpsim/io/progress.hpp"
 
 namespace mpsim::analysis {
 
@@ -35,6 +36,8 @@ struct InputOptions {
   // How to read integer arrays: u16 as bf16 (or fp16) bits, u8 as fp8 bits (`--dtype`).
   std::optional<io::DType> dtype;
   std::size_t chunk_elements = std::size_t{1} << 20;
+  // Advanced by the stored bytes of every chunk read (io/progress.hpp), when given.
+  io::ProgressBar* progress = nullptr;
 };
 
 struct InputFailure {
@@ -51,6 +54,9 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs);
 // the next file goes on; fn should therefore keep a tensor's results only once read() has returned.
 std::vector<InputFailure> for_each_tensor(const std::vector<std::string>& files, const InputOptions& options,
                                           const std::function<void(const TensorInfo&, const TensorRead&)>& fn);
+
+// The bytes of the files together: the total of a progress line over them.
+std::uint64_t total_bytes(const std::vector<std::string>& files);
 
 // Reads one whole tensor as doubles (for reports that pair tensors element by element).
 std::vector<double> read_all(const TensorRead& read, std::uint64_t count);

@@ -58,8 +58,8 @@ struct BulkOptions {
   // false forces the software vector code (tests compare both).
   bool hardware_convert = true;
   // Write the output with non-temporal (streaming) stores, which bypass the caches: for large arrays that
-  // will not be read again soon, the stores then cost no read of the destination lines (README, session
-  // 10: 2^26 floats to fp16 in 0.79-0.83x the time of the F16C loop with ordinary stores). Slower where
+  // will not be read again soon, the stores then cost no read of the destination lines
+  // (docs/performance.md: 2^26 floats to fp16 in 0.79-0.83x the time of the F16C loop with ordinary stores). Slower where
   // the output is read again soon, so off by default. Vector paths only; the same bits either way.
   bool streaming_stores = false;
 };

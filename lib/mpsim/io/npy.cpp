@@ -473,13 +473,10 @@ NpyArray read_npy(const std::filesystem::path& path) {
 
 // ---- writing -------------------------------------------------------------------------------------------
 
-std::vector<std::byte> npy_bytes(const NpyArray& a) {
-  const std::size_t n = checked_count(a.shape, dtype_size(a.dtype), "write_npy");
-  if (a.data.size() != n * dtype_size(a.dtype))
-    throw Error(fmt::format("write_npy: shape {} of {} needs {} bytes, the array holds {}", shape_string(a.shape),
-                            to_string(a.dtype), n * dtype_size(a.dtype), a.data.size()));
-  std::string dict = fmt::format("{{'descr': '{}', 'fortran_order': False, 'shape': {}, }}", npy_descr(a.dtype),
-                                 shape_string(a.shape));
+std::vector<std::byte> npy_header_bytes(DType dtype, std::span<const std::int64_t> shape) {
+  checked_count(shape, dtype_size(dtype), "write_npy");
+  std::string dict = fmt::format("{{'descr': '{}', 'fortran_order': False, 'shape': {}, }}", npy_descr(dtype),
+                                 shape_string(shape));
   // Version 1.0 while the header length fits in uint16, else 2.0 (numpy/lib/format.py _wrap_header).
   int major = 1;
   std::size_t prefix = 10;
@@ -490,14 +487,23 @@ std::vector<std::byte> npy_bytes(const NpyArray& a) {
   const std::size_t total = (prefix + dict.size() + 1 + kAlign - 1) / kAlign * kAlign;
   dict.append(total - prefix - dict.size() - 1, ' ');
   dict += '\n';
-  std::vector<std::byte> out(total + a.data.size());
+  std::vector<std::byte> out(total);
   std::memcpy(out.data(), kMagic, 6);
   out[6] = std::byte(major);
   out[7] = std::byte(0);
   const std::size_t hl = dict.size();
   for (std::size_t i = 0; i < prefix - 8; ++i) out[8 + i] = std::byte((hl >> (8 * i)) & 0xff);
   std::memcpy(out.data() + prefix, dict.data(), dict.size());
-  if (!a.data.empty()) std::memcpy(out.data() + total, a.data.data(), a.data.size());
+  return out;
+}
+
+std::vector<std::byte> npy_bytes(const NpyArray& a) {
+  const std::size_t n = checked_count(a.shape, dtype_size(a.dtype), "write_npy");
+  if (a.data.size() != n * dtype_size(a.dtype))
+    throw Error(fmt::format("write_npy: shape {} of {} needs {} bytes, the array holds {}", shape_string(a.shape),
+                            to_string(a.dtype), n * dtype_size(a.dtype), a.data.size()));
+  std::vector<std::byte> out = npy_header_bytes(a.dtype, a.shape);
+  out.insert(out.end(), a.data.begin(), a.data.end());
   return out;
 }
 

@@ -71,6 +71,8 @@ NpyArray parse_npy(std::span<const std::byte> file, std::string_view name);
 void write_npy(const std::filesystem::path& path, const NpyArray& array);
 // The bytes of the .npy file write_npy writes.
 std::vector<std::byte> npy_bytes(const NpyArray& array);
+// The header alone (magic, version, dict, padding to 64 bytes), for writers that stream the data after it.
+std::vector<std::byte> npy_header_bytes(DType dtype, std::span<const std::int64_t> shape);
 
 // The values as float / double. Float formats decode exactly (to_float of f64 rounds to nearest);
 // integers convert with static_cast. to_float/to_double of *_bits arrays decode the encodings.

@@ -660,6 +660,29 @@ void TensorSource::for_each_chunk_double(const TensorRef& t, std::size_t chunk, 
   stream<double>(t, chunk, fn);
 }
 
+void TensorSource::read_range_double(const TensorRef& t, std::uint64_t offset, std::size_t count,
+                                     std::vector<double>& out) const {
+  if (t.deflated || t.fortran_order)
+    fail(fmt::format("{}: a {} cannot be read in ranges; save it uncompressed in C order", t.label,
+                     t.deflated ? "compressed npz member" : "Fortran-order array"));
+  if (offset > t.count || count > t.count - offset)
+    fail(fmt::format("{}: elements {}..{} asked of {}", t.label, offset, offset + count, t.count));
+  const std::size_t elem = dtype_size(t.stored);
+  const std::size_t begin = t.data_offset + offset * elem, end = begin + count * elem;
+  const std::byte* src = map_->bytes().data() + begin;
+  std::vector<std::byte> raw;
+  if (t.big_endian) {
+    raw.assign(src, src + count * elem);
+    byteswap(raw, elem);
+    src = raw.data();
+  }
+  std::vector<float> tmp;
+  convert(src, count, t.dtype, out, tmp);
+  // From the start of the page holding `begin` (the previous range's last page is done with too).
+  constexpr std::size_t kPage = 4096;
+  map_->release(begin / kPage * kPage, end);
+}
+
 std::vector<float> TensorSource::read_float(const TensorRef& t) const {
   std::vector<float> all;
   all.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(t.count, std::uint64_t{1} << 24)));

@@ -105,6 +105,12 @@ class TensorSource {
   // Throws mpsim::Error naming the file and tensor on a read error (a corrupt deflate stream, a bad CRC).
   void for_each_chunk(const TensorRef& t, std::size_t chunk, const FloatChunk& fn) const;
   void for_each_chunk_double(const TensorRef& t, std::size_t chunk, const DoubleChunk& fn) const;
+  // Elements [offset, offset + count) of the tensor as double (exact for every dtype), into `out`
+  // (resized to count); the mapped pages before the range's end are released from this process, so
+  // reading a tensor front to back in ranges keeps resident memory bounded. For reading several
+  // tensors in step (element-wise commands). Deflated npz members and Fortran-order arrays cannot be
+  // read by range: mpsim::Error naming the tensor; so is a range past the end.
+  void read_range_double(const TensorRef& t, std::uint64_t offset, std::size_t count, std::vector<double>& out) const;
   // The whole tensor in memory.
   std::vector<float> read_float(const TensorRef& t) const;
   std::vector<double> read_double(const TensorRef& t) const;
