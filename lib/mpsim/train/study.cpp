@@ -129,6 +129,7 @@ std::vector<StudyEntry> study_grid(const StudyConfig& config, int steps, const n
   if (hints.clip_norm > 0)
     grid.push_back({fmt::format("mixed-fp16, dynamic, clip-norm {}", hints.clip_norm), "mixed-fp16",
                      "dynamic" + interval, 0, hints.clip_norm});
+  grid.push_back({"mixed-fp16, fp16 accumulation, dynamic", "mixed-fp16-acc16", "dynamic" + interval});
   grid.push_back({"pure-fp16 (no master copy), dynamic", "pure-fp16", "dynamic" + interval});
   grid.push_back({"pure-fp16-sr (no master copy, stochastic update), dynamic", "pure-fp16-sr", "dynamic" + interval});
   return grid;

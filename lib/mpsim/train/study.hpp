@@ -47,7 +47,8 @@ std::vector<double> study_static_scales(std::string_view model);
 int study_growth_interval(int steps);
 // The grid: fp32, mixed-bf16, mixed-fp16 without scaling, the static scales, dynamic (GradScaler),
 // hysteresis (Megatron-LM and DeepSpeed variants), dynamic with the model's clip_norm (when it has one),
-// pure-fp16 and pure-fp16-sr (no master copy, with the dynamic scaler); the dynamic kinds with
+// mixed-fp16-acc16 (fp16 accumulation), pure-fp16 and pure-fp16-sr (no master copy), these three with
+// the dynamic scaler; the dynamic kinds with
 // study_growth_interval(steps).
 std::vector<StudyEntry> study_grid(const StudyConfig& config, int steps, const nn::TrainHints& hints);
 
