@@ -246,9 +246,9 @@ nlohmann::json run_study(const StudyConfig& config, const ModelFactory& factory,
                                       "(--loss-divisor-log2 {}, undone at unscaling)",
                                       config.loss_divisor_log2, config.loss_divisor_log2),
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  md += "| configuration | policy | scaler | final metric (mean ± sd) | vs fp32 | activation grads lost | "
-        "skipped steps | verdict |\n";
-  md += "|---|---|---|---|---|---|---|---|\n";
+  md += "| configuration | policy | scaler | final metric (mean ± sd) | 95% interval | vs fp32 | activation grads "
+        "lost | skipped steps | updates swallowed | verdict |\n";
+  md += "|---|---|---|---|---|---|---|---|---|---|\n";
   for (std::size_t g = 0; g < grid.size(); ++g) {
     const Row& r = rows[g];
     const double delta = r.m - fp32.m;
@@ -289,8 +289,11 @@ nlohmann::json run_study(const StudyConfig& config, const ModelFactory& factory,
                         {"diverged_seeds", r.diverged},
                         {"verdict", verdict},
                         {"runs", run_folder(grid[g])}});
-    md += fmt::format("| {} | {} | {} | {:.4f} ± {:.4f} | {:+.4f} | {:.3g}% | {:.1f} | {} |\n", grid[g].label,
-                      grid[g].policy, grid[g].scaler, r.m, r.s, delta, mean(r.lost_pct), mean(r.skipped), verdict);
+    md += fmt::format("| {} | {} | {}{} | {:.4f} ± {:.4f} | [{:.4f}, {:.4f}] | {:+.4f} | {:.3g}% | {:.1f} | {:.3g}% | {} |\n",
+                      grid[g].label, grid[g].policy, grid[g].scaler,
+                      grid[g].clip_norm > 0 ? fmt::format(", clip {}", grid[g].clip_norm) : "", r.m, r.s,
+                      r.m - half_width, r.m + half_width, delta, mean(r.lost_pct), mean(r.skipped),
+                      mean(r.swallowed_pct), verdict);
   }
   md += "\n## Verdict rule\n\n";
   md += kRule;
@@ -299,6 +302,10 @@ nlohmann::json run_study(const StudyConfig& config, const ModelFactory& factory,
         "share the policy's format flushed to zero, over all steps and seeds (0 where the policy does not round "
         "them, as fp32).\n"
         "- *skipped steps*: optimiser steps skipped because the unscaled gradients held inf/NaN (mean over seeds).\n"
+        "- *95% interval*: mean ± t(0.975, seeds - 1) x sd / sqrt(seeds), Student's t.\n"
+        "- *updates swallowed*: of the weight elements whose update was non-zero, the share the stored weight did "
+        "not take (below half its spacing), over all steps, mean over seeds; the fp32 master weights' own "
+        "share for the mixed policies, the fp16 weights' for pure-fp16.\n"
         "- Static scales: " ;
   {
     const auto scales = config.static_scales.empty() ? study_static_scales(config.model) : config.static_scales;
