@@ -1,4 +1,4 @@
-// mpsim study loss-scaling: the grid of precision policies and loss scalers on one model, three seeds
+// mpsim study loss-scaling: the grid of precision policies and loss scalers on one model, five seeds
 // each, summarised against fp32 (lib/mpsim/train/study.hpp).
 #include <fmt/core.h>
 #include <unistd.h>

@@ -1,5 +1,5 @@
-// The loss-scaling study: one model trained under a grid of precision policies and loss scalers, three
-// seeds each, summarised against fp32 (DESIGN.md; issue 6 "the study shows the phenomenon honestly").
+// The loss-scaling study: one model trained under a grid of precision policies and loss scalers (with
+// the loss-scale sweep), five seeds each by default, summarised against fp32 (DESIGN.md).
 //
 // Outputs under the study folder:
 //   runs/<config>/seed<k>/   each run's run.json, steps.csv, hist/, checkpoint.mpck
