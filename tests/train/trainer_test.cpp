@@ -278,6 +278,12 @@ TEST_CASE("bad configs are refused before anything is written", "[trainer]") {
            [](TrainConfig& t) { t.optimizer.name = "lamb"; },
            [](TrainConfig& t) { t.steps = -1; },
            [](TrainConfig& t) { t.model = "resnet"; },
+           [](TrainConfig& t) { t.loss_divisor_log2 = 61; },
+           [](TrainConfig& t) { t.loss_divisor_log2 = -1; },
+           [](TrainConfig& t) {  // no master copy is implemented for SGD only
+             t.policy = "pure-fp16";
+             t.optimizer.name = "adamw";
+           },
        }) {
     auto t = c;
     mutate(t);
