@@ -29,9 +29,9 @@ TEST_CASE("ssd: same seed, same bits; another seed, other bits", "[ssd]") {
   auto a = nn::make_model("ssd", {}, 7), b = nn::make_model("ssd", {}, 7), c = nn::make_model("ssd", {}, 8);
   CHECK(modeltest::bits_of(a->params(), false) == modeltest::bits_of(b->params(), false));
   CHECK(modeltest::bits_of(a->params(), false) != modeltest::bits_of(c->params(), false));
-  const double la = modeltest::sgd_steps(*a, p1, 3, 1000.0, 1024.0f);
-  const double lb = modeltest::sgd_steps(*b, p2, 3, 1000.0, 1024.0f);
-  const double lc = modeltest::sgd_steps(*c, p3, 3, 1000.0, 1024.0f);
+  const double la = modeltest::sgd_steps(*a, p1, 3, 0.01, 1024.0f);
+  const double lb = modeltest::sgd_steps(*b, p2, 3, 0.01, 1024.0f);
+  const double lc = modeltest::sgd_steps(*c, p3, 3, 0.01, 1024.0f);
   std::printf("ssd: loss after 3 steps, seed 7 twice: %.17g %.17g, seed 8: %.17g\n", la, lb, lc);
   CHECK(std::memcmp(&la, &lb, sizeof la) == 0);
   CHECK(la != lc);
@@ -47,21 +47,19 @@ TEST_CASE("ssd: same seed, same bits; another seed, other bits", "[ssd]") {
   CHECK(p1.site_stats() == before);  // evaluation does not add to the training statistics
 }
 
-TEST_CASE("ssd: gradients scale exactly with a power-of-two loss scale and divisor under fp32", "[ssd]") {
+TEST_CASE("ssd: gradients scale exactly with a power-of-two loss scale under fp32", "[ssd]") {
   nn::Precision prec(nn::parse_policy("fp32"));
   auto a = nn::make_model("ssd", {}, 3);
-  nn::ModelConfig undivided;
-  undivided.loss_divisor_log2 = 0;
-  auto b = nn::make_model("ssd", undivided, 3);
-  const double la = a->forward_backward(5, 1024.0f, prec);
+  auto b = nn::make_model("ssd", {}, 3);
+  const double la = a->forward_backward(5, 0x1p-6f, prec);
   const double lb = b->forward_backward(5, 1.0f, prec);
-  CHECK(la == lb);  // the returned loss carries neither the scale nor the divisor
-  // default divisor 2^16, scale 2^10: a's gradients are b's times 2^-6, exactly
+  CHECK(la == lb);  // the returned loss does not carry the scale
+  // scale 2^-6 (what the trainer's loss divisor 2^6 passes): a's gradients are b's times 2^-6, exactly
   const auto ga = a->params(), gb = b->params();
   std::size_t n = 0, mismatches = 0;
   for (std::size_t k = 0; k < ga.size(); ++k)
     for (std::size_t i = 0; i < ga[k].grad.size(); ++i, ++n) mismatches += ga[k].grad[i] != std::ldexp(gb[k].grad[i], -6);
-  std::printf("ssd: %zu gradients compared (scale 2^10, divisor 2^16 vs neither), %zu mismatches\n", n, mismatches);
+  std::printf("ssd: %zu gradients compared (scale 2^-6 vs 1), %zu mismatches\n", n, mismatches);
   CHECK(mismatches == 0);
   CHECK(prec.site_stats().empty());  // fp32 rounds nothing
 }
@@ -71,13 +69,13 @@ TEST_CASE("ssd: mixed-fp16 rounds at the named sites; gradients accumulate", "[s
   auto m = nn::make_model("ssd", {}, 1);
   auto ps = m->params();
   modeltest::zero_grads(ps);
-  m->forward_backward(0, 1.0f, prec);
+  m->forward_backward(0, 0x1p-16f, prec);
   for (const char* site : {"conv1/in", "conv1/w", "conv1/out", "head1/out_grad", "head2/out_grad", "head2/in_grad",
                            "conv3/in_grad", "f1/grad", "conv2/in_grad", "conv1/w_grad", "head2/b_grad"}) {
     INFO(site);
     CHECK(prec.site_stats().count(site) == 1);
   }
-  // With the default divisor and no loss scale, activation gradients underflow in fp16.
+  // With the loss times 2^-16 (the trainer's --loss-divisor-log2 16), activation gradients underflow in fp16.
   const auto& s = prec.site_stats().at("conv2/in_grad");
   std::printf("ssd mixed-fp16, no scaling: conv2/in_grad %llu values, %llu flushed to zero\n",
               (unsigned long long)s.count, (unsigned long long)s.underflow);

@@ -2,11 +2,13 @@
 // from the torch.optim algorithm boxes (in double, to ~1e-7), and gradient clipping.
 #include "catch.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <vector>
 
 #include "mpsim/error.hpp"
+#include "mpsim/format/round.hpp"
 #include "mpsim/train/optimizer.hpp"
 
 using namespace mpsim;
@@ -103,4 +105,74 @@ TEST_CASE("optimiser configs are validated", "[optimizer]") {
   std::vector<float> v(2), g(2);
   std::vector<std::span<float>> values = {v}, grads = {g};
   CHECK_THROWS_AS(opt.step(values, grads), Error);
+}
+
+TEST_CASE("no master copy: fp16 weights swallow updates that fp32 master weights keep (counted)", "[optimizer]") {
+  // 4096 weights at 1.0, each with gradient 2^-9 and lr 2^-4: every update is 2^-13. fp16's spacing
+  // at 1.0 is 2^-10, so nearest-even swallows an update below 2^-11: all of them; fp32's spacing is
+  // 2^-23 and it keeps all of them. Stochastic rounding moves a weight to 1 - 2^-11 (the next fp16 value
+  // below 1, spacing 2^-11 there) with probability 2^-13 / 2^-11 = 1/4: the expected value is kept.
+  OptimizerConfig c;
+  c.name = "sgd";
+  c.lr = 0x1p-4;
+  c.momentum = 0;
+  const std::size_t n = 4096;
+  std::vector<float> grad(n, 0x1p-9f);
+  std::vector<std::span<float>> grads = {grad};
+  auto run = [&](Optimizer& opt, std::vector<float>& theta) {
+    std::vector<std::span<float>> values = {theta};
+    return opt.step(values, grads);
+  };
+  std::vector<float> master(n, 1.0f), pure(n, 1.0f), sr(n, 1.0f);
+  Optimizer o_master(c, {n}), o_pure(c, {n}), o_sr(c, {n});
+  o_pure.set_no_master_copy(fp16(), Rounding{});
+  Rounding stochastic;
+  stochastic.mode = RoundingMode::stochastic;
+  o_sr.set_no_master_copy(fp16(), stochastic);
+  const UpdateStats s_master = run(o_master, master), s_pure = run(o_pure, pure), s_sr = run(o_sr, sr);
+  std::size_t moved_sr = 0, master_exact = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    moved_sr += sr[i] != 1.0f;
+    master_exact += master[i] == static_cast<float>(1.0 - 0x1p-13);
+  }
+  std::printf("no master copy, %zu updates of 2^-13 at 1.0: fp32 master swallowed %llu (kept exactly %zu), fp16 "
+              "nearest swallowed %llu, fp16 stochastic swallowed %llu (moved %zu, expected %zu +- %.0f)\n",
+              n, (unsigned long long)s_master.swallowed, master_exact, (unsigned long long)s_pure.swallowed,
+              (unsigned long long)s_sr.swallowed, moved_sr, n / 4, std::sqrt(n * 0.25 * 0.75));
+  CHECK(s_master.nonzero == n);
+  CHECK(s_master.swallowed == 0);
+  CHECK(master_exact == n);
+  CHECK(s_pure.nonzero == n);
+  CHECK(s_pure.swallowed == n);
+  CHECK(std::all_of(pure.begin(), pure.end(), [](float v) { return v == 1.0f; }));
+  CHECK(s_sr.swallowed == n - moved_sr);
+  // Binomial(4096, 1/4): mean 1024, sd 27.7; five sd either side.
+  CHECK(std::abs(static_cast<double>(moved_sr) - 1024.0) < 5 * 27.7);
+  for (float v : sr) CHECK((v == 1.0f || v == static_cast<float>(1.0 - 0x1p-11)));
+
+  // Momentum and weight decay in fp16 too: the buffer holds fp16 values, and a step worked by hand.
+  OptimizerConfig m = c;
+  m.momentum = 0.9;
+  m.lr = 0.1;
+  Optimizer o_m(m, {2});
+  o_m.set_no_master_copy(fp16(), Rounding{});
+  std::vector<float> theta = {1.0f, -2.0f}, g2 = {0.5f, 0.3f};
+  std::vector<std::span<float>> values = {theta}, grads2 = {g2};
+  o_m.step(values, grads2);
+  o_m.step(values, grads2);
+  // By hand with f = round to fp16: g = f(0.3) = 0.2999267578125; step 1: b = g, theta1 = f(-2 - f(f(0.1) b));
+  // step 2: b = f(f(f(0.9) b) + g), theta2 = f(theta1 - f(f(0.1) b)).
+  auto f = [](double x) { return static_cast<double>(mpsim::round(x, fp16())); };
+  const double g = f(0.3), lr = f(0.1), mu = f(0.9);
+  const double t1 = f(-2.0 - f(lr * g)), b2 = f(f(mu * g) + g), t2 = f(t1 - f(lr * b2));
+  std::printf("no master copy with momentum: theta[1] %.10g (by hand %.10g), buffer %.10g (by hand %.10g)\n", theta[1],
+              t2, o_m.buffers()[0][1], b2);
+  CHECK(theta[1] == t2);
+  CHECK(o_m.buffers()[0][1] == b2);
+  CHECK(mpsim::round(theta[0], fp16()) == theta[0]);
+
+  OptimizerConfig adam;
+  adam.name = "adamw";
+  Optimizer o_adam(adam, {2});
+  CHECK_THROWS_AS(o_adam.set_no_master_copy(fp16(), Rounding{}), Error);
 }

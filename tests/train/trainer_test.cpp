@@ -4,10 +4,13 @@
 // skipped steps and underflow, pure-fp16 weights, and corrupt or mismatched checkpoints.
 #include "catch.hpp"
 
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <sstream>
 #include <unistd.h>
@@ -65,6 +68,7 @@ TEST_CASE("the same run twice, and with 1 and 2 threads, gives byte-identical st
   for (const char* policy : {"fp32", "mixed-fp16", "pure-fp16"}) {
     INFO("policy " << policy);
     auto a = base(std::string("det_a_") + policy, policy, "dynamic,init_scale=1048576,growth_interval=4", 30);
+    if (std::string(policy) == "pure-fp16") a.optimizer.name = "sgd";  // no master copy: SGD only
     auto b = a;
     b.out = temp_dir(std::string("det_b_") + policy);
     auto c = a;
@@ -182,7 +186,9 @@ TEST_CASE("small gradients underflow in fp16 without scaling and survive with a 
   CHECK(s1.act_grad_lost_fraction() == 0.0);
   CHECK(s2.act_grad_nonzero == 0);  // fp32 does not round the site
   const auto header = lines(slurp(plain.out / "steps.csv"))[0];
-  CHECK(header == "step,loss,metric,scale,skipped,grad_norm,lin/act_grad:zero,lin/act_grad:subnormal,lin/act_grad:overflow");
+  CHECK(header ==
+        "step,loss,metric,scale,skipped,grad_norm,swallowed,lin/act_grad:zero,lin/act_grad:subnormal,"
+        "lin/act_grad:overflow");
   CHECK(lines(slurp(full.out / "steps.csv"))[0] == header);  // same columns under fp32 (all zero)
   CHECK(fs::exists(full.out / "hist/step_000001.json"));
   const auto snap = nlohmann::json::parse(slurp(full.out / "hist/step_000010.json"));
@@ -193,6 +199,7 @@ TEST_CASE("small gradients underflow in fp16 without scaling and survive with a 
 
 TEST_CASE("pure-fp16 keeps the weights representable in fp16 after every update", "[trainer]") {
   auto c = base("pure", "pure-fp16", "dynamic,init_scale=1024", 8);
+  c.optimizer.name = "sgd";
   run_training(c, tiny::make);
   const auto ck = read_checkpoint(c.out / "checkpoint.safetensors");
   std::size_t checked = 0;
@@ -341,10 +348,185 @@ TEST_CASE("bad configs are refused before anything is written", "[trainer]") {
            [](TrainConfig& t) { t.optimizer.name = "lamb"; },
            [](TrainConfig& t) { t.steps = -1; },
            [](TrainConfig& t) { t.model = "resnet"; },
+           [](TrainConfig& t) { t.loss_divisor_log2 = 61; },
+           [](TrainConfig& t) { t.loss_divisor_log2 = -1; },
+           [](TrainConfig& t) {  // no master copy is implemented for SGD only
+             t.policy = "pure-fp16";
+             t.optimizer.name = "adamw";
+           },
        }) {
     auto t = c;
     mutate(t);
     CHECK_THROWS_AS(run_training(t, tiny::make), Error);
     CHECK_FALSE(fs::exists(t.out));
+  }
+}
+
+namespace {
+// The rows of a steps.csv without the header, and one column of it by name.
+std::vector<std::string> csv_column(const fs::path& file, const std::string& name) {
+  const auto rows = lines(slurp(file));
+  std::vector<std::string> header, out;
+  std::stringstream hs(rows.at(0));
+  for (std::string h; std::getline(hs, h, ',');) header.push_back(h);
+  const auto col = static_cast<std::size_t>(std::find(header.begin(), header.end(), name) - header.begin());
+  for (std::size_t r = 1; r < rows.size(); ++r) {
+    std::stringstream ss(rows[r]);
+    std::string cell;
+    for (std::size_t c = 0; c <= col && std::getline(ss, cell, ','); ++c) {
+    }
+    out.push_back(cell);
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("loss / accumulate: 2 and 4 micro-batches equal one big batch bit for bit where the sums are exact",
+          "[trainer]") {
+  // tiny_exact: data and weights on a coarse binary grid, so the first step's sums over samples are
+  // exact in float in any order; the seed of each backward is scale / accumulate, a power of two here.
+  // Under fp32 the arithmetic allows bit-for-bit equality. Under mixed-fp16 it does not: each
+  // micro-batch's weight gradient leaves its GEMM rounded to fp16 (as in PyTorch), a partial sum rounded
+  // separately; the weights then agree to fp16's relative precision of the update.
+  for (const char* policy : {"fp32", "mixed-fp16"}) {
+    const bool exact = std::string(policy) == "fp32";
+    auto big = base(std::string("acc_big_") + policy, policy, "static:1024", 1);
+    big.model = "tiny_exact";
+    big.optimizer.name = "sgd";
+    big.optimizer.lr = 0x1p-4;
+    big.optimizer.momentum = 0;
+    big.model_config.batch = 16;
+    std::vector<Checkpoint> cks;
+    std::vector<std::string> rows;
+    for (int accumulate : {1, 2, 4}) {
+      auto c = big;
+      c.out = temp_dir(fmt::format("acc_{}_{}", accumulate, policy));
+      c.accumulate = accumulate;
+      c.model_config.batch = 16 / accumulate;
+      run_training(c, tiny::make);
+      cks.push_back(read_checkpoint(c.out / "checkpoint.safetensors"));
+      rows.push_back(lines(slurp(c.out / "steps.csv")).at(1));
+    }
+    // The largest weight change of the step (vs the initial weights, which all runs share).
+    double largest_update = 0;
+    {
+      auto fresh = tiny::make("tiny_exact", big.model_config, big.seed);
+      const auto init = fresh->params();
+      for (std::size_t t = 0; t < init.size(); ++t)
+        for (std::size_t i = 0; i < init[t].value.size(); ++i)
+          largest_update = std::max(largest_update, std::abs(static_cast<double>(cks[0].tensors[t].values[i]) - init[t].value[i]));
+    }
+    std::size_t compared = 0, mismatches = 0;
+    double worst = 0;
+    for (std::size_t a = 1; a < cks.size(); ++a)
+      for (std::size_t t = 0; t < cks[0].tensors.size(); ++t)
+        for (std::size_t i = 0; i < cks[0].tensors[t].values.size(); ++i, ++compared) {
+          const float x = cks[0].tensors[t].values[i], y = cks[a].tensors[t].values[i];
+          mismatches += std::memcmp(&x, &y, 4) != 0;
+          worst = std::max(worst, std::abs(static_cast<double>(x) - y));
+        }
+    std::printf("%s: batch 16 vs 2 x 8 vs 4 x 4 (loss / accumulate), one step: %zu weights compared, %zu differ "
+                "(largest difference %g, largest update %g); steps.csv rows %s | %s | %s\n",
+                policy, compared, mismatches, worst, largest_update, rows[0].c_str(), rows[1].c_str(), rows[2].c_str());
+    CHECK(compared == 18);
+    if (exact) {
+      CHECK(mismatches == 0);
+      CHECK(rows[0] == rows[1]);  // loss, metric, grad_norm (the model's units) and the underflow columns
+      CHECK(rows[0] == rows[2]);
+    } else {
+      // up to 4 partial sums, each rounded to fp16 (unit roundoff 2^-11), with some cancellation: a few
+      // roundoffs of the largest update, far below the update itself
+      CHECK(worst <= 0x1p-7 * largest_update);
+      CHECK(worst > 0);
+    }
+  }
+}
+
+TEST_CASE("the loss divisor: fp32 runs are bit-identical whatever k; fp16 loses more; grad_norm in model units",
+          "[trainer]") {
+  auto plain = base("div0", "fp32", "none", 12);
+  plain.optimizer.name = "sgd";
+  plain.clip_norm = 0.05;  // in the model's units: the same steps clip with and without the divisor
+  auto divided = plain;
+  divided.out = temp_dir("div8");
+  divided.loss_divisor_log2 = 8;
+  run_training(plain, tiny::make);
+  run_training(divided, tiny::make);
+  const std::string a = slurp(plain.out / "steps.csv"), b = slurp(divided.out / "steps.csv");
+  const auto norms = csv_column(plain.out / "steps.csv", "grad_norm");
+  int clipped = 0;
+  for (const auto& v : norms) clipped += std::stod(v) > 0.05;
+  std::printf("divisor 2^8 under fp32: steps.csv %zu bytes, identical: %s; grad_norm step 1 %s, %d of %zu steps clipped\n",
+              a.size(), a == b ? "yes" : "no", norms.at(0).c_str(), clipped, norms.size());
+  CHECK(a == b);
+  CHECK(clipped > 0);
+  const auto ck_a = read_checkpoint(plain.out / "checkpoint.safetensors"), ck_b = read_checkpoint(divided.out / "checkpoint.safetensors");
+  for (std::size_t t = 0; t < ck_a.tensors.size(); ++t) CHECK(ck_a.tensors[t].values == ck_b.tensors[t].values);
+
+  // Under mixed-fp16 the divided run's activation gradients are 2^8 times smaller inside the network.
+  auto h0 = plain, h20 = plain;
+  h0.policy = h20.policy = "mixed-fp16";
+  h0.out = temp_dir("div0_fp16");
+  h20.out = temp_dir("div20_fp16");
+  h20.loss_divisor_log2 = 20;
+  const auto s0 = run_training(h0, tiny::make), s20 = run_training(h20, tiny::make);
+  std::printf("mixed-fp16 activation gradients flushed: divisor 1 %.3g%%, divisor 2^20 %.3g%%\n",
+              100 * s0.act_grad_lost_fraction(), 100 * s20.act_grad_lost_fraction());
+  CHECK(s0.act_grad_lost_fraction() < 0.01);
+  CHECK(s20.act_grad_lost_fraction() > 0.05);
+}
+
+TEST_CASE("pure-fp16 (no master copy) swallows updates that mixed-fp16's fp32 master weights keep", "[trainer]") {
+  // A small learning rate: the updates are far below half the spacing of fp16 weights of order 0.1.
+  std::map<std::string, TrainSummary> s;
+  for (const char* policy : {"mixed-fp16", "pure-fp16", "pure-fp16-sr"}) {
+    auto c = base(std::string("swallow_") + policy, policy, "static:1024", 20);
+    c.optimizer.name = "sgd";
+    c.optimizer.lr = 1e-4;
+    s[policy] = run_training(c, tiny::make);
+    const auto col = csv_column(c.out / "steps.csv", "swallowed");
+    std::printf("%s, lr 1e-4, 20 steps: %llu non-zero updates, %llu swallowed (%.3g%%); step 1: %s\n", policy,
+                (unsigned long long)s[policy].updates_nonzero, (unsigned long long)s[policy].updates_swallowed,
+                100 * s[policy].swallowed_fraction(), col.at(0).c_str());
+    CHECK(s[policy].updates_nonzero == 20 * 9);
+  }
+  CHECK(s["mixed-fp16"].updates_swallowed == 0);
+  CHECK(s["pure-fp16"].updates_swallowed >= 20);
+  CHECK(s["pure-fp16-sr"].swallowed_fraction() < s["pure-fp16"].swallowed_fraction());
+}
+
+TEST_CASE("resume stays bit-exact with accumulation, the divisor, clipping and no master copy", "[trainer]") {
+  for (const char* policy : {"mixed-fp16", "pure-fp16-sr"}) {
+    INFO("policy " << policy);
+    auto straight = base(std::string("rs_straight_") + policy, policy, "hysteresis:deepspeed,growth_interval=3", 16);
+    straight.optimizer.name = "sgd";
+    straight.accumulate = 2;
+    straight.loss_divisor_log2 = 10;
+    straight.clip_norm = 0.05;
+    straight.eval_every = 4;
+    auto first = straight;
+    first.out = temp_dir(std::string("rs_first_") + policy);
+    first.steps = 8;
+    auto second = straight;
+    second.out = temp_dir(std::string("rs_second_") + policy);
+    second.resume = first.out / "checkpoint.safetensors";
+    const auto s_straight = run_training(straight, tiny::make);
+    run_training(first, tiny::make);
+    const auto s_resumed = run_training(second, tiny::make);
+    const auto all = lines(slurp(straight.out / "steps.csv"));
+    const auto head = lines(slurp(first.out / "steps.csv"));
+    const auto tail = lines(slurp(second.out / "steps.csv"));
+    REQUIRE(all.size() == 17);
+    REQUIRE(tail.size() == 9);
+    int mismatches = 0;
+    for (int i = 1; i <= 8; ++i) mismatches += (head[i] != all[i]) + (tail[i] != all[8 + i]);
+    std::printf("resume %s: 16 rows compared, %d differ; swallowed %llu / %llu\n", policy, mismatches,
+                (unsigned long long)s_resumed.updates_swallowed, (unsigned long long)s_resumed.updates_nonzero);
+    CHECK(mismatches == 0);
+    CHECK(s_resumed.updates_swallowed == s_straight.updates_swallowed);
+    CHECK(s_resumed.updates_nonzero == s_straight.updates_nonzero);
+    CHECK(slurp(straight.out / "checkpoint.safetensors").size() == slurp(second.out / "checkpoint.safetensors").size());
+    const auto ck_a = read_checkpoint(straight.out / "checkpoint.safetensors"), ck_b = read_checkpoint(second.out / "checkpoint.safetensors");
+    for (std::size_t t = 0; t < ck_a.tensors.size(); ++t) CHECK(ck_a.tensors[t].values == ck_b.tensors[t].values);
   }
 }

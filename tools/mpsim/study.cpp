@@ -1,4 +1,4 @@
-// mpsim study loss-scaling: the grid of precision policies and loss scalers on one model, three seeds
+// mpsim study loss-scaling: the grid of precision policies and loss scalers on one model, five seeds
 // each, summarised against fp32 (lib/mpsim/train/study.hpp).
 #include <fmt/core.h>
 
@@ -22,7 +22,7 @@ void setup(CLI::App& app) {
   auto* study = app.add_subcommand("study", "Studies that run many trainings and summarise them");
   study->require_subcommand(1);
   auto* cmd = study->add_subcommand(
-      "loss-scaling", "fp32 vs mixed-fp16 (no scaling, static, dynamic, hysteresis), mixed-bf16, pure-fp16; 3 seeds each");
+      "loss-scaling", "fp32 vs mixed-fp16 (no scaling, static, dynamic, hysteresis), mixed-bf16, pure-fp16, over seeds");
   auto c = std::make_shared<mpsim::train::StudyConfig>();
   auto out = std::make_shared<std::string>();
   auto scales = std::make_shared<std::string>();
@@ -32,6 +32,10 @@ void setup(CLI::App& app) {
   cmd->add_option("--seeds", c->seeds, "seeds per configuration")->capture_default_str();
   cmd->add_option("--jobs", c->jobs, "runs in parallel")->capture_default_str();
   cmd->add_option("--static-scales", *scales, "comma-separated static loss scales (default 8,128,1024)");
+  cmd->add_option("--loss-divisor-log2", c->loss_divisor_log2,
+                  "experiment: gradients inside the network 2^N times smaller, undone at unscaling (default 0; "
+                  "see lib/mpsim/models/README.md)")
+      ->capture_default_str();
   cmd->add_option("--corpus", c->model_config.corpus_path, "lstm: train on this UTF-8 text file");
   cmd->add_option("--batch", c->model_config.batch, "batch size (0: the model's default)");
   cmd->add_option("--size", c->model_config.size, "model width (0: the model's default)");

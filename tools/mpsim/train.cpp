@@ -66,8 +66,10 @@ void setup(CLI::App& app) {
   cmd->add_option("--momentum", c->optimizer.momentum, "SGD momentum (default: the model's)");
   cmd->add_option("--weight-decay", c->optimizer.weight_decay, "weight decay, AdamW: decoupled (default: the model's)");
   cmd->add_option("--steps", c->steps, "optimiser steps, in all also when resuming (default: the model's)");
-  cmd->add_option("--loss-divisor-log2", c->model_config.loss_divisor_log2,
-                  "divide the loss by 2^N before backward (default: the model's; see lib/mpsim/models/README.md)");
+  cmd->add_option("--loss-divisor-log2", c->loss_divisor_log2,
+                  "experiment: gradients inside the network 2^N times smaller, undone at unscaling (default 0; "
+                  "see lib/mpsim/models/README.md)")
+      ->capture_default_str();
   cmd->add_option("--seed", c->seed, "seed of the weights and the data")->capture_default_str();
   cmd->add_option("--accumulate", c->accumulate, "micro-batches per step (gradient accumulation)")
       ->capture_default_str();

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "mpsim/nn/eigen.hpp"
+#include "mpsim/nn/matmul.hpp"
 
 namespace mpsim::nn {
 
@@ -63,15 +64,18 @@ void col2im(T* dinp, const T* dcol, const Conv2dShape& s) {
       }
 }
 
-// out (B, OC, OH, OW) = weight (OC, C*K*K) · im2col(inp) + bias (OC); bias may be null.
+// out (B, OC, OH, OW) = weight (OC, C*K*K) · im2col(inp) + bias (OC); bias may be null. accumulate: the
+// GEMM's accumulator (matmul.hpp; null: T).
 template <class T>
-void conv2d_forward(T* out, const T* inp, const T* weight, const T* bias, const Conv2dShape& s) {
+void conv2d_forward(T* out, const T* inp, const T* weight, const T* bias, const Conv2dShape& s,
+                    const Format* accumulate = nullptr) {
   const std::int64_t P = static_cast<std::int64_t>(s.OH()) * s.OW();
   const std::int64_t ncols = s.B * P;
   const std::int64_t krows = static_cast<std::int64_t>(s.C) * s.K * s.K;
   std::vector<T> col(static_cast<std::size_t>(krows * ncols));
   im2col(col.data(), inp, s);
-  Mat<T> prod = CMatMap<T>(weight, s.OC, krows) * CMatMap<T>(col.data(), krows, ncols);  // (OC, B*P)
+  Mat<T> prod(s.OC, ncols);
+  matmul(prod, CMatMap<T>(weight, s.OC, krows), CMatMap<T>(col.data(), krows, ncols), accumulate);
   for (int b = 0; b < s.B; ++b)
     for (int oc = 0; oc < s.OC; ++oc) {
       T* o = out + (static_cast<std::int64_t>(b) * s.OC + oc) * P;
@@ -81,10 +85,11 @@ void conv2d_forward(T* out, const T* inp, const T* weight, const T* bias, const 
 }
 
 // dinp (B, C, H, W) = col2im(weight^T · dout); dweight (OC, C*K*K) = dout · im2col(inp)^T;
-// dbias (OC) = Σ dout over batch and positions. All overwritten; any may be null.
+// dbias (OC) = Σ dout over batch and positions. All overwritten; any may be null. accumulate: the two
+// GEMMs' accumulator (the bias sum is a reduction and stays in T).
 template <class T>
 void conv2d_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
-                     const Conv2dShape& s) {
+                     const Conv2dShape& s, const Format* accumulate = nullptr) {
   const std::int64_t P = static_cast<std::int64_t>(s.OH()) * s.OW();
   const std::int64_t ncols = s.B * P;
   const std::int64_t krows = static_cast<std::int64_t>(s.C) * s.K * s.K;
@@ -98,10 +103,11 @@ void conv2d_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
   if (dweight) {
     std::vector<T> col(static_cast<std::size_t>(krows * ncols));
     im2col(col.data(), inp, s);
-    MatMap<T>(dweight, s.OC, krows).noalias() = d * CMatMap<T>(col.data(), krows, ncols).transpose();
+    matmul(MatMap<T>(dweight, s.OC, krows), d, CMatMap<T>(col.data(), krows, ncols).transpose(), accumulate);
   }
   if (dinp) {
-    Mat<T> dcol = CMatMap<T>(weight, s.OC, krows).transpose() * d;
+    Mat<T> dcol(krows, ncols);
+    matmul(dcol, CMatMap<T>(weight, s.OC, krows).transpose(), d, accumulate);
     col2im(dinp, dcol.data(), s);
   }
 }

@@ -31,13 +31,6 @@ struct ModelConfig {
   int batch = 0;            // 0 = the model's default
   int size = 0;             // width/scale knob, 0 = the model's default
   std::string corpus_path;  // lstm: a UTF-8 text file instead of the generated corpus (empty = generated)
-  // The loss is divided by 2^loss_divisor_log2 before backward (-1 = the model's default), standing for a
-  // batch whose loss is normalised by a count that many times larger (one worker's share of a
-  // data-parallel global batch, one of many accumulation micro-batches). It moves every gradient down by
-  // that many binades, exactly (a power of two), into the range where fp16 loses them; see
-  // lib/mpsim/models/README.md for why and for the default. forward_backward still returns the loss
-  // without the divisor.
-  int loss_divisor_log2 = -1;
 };
 
 // What the model suggests to the training loop (the study uses it; a user may override it).
@@ -47,6 +40,9 @@ struct TrainHints {
   double momentum = 0.9;            // sgd
   double weight_decay = 0.0;
   int steps = 400;                  // default length of a run
+  // A global-norm clipping threshold (model units) that clips some of the steps of a run of the model:
+  // the study's clipping row uses it (0 = the model suggests none).
+  double clip_norm = 0;
 };
 
 class Model {

@@ -36,12 +36,15 @@ std::string PrecisionPolicy::describe() const {
     if (!out.empty()) out += ' ';
     out += std::string(to_string(c)) + "=" + (format_of(c) ? format_of(c)->name : std::string("fp32"));
   }
+  out += " accumulate=" + (accumulate ? accumulate->name : std::string("fp32"));
   out += " rounding=" + std::string(short_name(rounding.mode));
+  if (weight) out += " update_rounding=" + std::string(short_name(update_rounding.mode));
   return out;
 }
 
 const std::vector<std::string>& policy_names() {
-  static const std::vector<std::string> names{"fp32", "mixed-fp16", "mixed-bf16", "pure-fp16", "custom:..."};
+  static const std::vector<std::string> names{"fp32", "mixed-fp16", "mixed-fp16-acc16", "mixed-bf16", "pure-fp16", "pure-fp16-sr",
+                                              "custom:..."};
   return names;
 }
 
@@ -85,16 +88,23 @@ PrecisionPolicy parse_policy(std::string_view spec) {
     return p;
   }
   if (s == "mixed-fp16") return mixed("mixed-fp16", fp16());
+  if (s == "mixed-fp16-acc16") {
+    PrecisionPolicy p = mixed(s, fp16());
+    p.accumulate = fp16();
+    return p;
+  }
   if (s == "mixed-bf16") return mixed("mixed-bf16", bf16());
-  if (s == "pure-fp16") {
-    PrecisionPolicy p = mixed("pure-fp16", fp16());
+  if (s == "pure-fp16" || s == "pure-fp16-sr") {
+    PrecisionPolicy p = mixed(s, fp16());
     p.weight = fp16();
+    if (s == "pure-fp16-sr") p.update_rounding.mode = RoundingMode::stochastic;
     return p;
   }
   constexpr std::string_view prefix = "custom:";
   if (s.rfind(prefix, 0) != 0)
     throw Error("unknown precision policy '" + std::string(spec) +
-                "' (expected fp32, mixed-fp16, mixed-bf16, pure-fp16 or custom:KEY=FORMAT,...)");
+                "' (expected fp32, mixed-fp16, mixed-fp16-acc16, mixed-bf16, pure-fp16, pure-fp16-sr or "
+                "custom:KEY=FORMAT,...)");
   PrecisionPolicy p;
   p.name = "custom";
   std::string_view rest = std::string_view(s).substr(prefix.size());
@@ -116,12 +126,22 @@ PrecisionPolicy parse_policy(std::string_view spec) {
       }
       continue;
     }
+    if (key == "update_rounding") {
+      try {
+        p.update_rounding.mode = parse_rounding_mode(value);
+      } catch (const Error& e) {
+        throw Error("precision policy '" + std::string(spec) + "': " + e.what());
+      }
+      continue;
+    }
     if (key == "sr_seed") {
       p.rounding.seed = parse_int<std::uint64_t>(spec, key, value);
+      p.update_rounding.seed = p.rounding.seed;
       continue;
     }
     if (key == "sr_bits") {
       p.rounding.sr_bits = parse_int<int>(spec, key, value);
+      p.update_rounding.sr_bits = p.rounding.sr_bits;
       try {
         validate(p.rounding);
       } catch (const Error& e) {
@@ -148,6 +168,8 @@ PrecisionPolicy parse_policy(std::string_view spec) {
       p.matmul_input = fmt;
     } else if (key == "matmul_output" || key == "matmul_out") {
       p.matmul_output = fmt;
+    } else if (key == "accumulate") {
+      p.accumulate = fmt;
     } else if (key == "activation_grad" || key == "act_grad") {
       p.activation_grad = fmt;
     } else if (key == "weight_grad" || key == "w_grad") {
@@ -156,8 +178,8 @@ PrecisionPolicy parse_policy(std::string_view spec) {
       p.weight = fmt;
     } else {
       throw Error("precision policy '" + std::string(spec) + "': unknown key '" + std::string(key) +
-                  "' (expected matmul, matmul_input, matmul_output, act_grad, weight_grad, weight, rounding, "
-                  "sr_seed, sr_bits)");
+                  "' (expected matmul, matmul_input, matmul_output, accumulate, act_grad, weight_grad, weight, rounding, "
+                  "update_rounding, sr_seed, sr_bits)");
     }
   }
   validate(p.rounding);

@@ -37,18 +37,28 @@ struct PrecisionPolicy {
   std::string name;  // "fp32", "mixed-fp16", "mixed-bf16", "pure-fp16", or "custom"
   // nullopt = fp32: the site is left alone (no rounding, no Stats).
   std::optional<Format> matmul_input, matmul_output, activation_grad, weight_grad, weight;
+  // The accumulator of the matrix products and convolutions (nn/matmul.hpp): nullopt = fp32 (autocast,
+  // the paper's mixed precision); a format = running sums kept in it ("accumulate=fp16").
+  std::optional<Format> accumulate;
   Rounding rounding;  // nearest-even by default
+  // "pure" policies (weight set) train without an fp32 master copy: the optimiser rounds theta - update
+  // with this (nearest-even, or stochastic in pure-fp16-sr); its other operations round to nearest-even.
+  Rounding update_rounding;
 
   const std::optional<Format>& format_of(OpClass) const;
   // "matmul_input=fp16 matmul_output=fp16 ..." for reports.
   std::string describe() const;
 };
 
-// Parses a policy: "fp32", "mixed-fp16", "mixed-bf16", "pure-fp16", or
+// Parses a policy: "fp32", "mixed-fp16", "mixed-fp16-acc16" (mixed-fp16 whose products accumulate in
+// fp16), "mixed-bf16", "pure-fp16" (no fp32 master copy: weights, momentum and update in fp16),
+// "pure-fp16-sr" (the same, theta - update rounded stochastically), or
 // "custom:KEY=VALUE,KEY=VALUE,..." with keys
 //   matmul (sets matmul_input and matmul_output), matmul_input | matmul_in, matmul_output | matmul_out,
+//   accumulate (the products' accumulator),
 //   activation_grad | act_grad, weight_grad | w_grad, weight, rounding (a name parse_rounding_mode takes),
-//   sr_seed (stochastic rounding key), sr_bits
+//   update_rounding (the same, for theta - update when weight is set), sr_seed (stochastic rounding key,
+//   both roundings), sr_bits
 // and values a format name parse_format takes, or "fp32" / "none" for no rounding. Unset keys are fp32.
 // Throws mpsim::Error naming the spec on anything else.
 PrecisionPolicy parse_policy(std::string_view spec);
@@ -68,6 +78,8 @@ class Precision {
   void round(std::string_view site, OpClass cls, std::span<float> data);
   // True if round(site, cls, ...) would change anything (lets callers skip copies under fp32).
   bool rounds(OpClass cls) const { return policy_.format_of(cls).has_value(); }
+  // The products' accumulator for the layers (nullptr = fp32).
+  const Format* accumulate_format() const { return policy_.accumulate ? &*policy_.accumulate : nullptr; }
 
   const std::map<std::string, Stats>& site_stats() const { return stats_; }
   void reset_stats() { stats_.clear(); }

@@ -39,6 +39,7 @@ nlohmann::json to_json(const OptimizerConfig& c) {
 Optimizer::Optimizer(OptimizerConfig config, std::vector<std::size_t> sizes)
     : config_(std::move(config)), sizes_(std::move(sizes)) {
   validate(config_);
+  for (std::size_t n : sizes_) elements_ += n;
   if (config_.name == "sgd") {
     if (config_.momentum != 0)
       for (std::size_t n : sizes_) buffers_.emplace_back(n, 0.0f);
@@ -58,7 +59,50 @@ nlohmann::json Optimizer::state_layout() const {
   return {{"name", config_.name}, {"steps", steps_}, {"buffers", buffers}};
 }
 
-void Optimizer::step(std::span<const std::span<float>> values, std::span<const std::span<float>> grads) {
+void Optimizer::set_no_master_copy(const Format& format, const Rounding& update_rounding) {
+  if (config_.name != "sgd")
+    throw Error(fmt::format("optimiser {}: training without fp32 master weights is implemented for SGD only",
+                            config_.name));
+  validate(update_rounding);
+  low_ = format;
+  update_rounding_ = update_rounding;
+}
+
+// SGD with every value in the low format and every operation rounded to it (nearest-even): the gradient
+// as a pure low-precision run holds it after unscaling, the weight-decay term, the momentum buffer, the
+// learning-rate product, and theta - update (update_rounding_). Each operation is computed exactly in
+// double (products and sums of two fp16/bf16 values fit in 53 bits) and rounded once by mpsim::round.
+UpdateStats Optimizer::step_sgd_low(std::span<const std::span<float>> values, std::span<const std::span<float>> grads) {
+  const OptimizerConfig& c = config_;
+  const Format& f = *low_;
+  auto r = [&](double x) { return static_cast<double>(mpsim::round(x, f)); };
+  const double wd = r(c.weight_decay), mu = r(c.momentum), keep = r(1.0 - c.dampening), lr = r(c.lr);
+  UpdateStats stats;
+  std::uint64_t index = static_cast<std::uint64_t>(steps_ - 1) * elements_;
+  for (std::size_t i = 0; i < sizes_.size(); ++i) {
+    float* theta = values[i].data();
+    const float* grad = grads[i].data();
+    float* buf = c.momentum != 0 ? buffers_[i].data() : nullptr;
+    for (std::size_t k = 0; k < sizes_[i]; ++k, ++index) {
+      double g = r(grad[k]);
+      if (c.weight_decay != 0) g = r(g + r(wd * theta[k]));
+      if (buf) {
+        buf[k] = static_cast<float>(steps_ == 1 ? g : r(r(mu * buf[k]) + r(keep * g)));
+        g = c.nesterov ? r(g + r(mu * buf[k])) : buf[k];
+      }
+      const double update = r(lr * g);
+      const float before = theta[k];
+      theta[k] = static_cast<float>(mpsim::round(static_cast<double>(before) - update, f, update_rounding_, index));
+      if (update != 0) {
+        stats.nonzero += 1;
+        stats.swallowed += theta[k] == before;
+      }
+    }
+  }
+  return stats;
+}
+
+UpdateStats Optimizer::step(std::span<const std::span<float>> values, std::span<const std::span<float>> grads) {
   if (values.size() != sizes_.size() || grads.size() != sizes_.size())
     throw Error(fmt::format("optimiser: {} tensors given, {} expected", values.size(), sizes_.size()));
   for (std::size_t i = 0; i < sizes_.size(); ++i)
@@ -67,6 +111,16 @@ void Optimizer::step(std::span<const std::span<float>> values, std::span<const s
                               grads[i].size(), sizes_[i]));
   steps_ += 1;
   const OptimizerConfig& c = config_;
+  if (low_) return step_sgd_low(values, grads);
+  UpdateStats stats;
+  // An fp32 master weight swallows an update too when it is below half the weight's spacing (2^-24
+  // relative): counted the same way as in the low format.
+  auto count = [&stats](float before, float after, float update) {
+    if (update != 0) {
+      stats.nonzero += 1;
+      stats.swallowed += after == before;
+    }
+  };
 
   if (c.name == "sgd") {
     // torch.optim.SGD (docs algorithm box; _single_tensor_sgd):
@@ -86,10 +140,12 @@ void Optimizer::step(std::span<const std::span<float>> values, std::span<const s
           buf[k] = steps_ == 1 ? g : mu * buf[k] + keep * g;
           g = c.nesterov ? g + mu * buf[k] : buf[k];
         }
-        theta[k] = theta[k] + neg_lr * g;
+        const float before = theta[k], update = neg_lr * g;
+        theta[k] = before + update;
+        count(before, theta[k], update);
       }
     }
-    return;
+    return stats;
   }
 
   // torch.optim.AdamW (docs algorithm box; _single_tensor_adam with decoupled weight decay):
@@ -118,9 +174,12 @@ void Optimizer::step(std::span<const std::span<float>> values, std::span<const s
       m[k] = m[k] + one_minus_beta1 * (g - m[k]);
       v[k] = v[k] * beta2 + one_minus_beta2 * (g * g);
       const float denom = std::sqrt(v[k]) / bias_correction2_sqrt + eps;
-      theta[k] = theta[k] + neg_step_size * (m[k] / denom);
+      const float before = theta[k], update = neg_step_size * (m[k] / denom);
+      theta[k] = before + update;
+      count(before, theta[k], update);
     }
   }
+  return stats;
 }
 
 double global_grad_norm(std::span<const std::span<float>> grads) {

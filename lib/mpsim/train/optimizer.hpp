@@ -9,10 +9,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "mpsim/format/format.hpp"
+#include "mpsim/format/round.hpp"
 
 namespace mpsim::train {
 
@@ -34,14 +38,25 @@ struct OptimizerConfig {
 void validate(const OptimizerConfig&);
 nlohmann::json to_json(const OptimizerConfig&);
 
+// What one step did to the stored weights: of the elements whose update was non-zero, how many the
+// stored weight swallowed (it did not change, because the update was below half its spacing).
+struct UpdateStats {
+  std::uint64_t nonzero = 0, swallowed = 0;
+};
+
 class Optimizer {
  public:
   // sizes[i]: element count of tensor i.
   Optimizer(OptimizerConfig config, std::vector<std::size_t> sizes);
 
   const OptimizerConfig& config() const { return config_; }
+  // No master copy ("pure" policies): the weights, the gradients, the momentum buffer and every operation
+  // of the update are held in / rounded to `format` (nearest-even), as a run without fp32 master weights
+  // does; the final theta - update is rounded with `update_rounding` (nearest-even, or stochastic as in
+  // llm.c's update). SGD only (throws mpsim::Error for AdamW). Call before the first step.
+  void set_no_master_copy(const Format& format, const Rounding& update_rounding);
   // One update of every tensor: values[i] -= f(grads[i], state). Sizes must match the constructor's.
-  void step(std::span<const std::span<float>> values, std::span<const std::span<float>> grads);
+  UpdateStats step(std::span<const std::span<float>> values, std::span<const std::span<float>> grads);
   // Steps taken so far (AdamW's t; SGD's "momentum buffer exists" test).
   std::int64_t steps() const { return steps_; }
 
@@ -58,6 +73,11 @@ class Optimizer {
   // SGD: momentum_buffer of each tensor (empty when momentum == 0).
   // AdamW: exp_avg of each tensor, then exp_avg_sq of each tensor.
   std::vector<std::vector<float>> buffers_;
+  std::optional<Format> low_;      // set_no_master_copy
+  Rounding update_rounding_;
+  std::uint64_t elements_ = 0;     // sum of sizes_: stochastic-rounding indices are (step - 1) * elements_ + k
+
+  UpdateStats step_sgd_low(std::span<const std::span<float>> values, std::span<const std::span<float>> grads);
 };
 
 // Global L2 norm of all gradients (accumulated in double, in tensor order: deterministic).

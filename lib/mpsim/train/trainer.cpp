@@ -106,6 +106,9 @@ nlohmann::json TrainSummary::to_json() const {
           {"activation_grad_subnormal", act_grad_subnormal},
           {"activation_grad_overflow", act_grad_overflow},
           {"activation_grad_lost_pct", 100.0 * act_grad_lost_fraction()},
+          {"updates_nonzero", updates_nonzero},
+          {"updates_swallowed", updates_swallowed},
+          {"updates_swallowed_pct", 100.0 * swallowed_fraction()},
           {"wall_seconds", wall_seconds}};
 }
 
@@ -121,6 +124,7 @@ nlohmann::json to_json(const TrainConfig& c) {
           {"seed", c.seed},
           {"accumulate", c.accumulate},
           {"clip_norm", c.clip_norm},
+          {"loss_divisor_log2", c.loss_divisor_log2},
           {"eval_every", c.eval_every},
           {"checkpoint_every", c.checkpoint_every},
           {"threads", c.threads},
@@ -135,6 +139,9 @@ void validate(const TrainConfig& c) {
   validate(placeholder_optimizer(c));
   if (c.steps < 0) throw Error(fmt::format("--steps {}: must be >= 1", c.steps));
   if (c.accumulate < 1) throw Error(fmt::format("--accumulate {}: must be >= 1", c.accumulate));
+  // 2^-60 times a loss scale up to 2^24 stays a normal float; beyond it the knob would only flush.
+  if (c.loss_divisor_log2 < 0 || c.loss_divisor_log2 > 60)
+    throw Error(fmt::format("--loss-divisor-log2 {}: must lie in [0, 60]", c.loss_divisor_log2));
   if (!(std::isfinite(c.clip_norm) && c.clip_norm >= 0))
     throw Error(fmt::format("--clip-norm {}: must be finite and >= 0", c.clip_norm));
   if (c.eval_every < 0) throw Error(fmt::format("--eval-every {}: must be >= 0", c.eval_every));
@@ -178,6 +185,7 @@ TrainSummary run_training(const TrainConfig& config, const ModelFactory& factory
   }
 
   Optimizer optimizer(optimizer_config, sizes);
+  if (policy.weight) optimizer.set_no_master_copy(*policy.weight, policy.update_rounding);
   LossScaler scaler(scaler_config);
   nn::Precision precision(policy);
   TrainSummary summary;
@@ -191,7 +199,8 @@ TrainSummary run_training(const TrainConfig& config, const ModelFactory& factory
                                        {"optimizer", train::to_json(optimizer_config)},
                                        {"seed", config.seed},
                                        {"accumulate", config.accumulate},
-                                       {"clip_norm", config.clip_norm}};
+                                       {"clip_norm", config.clip_norm},
+                                       {"loss_divisor_log2", config.loss_divisor_log2}};
 
   if (!config.resume.empty()) {
     const std::string file = config.resume.string();
@@ -199,7 +208,8 @@ TrainSummary run_training(const TrainConfig& config, const ModelFactory& factory
     const nlohmann::json& h = ck.header;
     check_same(h, "model", run_identity["model"], file, "model");
     check_same(h, "shapes", run_identity["shapes"], file, "parameter shapes");
-    for (const char* key : {"model_config", "policy", "scaler", "optimizer", "seed", "accumulate", "clip_norm"})
+    for (const char* key :
+         {"model_config", "policy", "scaler", "optimizer", "seed", "accumulate", "clip_norm", "loss_divisor_log2"})
       check_same(h, key, run_identity[key], file, key);
     try {
       start_step = h.at("step").get<int>();
@@ -227,6 +237,9 @@ TrainSummary run_training(const TrainConfig& config, const ModelFactory& factory
       summary.act_grad_underflow = t.at("act_grad_underflow").get<std::uint64_t>();
       summary.act_grad_subnormal = t.at("act_grad_subnormal").get<std::uint64_t>();
       summary.act_grad_overflow = t.at("act_grad_overflow").get<std::uint64_t>();
+      // Totals added for the swallowed-update count (written in write_checkpoint_now's "totals").
+      summary.updates_nonzero = t.at("updates_nonzero").get<std::uint64_t>();
+      summary.updates_swallowed = t.at("updates_swallowed").get<std::uint64_t>();
     } catch (const nlohmann::json::exception& e) {
       throw Error(fmt::format("{}: corrupt checkpoint header ({})", file, e.what()));
     }
@@ -239,11 +252,15 @@ TrainSummary run_training(const TrainConfig& config, const ModelFactory& factory
   const std::set<int> hist_set(hist_steps.begin(), hist_steps.end());
   const int eval_every = config.eval_every > 0 ? config.eval_every : std::max(1, total_steps / 10);
 
+  // Without a master copy the weights live in the low format from the start (a resumed run's already do).
+  if (policy.weight && config.resume.empty())
+    for (auto& p : params) precision.round(p.name + "/weight", nn::OpClass::weight, p.value);
+
   // Nothing has been written so far; from here on the outputs appear.
   std::filesystem::create_directories(config.out);
   const std::filesystem::path hist_dir = config.out / "hist";
 
-  std::string csv = "step,loss,metric,scale,skipped,grad_norm";
+  std::string csv = "step,loss,metric,scale,skipped,grad_norm,swallowed";
   for (const auto& s : act_sites) csv += fmt::format(",{0}:zero,{0}:subnormal,{0}:overflow", s);
   csv += "\n";
 
@@ -262,7 +279,10 @@ TrainSummary run_training(const TrainConfig& config, const ModelFactory& factory
                         {"act_grad_nonzero", summary.act_grad_nonzero},
                         {"act_grad_underflow", summary.act_grad_underflow},
                         {"act_grad_subnormal", summary.act_grad_subnormal},
-                        {"act_grad_overflow", summary.act_grad_overflow}};
+                        {"act_grad_overflow", summary.act_grad_overflow},
+                        // Swallowed-update totals (read back in the resume block).
+                        {"updates_nonzero", summary.updates_nonzero},
+                        {"updates_swallowed", summary.updates_swallowed}};
     std::vector<CheckpointTensorView> tensors;
     for (const auto& p : params) tensors.push_back({"param/" + p.name, p.value});
     for (std::size_t b = 0; b < optimizer.buffers().size(); ++b)
@@ -280,16 +300,21 @@ TrainSummary run_training(const TrainConfig& config, const ModelFactory& factory
     precision.reset_histograms();
 
     const double scale = scaler.scale();
+    // What backward starts from, as `scaler.scale(loss / accumulate).backward()` in PyTorch: the gradient
+    // of (loss / accumulate) * scale with respect to the loss is scale / accumulate, in float; the
+    // experiment divisor multiplies the scale by 2^-k, exactly.
+    const float seed_scale =
+        static_cast<float>(std::ldexp(scale, -config.loss_divisor_log2)) / static_cast<float>(config.accumulate);
     loss = 0;
     for (int micro = 0; micro < config.accumulate; ++micro) {
       const std::uint64_t batch = static_cast<std::uint64_t>(step - 1) * config.accumulate + micro;
-      loss += model->forward_backward(batch, static_cast<float>(scale), precision);
+      loss += model->forward_backward(batch, seed_scale, precision);
     }
     loss /= config.accumulate;
 
-    // Unscale (times the float reciprocal, as GradScaler's inv_scale = scale.double().reciprocal().float())
-    // and average the micro-batches, then look for inf/NaN in the unscaled gradients.
-    const float inv = static_cast<float>(1.0 / (scale * config.accumulate));
+    // Unscale (times the float reciprocal, as GradScaler's inv_scale = scale.double().reciprocal().float(),
+    // and times 2^k for the experiment divisor, exactly), then look for inf/NaN in the unscaled gradients.
+    const float inv = std::ldexp(static_cast<float>(1.0 / scale), config.loss_divisor_log2);
     std::vector<char> tensor_has_inf(grads.size(), 0);
     // Each tensor is touched by one worker only, so the result does not depend on the thread count.
     const int workers = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(config.threads), grads.size()));
@@ -319,8 +344,10 @@ TrainSummary run_training(const TrainConfig& config, const ModelFactory& factory
                                    {"policy", config.policy},
                                    {"scaler", config.scaler},
                                    {"loss_scale", scale},
+                                   {"loss_divisor_log2", config.loss_divisor_log2},
                                    {"note", "activation_grad and weight_grad: values at the rounding sites before "
-                                            "rounding, loss scale included; master_grad: unscaled fp32 gradients"},
+                                            "rounding, loss scale (and 2^-loss_divisor_log2) included; master_grad: "
+                                            "unscaled fp32 gradients in the model's units"},
                                    {"activation_grad", act},
                                    {"weight_grad", wgrad},
                                    {"master_grad", master},
@@ -332,13 +359,13 @@ TrainSummary run_training(const TrainConfig& config, const ModelFactory& factory
 
     const bool skipped = scaler.skips_step(found_inf);
     double grad_norm = std::nan("");
+    std::string swallowed_text;
     if (!skipped) {
       grad_norm = clip_grad_norm(grads, config.clip_norm);
-      optimizer.step(values, grads);
-      if (policy.weight) {
-        // Pure low-precision training: the weights themselves live in the low format after the update.
-        for (auto& p : params) precision.round(p.name + "/weight", nn::OpClass::weight, p.value);
-      }
+      const UpdateStats updates = optimizer.step(values, grads);
+      summary.updates_nonzero += updates.nonzero;
+      summary.updates_swallowed += updates.swallowed;
+      swallowed_text = fraction(updates.swallowed, updates.nonzero);
     } else {
       summary.skipped_steps += 1;
     }
@@ -370,8 +397,8 @@ TrainSummary run_training(const TrainConfig& config, const ModelFactory& factory
       summary.final_metric = model->evaluate(precision);
       metric_text = number(summary.final_metric.value);
     }
-    csv += fmt::format("{},{},{},{},{},{}{}\n", step, number(loss), metric_text, number(scale), skipped ? 1 : 0,
-                       number(grad_norm), site_cols);
+    csv += fmt::format("{},{},{},{},{},{},{}{}\n", step, number(loss), metric_text, number(scale), skipped ? 1 : 0,
+                       number(grad_norm), swallowed_text, site_cols);
     (void)step_nonzero;
 
     if (progress) progress(step, total_steps, loss, scaler.scale());

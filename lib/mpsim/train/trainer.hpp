@@ -1,7 +1,9 @@
 // The training loop (DESIGN.md, "Training simulator"): model x precision policy x loss scaler x
 // optimiser x seed, with fp32 master weights, and its outputs:
 //   run.json     config + summary (final loss, metric, skipped steps, % of activation gradients lost)
-//   steps.csv    one row per step: step, loss, metric (at eval steps), scale, skipped, grad_norm, and for
+//   steps.csv    one row per step: step, loss, metric (at eval steps), scale, skipped, grad_norm (unscaled,
+//                the model's units), swallowed (of the weights whose update was non-zero, the share that did
+//                not change: the update fell below half the stored weight's spacing; empty when skipped), and for
 //                every activation-gradient rounding site S three columns S:zero, S:subnormal, S:overflow,
 //                the fractions of that step's non-zero finite gradients at S flushed to zero / left
 //                subnormal / overflowed (0 where the policy does not round S)
@@ -44,8 +46,14 @@ struct TrainConfig {
   OptimizerConfig optimizer = model_default_optimizer();
   int steps = 0;                  // total optimiser steps (a resumed run continues up to it); 0 = the model's
   std::uint64_t seed = 0;
-  int accumulate = 1;             // micro-batches per step (gradient accumulation)
-  double clip_norm = 0;           // global-norm clipping after unscaling; 0 = off
+  int accumulate = 1;             // micro-batches per step: each backward starts from loss / accumulate
+  double clip_norm = 0;           // global-norm clipping of the unscaled gradients, in the model's units; 0 = off
+  // An experiment knob, not a default: the loss is multiplied by 2^-loss_divisor_log2 before backward (on
+  // top of the loss scale) and the gradients by 2^loss_divisor_log2 when they are unscaled, so every
+  // gradient inside the network is that many binades smaller while the optimiser, grad_norm and
+  // --clip-norm see the model's own units. It stands for what smaller gradients (a larger network, a
+  // loss normalised by a larger count) would do; see lib/mpsim/models/README.md.
+  int loss_divisor_log2 = 0;
   int eval_every = 0;             // metric every N steps (and at the last step); 0 = steps / 10
   int checkpoint_every = 0;       // 0 = only at the end
   int threads = 1;                // threads for the optimiser update (results do not depend on it)
@@ -68,6 +76,12 @@ struct TrainSummary {
   std::uint64_t act_grad_nonzero = 0, act_grad_underflow = 0, act_grad_subnormal = 0, act_grad_overflow = 0;
   double act_grad_lost_fraction() const {
     return act_grad_nonzero ? static_cast<double>(act_grad_underflow) / act_grad_nonzero : 0.0;
+  }
+  // Over all optimiser steps: weight elements with a non-zero update, and how many of those the stored
+  // weight swallowed (fp32 master weights, or the fp16 weights themselves in a pure policy).
+  std::uint64_t updates_nonzero = 0, updates_swallowed = 0;
+  double swallowed_fraction() const {
+    return updates_nonzero ? static_cast<double>(updates_swallowed) / updates_nonzero : 0.0;
   }
   double wall_seconds = 0;
   nlohmann::json to_json() const;
