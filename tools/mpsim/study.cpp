@@ -58,8 +58,13 @@ void setup(CLI::App& app) {
       }
     }
     // Drawn only on a terminal (io/progress.hpp); runs finish on the worker threads.
+    // The grid's size needs the model's default run length (its hints); a bad model name fails here as it
+    // would in run_study, before anything is written.
+    const auto hints = mpsim::nn::make_model(config.model, config.model_config, 1)->hints();
+    const int steps = config.steps > 0 ? config.steps : hints.steps;
     mpsim::io::ProgressBar bar("study " + config.model,
-                               mpsim::train::study_grid(config).size() * static_cast<std::uint64_t>(std::max(config.seeds, 0)),
+                               mpsim::train::study_grid(config, steps, hints).size() *
+                                   static_cast<std::uint64_t>(std::max(config.seeds, 0)),
                                mpsim::io::ProgressBar::Unit::runs);
     const mpsim::train::StudyProgress progress = [&bar](int done, int, const std::string& label, int seed) {
       bar.set_note(fmt::format("{} seed {}", label, seed));
