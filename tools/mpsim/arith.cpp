@@ -1,7 +1,8 @@
 // mpsim arith OP --format FMT [--mode M] [--sr-bits N] [--seed S] [--subnormals keep|flush]
 //              [--overflow inf|saturate] [--daz] [--like PROFILE] [--bits] A.npy [B.npy [C.npy]] OUT.npy
 // Element-wise arithmetic in FMT, correctly rounded in the mode (lib/mpsim/format/arith.hpp): OP is add,
-// sub, mul, div, fma (a * b + c) or sqrt. Inputs are float arrays whose values are all exactly
+// sub, mul, div, fma (a * b + c) or sqrt, or the PTX saturating forms add_sat, sub_sat, mul_sat, fma_sat
+// (__hadd_sat ...: the result clamped to [0, 1], NaN -> +0). Inputs are float arrays whose values are all exactly
 // representable in FMT, or with --bits the encodings as uint8/uint16/uint32; OUT has A's dtype, so a
 // user can compare our results with a GPU's or another library's bit for bit. The stochastic index of
 // element i is i (C order). --like x86 | cuda-sm90 reproduces a device's arithmetic
@@ -95,16 +96,20 @@ std::vector<std::uint64_t> encodings(const NpyArray& a, const std::string& name,
 }
 
 void run(const Options& o) {
-  const mpsim::ArithOp op = mpsim::parse_arith_op(o.op);
+  // "add_sat": the .sat form of add (saturate_unit_bits); sqrt has none.
+  const bool saturate_unit = o.op.size() > 4 && o.op.ends_with("_sat") && o.op != "sqrt_sat";
+  const mpsim::ArithOp op = mpsim::parse_arith_op(saturate_unit ? o.op.substr(0, o.op.size() - 4) : o.op);
   const int n_in = mpsim::arity(op);
   if (static_cast<int>(o.files.size()) != n_in + 1)
     throw mpsim::Error(fmt::format("arith {} takes {} input file(s) and an output file, got {} file name(s)",
                                    mpsim::to_string(op), n_in, o.files.size()));
-  mpsim::Format f = arith_format(o);
-  mpsim::check_arith_format(f);
-  mpsim::Rounding r = mpsim::cli::rounding_with_options(o.mode, o.sr_bits, o.seed, o.daz);
-  const mpsim::Profile& like = mpsim::find_profile(o.like);
-  mpsim::apply_profile(like, f, r, mpsim::Operation::arithmetic);
+  mpsim::check_arith_format(arith_format(o));
+  const mpsim::DeviceRounding device =
+      mpsim::resolve_profile(mpsim::find_profile(o.like), arith_format(o),
+                             mpsim::cli::rounding_with_options(o.mode, o.sr_bits, o.seed, o.daz),
+                             mpsim::Operation::arithmetic);
+  const mpsim::Format& f = device.format;
+  const mpsim::Rounding& r = device.rounding;
 
   std::vector<NpyArray> in;
   for (int k = 0; k < n_in; ++k) in.push_back(mpsim::io::read_npy(o.files[k]));
@@ -128,7 +133,7 @@ void run(const Options& o) {
   for (std::size_t i = 0; i < res.size(); ++i) {
     bool nan_operand = false;
     for (int k = 0; k < n_in; ++k) nan_operand = nan_operand || mpsim::is_nan_bits(enc[k][i], f);
-    res[i] = mpsim::canonicalize_nan_bits(like, f, res[i], nan_operand, mpsim::Operation::arithmetic);
+    res[i] = device.arith_result(res[i], nan_operand, saturate_unit);
   }
 
   NpyArray result;
@@ -160,14 +165,16 @@ void run(const Options& o) {
   const auto bytes = mpsim::io::npy_bytes(result);
   out_file.write(bytes.data(), bytes.size());
   out_file.commit();
-  fmt::print("arith {} in {} ({}): {} elements -> {} ({}), {} NaN\n", mpsim::to_string(op), f.name,
+  fmt::print("arith {}{} in {} ({}): {} elements -> {} ({}), {} NaN\n", mpsim::to_string(op),
+             saturate_unit ? "_sat" : "", f.name,
              mpsim::ieee_name(r.mode), res.size(), out_path, o.bits ? "encodings" : "values", nan_count);
 }
 
 void setup(CLI::App& app) {
   auto o = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("arith", "Element-wise add/sub/mul/div/fma/sqrt in a format, correctly rounded");
-  cmd->add_option("OP", o->op, "Operation: add sub mul div fma sqrt")->required();
+  cmd->add_option("OP", o->op, "Operation: add sub mul div fma sqrt, or add_sat sub_sat mul_sat fma_sat (PTX .sat)")
+      ->required();
   cmd->add_option("--format", o->format, "Format (fp16, bf16, tf32, fp8_e4m3, fp8_e5m2, fp32, eXmY, ml_dtypes names)")
       ->required();
   cmd->add_option("--mode", o->mode, "Rounding mode: rne rtz ru rd rna rto sr (default rne)");
@@ -177,7 +184,8 @@ void setup(CLI::App& app) {
   cmd->add_option("--overflow", o->overflow, "Overflowing results: inf or saturate (default inf)");
   cmd->add_flag("--daz", o->daz, "Treat subnormal operands as zero");
   cmd->add_option("--like", o->like,
-                  "Reproduce a device: ieee (default), x86, cuda-sm90 (H100: canonical NaN 0x7fff for fp16/bf16)");
+                  "Reproduce a device: ieee (default), x86, cuda-sm90 (H100 as recorded: NaN 0x7fff for fp16/bf16; "
+                  "the fp16 _sat forms write +0 for -0)");
   cmd->add_flag("--bits", o->bits, "Inputs and output are encodings (uint8/uint16/uint32), not values");
   cmd->add_option("FILES", o->files, "A.npy [B.npy [C.npy]] OUT.npy (sqrt: one input, fma: three)")->required();
   cmd->callback([o] { run(*o); });

@@ -53,18 +53,22 @@ std::vector<Out> pack(const std::vector<In>& in, const mpsim::Format& f, const m
 
 // The device's NaN pattern in place of round_bits()'s, element by element (--bits output).
 template <class T, class In>
-void canonicalize(std::vector<T>& enc, const std::vector<In>& x, const mpsim::Profile& p, const mpsim::Format& f) {
-  for (std::size_t i = 0; i < enc.size(); ++i)
-    enc[i] = static_cast<T>(mpsim::canonicalize_nan_bits(p, f, enc[i], std::isnan(x[i])));
+void canonicalize(std::vector<T>& enc, const std::vector<In>& x, const mpsim::DeviceRounding& device) {
+  if (device.is_plain()) return;
+  for (std::size_t i = 0; i < enc.size(); ++i) enc[i] = static_cast<T>(device.convert_result(enc[i], x[i]));
 }
 
 void run(const Options& o) {
-  mpsim::Format fmt = target_format(o);
-  mpsim::Rounding r = mpsim::cli::rounding_with_options(o.mode, o.sr_bits, o.seed, o.daz);
+  const mpsim::Format requested = target_format(o);
+  const mpsim::Rounding requested_rounding = mpsim::cli::rounding_with_options(o.mode, o.sr_bits, o.seed, o.daz);
   const mpsim::Profile& like = mpsim::find_profile(o.like);
-  mpsim::apply_profile(like, fmt, r, mpsim::Operation::convert);
-
   const NpyArray in = mpsim::io::read_npy(o.in);
+  const mpsim::DeviceRounding device =
+      mpsim::resolve_profile(like, requested, requested_rounding, mpsim::Operation::convert,
+                             in.dtype == DType::f64 ? mpsim::InputType::float64 : mpsim::InputType::float32);
+  const mpsim::Format& fmt = device.format;
+  const mpsim::Rounding& r = device.rounding;
+
   if (!mpsim::io::is_float(in.dtype))
     throw mpsim::Error(fmt::format("{}: round takes float16/float32/float64 arrays, this one is {}", o.in,
                                    mpsim::io::to_string(in.dtype)));
@@ -91,7 +95,7 @@ void run(const Options& o) {
       const auto x = mpsim::io::to_double(in);
       auto emit = [&](auto&& values) {
         using T = typename std::decay_t<decltype(values)>::value_type;
-        canonicalize(values, x, like, fmt);
+        canonicalize(values, x, device);
         result = mpsim::io::make_npy(std::span<const T>(values), in.shape);
       };
       if (bytes == 1) emit(pack<std::uint8_t>(x, fmt, r, stats));
@@ -109,7 +113,7 @@ void run(const Options& o) {
       const auto x = mpsim::io::to_float(in);
       auto emit = [&](auto&& values) {
         using T = typename std::decay_t<decltype(values)>::value_type;
-        canonicalize(values, x, like, fmt);
+        canonicalize(values, x, device);
         result = mpsim::io::make_npy(std::span<const T>(values), in.shape);
       };
       if (bytes == 1) emit(pack<std::uint8_t>(x, fmt, r, stats));
@@ -182,7 +186,8 @@ void setup(CLI::App& app) {
   cmd->add_flag("--daz", o->daz, "Treat subnormal inputs as zero");
   cmd->add_option("--like", o->like,
                   "Reproduce a device: ieee (round_bits itself, default), x86 (F16C / AVX512-BF16: bf16 reads "
-                  "subnormal floats as zero), cuda-sm90 (H100: canonical NaNs)");
+                  "subnormal floats as zero), cuda-sm90 (H100 as recorded: canonical NaNs; tf32 --mode rna cuts NaN "
+                  "payloads, with --overflow saturate it is cvt.rna.satfinite)");
   cmd->add_flag("--bits", o->bits, "Write the encodings (uint8/uint16/uint32) instead of the rounded values");
   cmd->add_option("--stats-json", o->stats_json, "Also write what the rounding did as JSON to this file");
   cmd->add_option("IN", o->in, "Input .npy (float16, float32 or float64)")->required();
