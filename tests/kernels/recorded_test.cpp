@@ -118,10 +118,14 @@ void check_file(const fs::path& path, Coverage coverage, Tally& t) {
     // negative subnormals against every b, NaNs and infinities included, where the .sat forms' -0 lives.
     const std::vector<std::uint64_t> sample = kind == "arith"   ? std::vector<std::uint64_t>{128}
                                               : hw_d.size() == 256 ? std::vector<std::uint64_t>{0, 127, 255}
-                                                                   : std::vector<std::uint64_t>{0};
+                                                                   : std::vector<std::uint64_t>{0, hw_d.size() - 1};
     // Conversions take seconds per 2^32 run, so `./run test` recomputes all their blocks; arithmetic,
     // a minute of CPU per run, a spread of them (all with MPSIM_EXHAUSTIVE_FULL=1).
-    const Coverage c = coverage == Coverage::spread && kind == "convert" ? Coverage::all : coverage;
+    // The fp64 runs (16 blocks, open in every one): their first and last block outside test-full.
+    const Coverage c = coverage != Coverage::spread ? coverage
+                       : kind == "arith"            ? Coverage::spread
+                       : hw_d.size() == 256         ? Coverage::all
+                                                    : Coverage::sample;
     for (std::uint64_t b : blocks_to_check(hw_d.size(), c, sample)) {
       const std::uint64_t d = kind == "convert" ? hw::recompute_block(hw::find_convert_run(name), profile, b)
                                                 : hw::recompute_block(hw::find_arith_run(name), profile, b);
