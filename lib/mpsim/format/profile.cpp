@@ -194,7 +194,8 @@ std::uint64_t canonical_or_bits(const ProfileRule& rule, const Format& fmt, std:
 // bits, into an IEEE-encoded `fmt`: the mantissa's top man_bits kept as they are.
 std::uint64_t truncated_nan(bool negative, std::uint64_t mantissa, int source_man_bits, const Format& fmt) {
   const std::uint64_t sign = negative ? fmt.sign_bit() : 0;
-  const std::uint64_t payload = mantissa >> (source_man_bits - fmt.man_bits);
+  const int cut = source_man_bits - fmt.man_bits;  // a wider format keeps the whole payload
+  const std::uint64_t payload = cut >= 0 ? mantissa >> cut : mantissa << -cut;
   if (payload != 0) return sign | fmt.inf_bits | payload;
   // Only the cut bits were set: the bits left are ±inf's, which a saturating conversion clamps.
   return sign | (fmt.overflow == Overflow::saturate ? fmt.max_finite_bits : fmt.inf_bits);
