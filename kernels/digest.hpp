@@ -4,9 +4,11 @@
 // digest(block) = sum over the block's elements i of splitmix64((i << 32) | bits_i)  (mod 2^64)
 //
 // where i is the element's index in the whole array (< 2^32) and bits_i its output encoding
-// (zero-extended, at most 32 bits). The key (i << 32) | bits is injective and splitmix64's finaliser
-// is a bijection, so each element contributes a distinct pseudo-random word; the sum is order-free, so
+// (zero-extended, at most 32 bits). The key (i << 32) | bits is injective and splitmix64 is a
+// bijection, so each element contributes a distinct pseudo-random word; the sum is order-free, so
 // a GPU reduces it with atomics and a CPU with any number of threads and both get the same bits.
+// This is the digest of the external H100 probe (data/hardware/nvidia-h100-80gb-hbm3/, "digest_formula"):
+// splitmix64 with its golden-ratio increment, so recordings of either origin compare with one function.
 // Host-only, plain C++ (the kernels compute the same function in kernels/compare.cu).
 #pragma once
 
@@ -23,9 +25,10 @@ namespace mpsim::hw {
 inline constexpr int kDigestBlockLog2 = 24;  // 2^24 elements per block: 256 digests for 2^32 outputs
 inline constexpr std::uint64_t kDigestBlock = std::uint64_t{1} << kDigestBlockLog2;
 
-// splitmix64's output function (Steele, Lea & Flood, "Fast splittable pseudorandom number generators",
-// OOPSLA 2014), without the counter increment.
+// splitmix64 (Steele, Lea & Flood, "Fast splittable pseudorandom number generators", OOPSLA 2014):
+// the golden-ratio increment, then the output function.
 MPSIM_HD std::uint64_t digest_mix(std::uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);

@@ -34,6 +34,8 @@ struct DevFormat {
   bool saturate = false;
   bool canonical_nan = false;       // NaN inputs (and invalid operations) give canonical_nan_bits
   bool canonical_made_nan = false;  // ... and so do NaNs made by overflow / inf into a format without inf
+  bool truncate_nan = false;        // NanRule::truncate_payload: NaN inputs cut to the format, not quieted
+  bool sat_zero_positive = false;   // the .sat forms write +0 for a -0 result
   std::uint64_t sign_bit = 0;
   std::uint64_t max_finite_bits = 0;
   std::uint64_t inf_bits = 0;
@@ -124,6 +126,12 @@ constexpr std::uint64_t kDoubleManMask = 0x000fffffffffffffull;
 MPSIM_HD std::uint64_t nan_result(std::uint64_t xbits, const DevFormat& f) {
   if (f.canonical_nan) return f.canonical_nan_bits;
   const bool neg = xbits & kDoubleSign;
+  if (f.truncate_nan && f.nan == 0) {
+    // profile.cpp's truncated_nan(): the payload's top bits as they are; none left: ±inf, or ±max finite.
+    const std::uint64_t payload = (xbits & kDoubleManMask) >> (52 - f.man_bits);
+    if (payload != 0) return (neg ? f.sign_bit : 0) | f.inf_bits | payload;
+    return (neg ? f.sign_bit : 0) | (f.saturate ? f.max_finite_bits : f.inf_bits);
+  }
   if (f.nan == 0) {
     const std::uint64_t payload = (xbits & kDoubleManMask) >> (52 - f.man_bits);
     return (neg ? f.sign_bit : 0) | f.inf_bits | payload | (std::uint64_t{1} << (f.man_bits - 1));
@@ -369,9 +377,11 @@ MPSIM_HD std::uint64_t arith(Op op, std::uint64_t ab, std::uint64_t bb, std::uin
 }
 
 // The PTX ".sat" forms (add.sat.f16 ...): the result clamped to [0, 1], NaN results to +0 (PTX ISA,
-// "Half Precision Floating Point Instructions: add"; -0 taken as +0: unconfirmed on hardware).
+// "Half Precision Floating Point Instructions: add"); -0 stays -0 unless the profile says +0 (the H100
+// does: arith.hpp's saturate_unit_bits).
 MPSIM_HD std::uint64_t saturate01(std::uint64_t bits, const DevFormat& f) {
   if (is_nan_enc(bits, f)) return 0;
+  if (bits == f.sign_bit && !f.sat_zero_positive) return bits;
   if (bits & f.sign_bit) return 0;
   const double v = decode(bits, f);
   if (v > 1.0) {

@@ -29,10 +29,14 @@ inline void make_dev(const Format& fmt_in, const Rounding& r_in, const Profile& 
   f.max_finite_bits = fmt.max_finite_bits;
   f.inf_bits = fmt.inf_bits;
   f.nan_bits = fmt.nan_bits;
-  if (const ProfileRule* rule = profile.find(fmt.name, op); rule && rule->nan == NanRule::canonical) {
-    f.canonical_nan = true;
-    f.canonical_made_nan = !rule->canonical_for_nan_inputs_only;
-    f.canonical_nan_bits = rule->canonical_nan_bits;
+  if (const ProfileRule* rule = profile.find(fmt, op, rr.mode)) {
+    if (rule->nan == NanRule::canonical) {
+      f.canonical_nan = true;
+      f.canonical_made_nan = !rule->canonical_for_nan_inputs_only;
+      f.canonical_nan_bits = rule->canonical_nan_bits;
+    }
+    f.truncate_nan = rule->nan == NanRule::truncate_payload;
+    f.sat_zero_positive = rule->saturated_zero_positive;
   }
   r = DevRounding{};
   r.mode = static_cast<std::uint8_t>(rr.mode);

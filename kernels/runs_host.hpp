@@ -17,8 +17,17 @@ struct ConvertRun {
   std::string name;      // "fp16_rn", "fp8_e4m3_satfinite", ...
   std::string format;    // Format name
   RoundingMode mode;
-  bool saturate;         // __NV_SATFINITE
+  bool saturate;         // __NV_SATFINITE, .satfinite
   std::string intrinsic; // what the hardware kernel calls
+  // float: element i is the float with bits i (2^32); double: element j is f64_sample(j) (2^28).
+  InputType input = InputType::float32;
+  // The output as the hardware writes it: tf32 results are float patterns, the encoding << 13.
+  int output_shift = 0;
+  // The CUDA kernels (hw_ops.cuh) implement it, so `mpsim hw convert` can run it; the others are only
+  // recorded (data/hardware/), their recomputation runs on the CPU.
+  bool on_device = true;
+
+  std::uint64_t elements() const { return input == InputType::float64 ? kF64SampleElements : std::uint64_t{1} << 32; }
 };
 
 inline const std::vector<ConvertRun>& convert_runs() {
@@ -35,6 +44,13 @@ inline const std::vector<ConvertRun>& convert_runs() {
       {"fp8_e4m3_satfinite", "fp8_e4m3", RoundingMode::nearest_even, true, "__nv_cvt_float_to_fp8(__NV_SATFINITE, __NV_E4M3)"},
       {"fp8_e5m2_nosat", "fp8_e5m2", RoundingMode::nearest_even, false, "__nv_cvt_float_to_fp8(__NV_NOSAT, __NV_E5M2)"},
       {"fp8_e5m2_satfinite", "fp8_e5m2", RoundingMode::nearest_even, true, "__nv_cvt_float_to_fp8(__NV_SATFINITE, __NV_E5M2)"},
+      {"tf32_rna", "tf32", RoundingMode::nearest_away, false, "cvt.rna.tf32.f32", InputType::float32, 13, false},
+      {"tf32_rn", "tf32", RoundingMode::nearest_even, false, "cvt.rn.tf32.f32", InputType::float32, 13, false},
+      {"tf32_rz", "tf32", RoundingMode::toward_zero, false, "cvt.rz.tf32.f32", InputType::float32, 13, false},
+      {"tf32_rna_satfinite", "tf32", RoundingMode::nearest_away, true, "cvt.rna.satfinite.tf32.f32",
+       InputType::float32, 13, false},
+      {"fp64_fp16_rn", "fp16", RoundingMode::nearest_even, false, "__double2half", InputType::float64, 0, false},
+      {"fp64_bf16_rn", "bf16", RoundingMode::nearest_even, false, "__double2bfloat16", InputType::float64, 0, false},
   };
   return all;
 }

@@ -2,7 +2,7 @@
 // writer that got too few or too many elements, or was never committed, leaves no file.
 #include "mpsim/io/npy_writer.hpp"
 
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include <cstdint>
 #include <span>

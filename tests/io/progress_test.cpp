@@ -2,7 +2,7 @@
 // what reaches a real terminal (a pseudo-terminal opened here).
 #include "mpsim/io/progress.hpp"
 
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 #include <fcntl.h>
 #include <poll.h>
 #include <unistd.h>

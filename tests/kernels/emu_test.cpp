@@ -332,6 +332,15 @@ TEST_CASE("bf16 arithmetic of the emulation: exact cases and NaN/sat rules", "[e
   CHECK(emu::saturate01(emu::arith(emu::kAdd, 0x3f80, 0x3f80, 0, df, rne), df) == 0x3f80);  // 1+1 -> 1
   CHECK(emu::saturate01(0xffc0, df) == 0);
   CHECK(emu::saturate01(0xbf80, df) == 0);
+  // -0 lies in [0, 1] and stays -0 by IEEE; the H100 writes +0 for fp16 (recorded, profile.cpp).
+  CHECK(emu::saturate01(0x8000, df) == 0x8000);
+  CHECK(emu::saturate01(0x8000, emu::dev_format(fp16(), profile_cuda_sm90(), Operation::arithmetic)) == 0);
+  // tf32 cvt.rna on the H100: a NaN's low 13 bits are cut, not quieted (0x7F800001 -> +inf).
+  emu::DevFormat tf;
+  emu::DevRounding tr;
+  emu::make_dev(tf32(), Rounding::of(RoundingMode::nearest_away), profile_cuda_sm90(), Operation::convert, tf, tr);
+  CHECK(emu::round_float(0x7f800001u, tf, tr) == 0x7f800000u >> 13);
+  CHECK(emu::round_float(0x7fa6f000u, tf, tr) == 0x7fa6e000u >> 13);
   std::printf("emu bf16 mul/add vs exact double: %llu checked, %llu mismatches\n", (unsigned long long)checked,
               (unsigned long long)mismatches);
   CHECK(mismatches == 0);

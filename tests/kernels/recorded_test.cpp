@@ -1,12 +1,21 @@
-// Recorded hardware results (data/hardware/<device>/*.json, written by `mpsim hw convert|arith --record`)
-// checked against the emulation on the CPU: for each recorded run, the per-block digests are recomputed
-// from the emulation under the run's device profile. They must equal the digests of the device's own
-// emulation (same code on both sides), and, for runs the device reproduced without a mismatch, the
-// digests of the hardware's outputs: the emulation is then checked against real hardware on every run
-// of this test, not only when a GPU is lent. The unit suite recomputes a few blocks of each run (the
-// blocks holding zeros/subnormals, NaNs and a middle one); [exhaustive] recomputes all of them.
+// Recorded hardware results (data/hardware/<device>/convert.json and arith.json) checked against the
+// emulation on the CPU: for each recorded run, the per-block digests of the device's outputs are
+// recomputed from the library's emulation under the file's device profile (kernels/recompute.hpp: the
+// bulk engine for conversions, arith.hpp for arithmetic) and must equal the hardware's `hw_digests`,
+// so the emulation is checked against real hardware on every run of this test, not only when a GPU is
+// lent. Files written by `mpsim hw --record` also hold the device-side emulation's digests
+// (`emu_digests`), which must match too.
+//
+// The unit suite recomputes a few blocks of each run (conversions: zeros and subnormals, the positive
+// and the negative NaNs; arithmetic: a = -0 and the negative subnormals against every b; not the runs
+// open in every block); the
+// [exhaustive] case every block of every conversion run and a fixed spread of 22 blocks of each
+// arithmetic run in `./run test`, and every block of every run with MPSIM_EXHAUSTIVE_FULL=1
+// (`./run test-full`).
 #include "catch.hpp"
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -15,8 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "digest.hpp"
-#include "runs_host.hpp"
+#include "recompute.hpp"
 
 using namespace mpsim;
 namespace fs = std::filesystem;
@@ -34,81 +42,153 @@ std::vector<fs::path> recorded_files() {
   return out;
 }
 
+// Differences from a recording that are open questions, listed here rather than hidden (docs/hardware.md):
+// a listed block must still differ (one that starts matching fails the test, so the list cannot go
+// stale), and every other block must match.
+struct OpenDifference {
+  const char* run;
+  std::vector<std::uint64_t> blocks;  // empty: every block
+  const char* why;
+};
+const std::vector<OpenDifference>& open_differences() {
+  static const std::vector<OpenDifference> all = {
+      {"tf32_rna_satfinite", {127, 255},
+       "which NaN pattern cvt.rna.satfinite.tf32.f32 writes for each NaN input is not identified (the recording "
+       "gives counts only: 32,766 NaNs -> +-max finite, 2,044 distinct NaN outputs, none the quieted input)"},
+      {"fp64_fp16_rn", {},
+       "the probe's f64_sample(j) is not reproduced bit for bit from its README (the class counts of the inputs "
+       "match exactly; signs or offsets of some samples differ), so these digests cannot be recomputed yet"},
+      {"fp64_bf16_rn", {}, "as fp64_fp16_rn: the fp64 sample is not reproduced yet"},
+  };
+  return all;
+}
+const OpenDifference* open_difference(const std::string& run, std::uint64_t block) {
+  for (const auto& o : open_differences())
+    if (run == o.run && (o.blocks.empty() || std::find(o.blocks.begin(), o.blocks.end(), block) != o.blocks.end()))
+      return &o;
+  return nullptr;
+}
+
+enum class Coverage { sample, spread, all };
+
+std::vector<std::uint64_t> blocks_to_check(std::uint64_t blocks, Coverage c, const std::vector<std::uint64_t>& sample) {
+  std::vector<std::uint64_t> v;
+  if (c == Coverage::all) {
+    for (std::uint64_t b = 0; b < blocks; ++b) v.push_back(b);
+  } else if (c == Coverage::sample) {
+    v = sample;
+  } else {
+    // Every 16th block from a fixed offset (a = 0x05.., 0x15.., ...: every exponent range of both signs
+    // of the first operand), plus zeros, infinities and NaNs of both signs.
+    for (std::uint64_t b = 5; b < blocks; b += 16) v.push_back(b);
+    v.insert(v.end(), {0, 124, 127, 128, 252, 255});
+    std::sort(v.begin(), v.end());
+  }
+  return v;
+}
+
 struct Tally {
-  int runs = 0, blocks = 0, emu_mismatch = 0, hw_mismatch = 0, hw_skipped = 0;
+  int runs = 0, blocks = 0, hw_mismatch = 0, emu_mismatch = 0, open_differ = 0, open_now_equal = 0;
+  std::uint64_t elements = 0;
+  double seconds = 0;
 };
 
-void check_file(const fs::path& path, bool all_blocks, Tally& t) {
+void check_file(const fs::path& path, Coverage coverage, Tally& t) {
   std::ifstream in(path);
   const nlohmann::json doc = nlohmann::json::parse(in);
   const std::string kind = doc.value("kind", "");
-  if (kind != "convert" && kind != "arith") return;  // other reports (gemm, hist, bench) hold no digests
+  if (kind != "convert" && kind != "arith") return;  // other reports (unary, gemm, hist, bench) hold no digests
   REQUIRE(doc.at("block_elements").get<std::uint64_t>() == hw::kDigestBlock);
   const Profile& profile = find_profile(doc.at("profile").get<std::string>());
   for (const auto& run : doc.at("runs")) {
     const std::string name = run.at("name");
-    emu::DevFormat f;
-    emu::DevRounding r;
-    hw::ArithOp op = hw::kAdd;
-    if (kind == "convert") {
-      hw::dev_params(hw::find_convert_run(name), profile, f, r);
-    } else {
-      const auto& ar = hw::find_arith_run(name);
-      hw::dev_params(ar, profile, f, r);
-      op = ar.op;
-    }
-    const auto& emu_d = run.at("emu_digests");
     const auto& hw_d = run.at("hw_digests");
-    const bool hw_reproduced = run.at("mismatches").get<std::uint64_t>() == 0;
+    const bool has_emu = run.contains("emu_digests");
     ++t.runs;
-    std::vector<std::size_t> blocks;
-    if (all_blocks) {
-      for (std::size_t b = 0; b < emu_d.size(); ++b) blocks.push_back(b);
-    } else {
-      for (std::size_t b : {std::size_t{0}, std::size_t{127}, std::size_t{200}})
-        if (b < emu_d.size()) blocks.push_back(b);
+    const OpenDifference* open = open_difference(name, 0);
+    if (coverage == Coverage::sample && open && open->blocks.empty()) {
+      std::printf("  %-22s open in every block: recomputed by the [exhaustive] case only\n", name.c_str());
+      continue;
     }
-    for (std::size_t b : blocks) {
-      const std::uint64_t d = hw::block_digest(b, [&](std::uint64_t i) {
-        return kind == "convert" ? hw::emulate_convert(i, f, r) : hw::emulate_arith(op, i, f, r);
-      });
+    const auto t0 = std::chrono::steady_clock::now();
+    int run_mismatch = 0;
+    std::vector<std::uint64_t> blocks;
+    // The unit suite's blocks. Conversions: zeros and subnormals, the positive NaNs (0x7f800001..), the
+    // negative ones (0xff800001..); fp64: the first and last. Arithmetic (a = i >> 16): a = -0 and the
+    // negative subnormals against every b, NaNs and infinities included, where the .sat forms' -0 lives.
+    const std::vector<std::uint64_t> sample = kind == "arith"   ? std::vector<std::uint64_t>{128}
+                                              : hw_d.size() == 256 ? std::vector<std::uint64_t>{0, 127, 255}
+                                                                   : std::vector<std::uint64_t>{0, hw_d.size() - 1};
+    // Conversions take seconds per 2^32 run, so `./run test` recomputes all their blocks; arithmetic,
+    // a minute of CPU per run, a spread of them (all with MPSIM_EXHAUSTIVE_FULL=1).
+    // The fp64 runs (16 blocks, open in every one): their first and last block outside test-full.
+    const Coverage c = coverage != Coverage::spread ? coverage
+                       : kind == "arith"            ? Coverage::spread
+                       : hw_d.size() == 256         ? Coverage::all
+                                                    : Coverage::sample;
+    for (std::uint64_t b : blocks_to_check(hw_d.size(), c, sample)) {
+      const std::uint64_t d = kind == "convert" ? hw::recompute_block(hw::find_convert_run(name), profile, b)
+                                                : hw::recompute_block(hw::find_arith_run(name), profile, b);
       ++t.blocks;
-      const std::string where = path.string() + " run " + name + " block " + std::to_string(b);
-      if (d != hw::parse_digest_hex(emu_d.at(b), where)) {
-        ++t.emu_mismatch;
-        UNSCOPED_INFO(where << ": CPU emulation digest differs from the device emulation's");
-      }
-      if (!hw_reproduced) {
-        ++t.hw_skipped;
-      } else if (d != hw::parse_digest_hex(hw_d.at(b), where)) {
+      t.elements += hw::kDigestBlock;
+      const std::string where = path.filename().string() + " run " + name + " block " + std::to_string(b);
+      const bool differs = d != hw::parse_digest_hex(hw_d.at(b), where);
+      run_mismatch += differs;
+      if (const OpenDifference* open = open_difference(name, b)) {
+        if (differs) {
+          ++t.open_differ;
+        } else {
+          ++t.open_now_equal;
+          UNSCOPED_INFO(where << ": listed as an open difference but now equals the hardware: update the list");
+        }
+      } else if (differs) {
         ++t.hw_mismatch;
-        UNSCOPED_INFO(where << ": CPU emulation digest differs from the hardware's");
+        UNSCOPED_INFO(where << ": the emulation under " << profile.name << " differs from the hardware");
       }
+      if (has_emu && d != hw::parse_digest_hex(run.at("emu_digests").at(b), where)) {
+        ++t.emu_mismatch;
+        UNSCOPED_INFO(where << ": the CPU emulation differs from the device emulation's digest");
+      }
+      blocks.push_back(b);
     }
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    t.seconds += secs;
+    std::printf("  %-22s %3zu blocks recomputed, %3d differ from the hardware (%.2f s)%s\n", name.c_str(),
+                blocks.size(), run_mismatch, secs, open_difference(name, blocks.empty() ? 0 : blocks.back()) ? "  [open]" : "");
+    std::fflush(stdout);  // a long [exhaustive] run shows its progress in the log
   }
 }
 
-void check_all(bool all_blocks) {
+void check_all(Coverage coverage) {
   const auto files = recorded_files();
   if (files.empty()) {
     std::printf("no recorded hardware results under data/hardware/: nothing to recompute\n");
     return;
   }
   Tally t;
-  for (const auto& p : files) check_file(p, all_blocks, t);
-  std::printf("recorded hardware results: %zu files, %d runs, %d blocks recomputed; %d differ from the device "
-              "emulation, %d from the hardware (%d blocks of runs with recorded mismatches not compared to hardware)\n",
-              files.size(), t.runs, t.blocks, t.emu_mismatch, t.hw_mismatch, t.hw_skipped);
-  CHECK(t.emu_mismatch == 0);
+  for (const auto& p : files) check_file(p, coverage, t);
+  std::printf("recorded hardware results: %zu files, %d runs, %d blocks (%llu elements) recomputed in %.1f s; %d "
+              "differ from the hardware, %d from the device emulation; %d blocks of open differences still differ\n",
+              files.size(), t.runs, t.blocks, static_cast<unsigned long long>(t.elements), t.seconds, t.hw_mismatch,
+              t.emu_mismatch, t.open_differ);
+  for (const auto& o : open_differences()) std::printf("  open: %s: %s\n", o.run, o.why);
+  CHECK(t.runs > 0);
   CHECK(t.hw_mismatch == 0);
+  CHECK(t.emu_mismatch == 0);
+  CHECK(t.open_now_equal == 0);
+}
+
+bool full_sweep() {
+  const char* full = std::getenv("MPSIM_EXHAUSTIVE_FULL");
+  return full && *full && std::string(full) != "0";
 }
 
 }  // namespace
 
 TEST_CASE("recorded hardware digests are reproduced by the emulation (sample blocks)", "[recorded]") {
-  check_all(false);
+  check_all(Coverage::sample);
 }
 
-TEST_CASE("recorded hardware digests are reproduced by the emulation (all blocks)", "[recorded][exhaustive]") {
-  check_all(true);
+TEST_CASE("recorded hardware digests are reproduced by the emulation (spread / all blocks)", "[recorded][exhaustive]") {
+  check_all(full_sweep() ? Coverage::all : Coverage::spread);
 }

@@ -259,4 +259,43 @@ TEST_CASE("mpsim arith streams: chunked output is bit-identical to one chunk, od
   CHECK(dir.files().size() == before);
   WARN("compared " << outputs << " chunked outputs of " << n << " elements with the one-chunk output; a bad "
                    << "element in the fifth chunk: " << res.output);
+
+TEST_CASE("mpsim arith add_sat / mul_sat / fma_sat: the PTX .sat forms, +0 for -0 on the H100", "[arith_cli]") {
+  // Operand pairs the H100 recording lists (data/hardware/nvidia-h100-80gb-hbm3/arith.json): 0 * -0 and
+  // 0x0001 * 0x8001 (a negative product rounding to zero) give +0 from __hmul_sat; IEEE's clamp keeps -0.
+  ScratchDir dir("arith-cli-sat");
+  const std::vector<std::uint16_t> a = {0x0000, 0x0001, 0x3c00, 0x7e00, 0x3800, 0x8000},
+                                   b = {0x8000, 0x8001, 0x4000, 0x3c00, 0x3c00, 0x8000},
+                                   c = {0x8000, 0x0000, 0xc400, 0x0000, 0x0000, 0x8000};
+  mpsim::io::write_npy(dir / "a.npy", mpsim::io::make_npy(std::span<const std::uint16_t>(a)));
+  mpsim::io::write_npy(dir / "b.npy", mpsim::io::make_npy(std::span<const std::uint16_t>(b)));
+  mpsim::io::write_npy(dir / "c.npy", mpsim::io::make_npy(std::span<const std::uint16_t>(c)));
+  auto run = [&](const std::string& op, const std::string& like) {
+    const bool fma = op == "fma_sat";
+    const auto res = run_arith(dir, fmt::format("{} --format fp16 --like {} --bits {} {} {}{}", op, like,
+                                                p(dir, "a.npy"), p(dir, "b.npy"), fma ? p(dir, "c.npy") + " " : "",
+                                                p(dir, "out.npy")));
+    INFO(res.output);
+    REQUIRE(res.status == 0);
+    const auto out = mpsim::io::read_npy(dir / "out.npy");
+    const auto* got = reinterpret_cast<const std::uint16_t*>(out.data.data());
+    return std::vector<std::uint16_t>(got, got + a.size());
+  };
+  const auto mul_h100 = run("mul_sat", "cuda-sm90"), mul_ieee = run("mul_sat", "ieee");
+  CHECK(mul_h100[0] == 0x0000);
+  CHECK(mul_ieee[0] == 0x8000);
+  CHECK(mul_h100[1] == 0x0000);
+  CHECK(mul_ieee[1] == 0x8000);
+  CHECK(mul_h100[2] == 0x3c00);  // 2 clamped to 1
+  CHECK(mul_h100[3] == 0x0000);  // NaN -> +0
+  CHECK(mul_h100[4] == 0x3800);  // 0.5 unchanged
+  const auto add_h100 = run("add_sat", "cuda-sm90"), add_ieee = run("add_sat", "ieee");
+  CHECK(add_h100[5] == 0x0000);  // -0 + -0: recorded +0 on the H100 (the one add_sat difference)
+  CHECK(add_ieee[5] == 0x8000);
+  const auto fma_h100 = run("fma_sat", "cuda-sm90");
+  CHECK(fma_h100[0] == 0x0000);  // 0 * -0 + -0 = -0 -> +0
+  CHECK(fma_h100[2] == 0x0000);  // 1 * 2 - 4 = -2 -> +0
+  const auto bad = run_arith(dir, fmt::format("sqrt_sat --format fp16 --bits {} {}", p(dir, "a.npy"), p(dir, "out.npy")));
+  CHECK(bad.status == 2);
+  CHECK(bad.output.find("sqrt_sat") != std::string::npos);
 }

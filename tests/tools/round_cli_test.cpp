@@ -380,4 +380,31 @@ TEST_CASE("mpsim round: a truncated input fails with one message and leaves no o
   CHECK(!std::filesystem::exists(dir / "out.npy"));
   CHECK(dir.files().size() == before);
   WARN("truncated input: " << res.output);
+
+TEST_CASE("mpsim round --to tf32 --mode rna [--overflow saturate] --like cuda-sm90: the H100's cvt.rna(.satfinite)",
+          "[round_cli]") {
+  // The recorded H100 outputs (data/hardware/nvidia-h100-80gb-hbm3/ first_mismatches) as float patterns;
+  // --bits writes tf32's 19-bit encodings, the pattern >> 13.
+  ScratchDir dir("round-cli-tf32");
+  const std::vector<float> x = {std::bit_cast<float>(0x7f800001u), std::bit_cast<float>(0x7fa6f000u), 1.0f,
+                                std::numeric_limits<float>::infinity(), std::numeric_limits<float>::max()};
+  const auto in = (dir / "x.npy").string();
+  mpsim::io::write_npy(in, mpsim::io::make_npy(std::span<const float>(x)));
+  const std::string io = " " + quote(in) + " " + quote((dir / "y.npy").string());
+  auto run = [&](const std::string& opts) {
+    const auto res = run_mpsim(dir, "round --to tf32 --mode rna --like cuda-sm90 --bits " + opts + io);
+    INFO(res.output);
+    REQUIRE(res.status == 0);
+    return mpsim::io::to_double(mpsim::io::read_npy(dir / "y.npy"));
+  };
+  const auto rna = run("");
+  CHECK(rna[0] == (0x7f800000u >> 13));  // NaN payload only in the cut bits: +inf
+  CHECK(rna[1] == (0x7fa6e000u >> 13));  // signalling payload cut, not quieted
+  CHECK(rna[2] == (0x3f800000u >> 13));
+  CHECK(rna[3] == (0x7f800000u >> 13));
+  const auto sat = run("--overflow saturate");
+  CHECK(sat[0] == (0x7f7fe000u >> 13));  // cvt.rna.satfinite: +max finite
+  CHECK(sat[3] == (0x7f7fe000u >> 13));  // inf -> max finite
+  CHECK(sat[4] == (0x7f7fe000u >> 13));  // float max (0x7F7FFFFF) rounds past tf32 max finite: saturated
+  CHECK(rna[4] == (0x7f800000u >> 13));  // ... and without .satfinite overflows to +inf
 }

@@ -1,7 +1,8 @@
 // mpsim arith OP --format FMT [--mode M] [--sr-bits N] [--seed S] [--subnormals keep|flush]
 //              [--overflow inf|saturate] [--daz] [--like PROFILE] [--bits] A.npy [B.npy [C.npy]] OUT.npy
 // Element-wise arithmetic in FMT, correctly rounded in the mode (lib/mpsim/format/arith.hpp): OP is add,
-// sub, mul, div, fma (a * b + c) or sqrt. Inputs are float arrays whose values are all exactly
+// sub, mul, div, fma (a * b + c) or sqrt, or the PTX saturating forms add_sat, sub_sat, mul_sat, fma_sat
+// (__hadd_sat ...: the result clamped to [0, 1], NaN -> +0). Inputs are float arrays whose values are all exactly
 // representable in FMT, or with --bits the encodings as uint8/uint16/uint32; OUT has A's dtype, so a
 // user can compare our results with a GPU's or another library's bit for bit. The stochastic index of
 // element i is i (C order). --like x86 | cuda-sm90 reproduces a device's arithmetic
@@ -12,16 +13,15 @@
 
 #include <algorithm>
 #include <cmath>
-#include <exception>
 #include <memory>
 #include <span>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "command.hpp"
 #include "format_options.hpp"
 #include "mpsim/error.hpp"
+#include "mpsim/parallel.hpp"
 #include "mpsim/format/arith.hpp"
 #include "mpsim/format/format.hpp"
 #include "mpsim/format/profile.hpp"
@@ -148,52 +148,38 @@ class ResultWriter {
 
 // arith_array over the chunk, split between the hardware threads: element i's result depends only on
 // its operands and its index (the stochastic generator is keyed by it), so the bits do not depend on
-// the split. The scalar exact arithmetic is compute-bound, so every core shortens it.
+// the split (mpsim::parallel_for: a worker's error reaches the caller). The scalar exact arithmetic is compute-bound, so every core shortens it.
 void parallel_arith(mpsim::ArithOp op, const std::vector<std::vector<std::uint64_t>>& enc,
                     std::vector<std::uint64_t>& res, const mpsim::Format& f, const mpsim::Rounding& r,
                     std::uint64_t offset) {
   const std::size_t n = res.size();
-  const std::size_t threads = std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1, std::max<std::size_t>(1, n / 1024));
-  auto part = [&](std::size_t k) {
-    const std::size_t b = n * k / threads, e = n * (k + 1) / threads;
+  const int workers =
+      static_cast<int>(std::clamp<std::size_t>(mpsim::hardware_threads(), 1, std::max<std::size_t>(1, n / 1024)));
+  mpsim::parallel_for(n, workers, "arith", [&](int, std::size_t b, std::size_t e) {
     auto slice = [&](const std::vector<std::uint64_t>& v) {
       return v.empty() ? std::span<const std::uint64_t>() : std::span<const std::uint64_t>(v).subspan(b, e - b);
     };
     mpsim::arith_array(op, slice(enc[0]), slice(enc[1]), slice(enc[2]), std::span<std::uint64_t>(res).subspan(b, e - b),
                        f, r, offset + b);
-  };
-  std::vector<std::thread> pool;
-  std::vector<std::exception_ptr> failure(threads);
-  for (std::size_t k = 1; k < threads; ++k)
-    pool.emplace_back([&, k] {
-      try {
-        part(k);
-      } catch (...) {
-        failure[k] = std::current_exception();
-      }
-    });
-  try {
-    part(0);
-  } catch (...) {
-    failure[0] = std::current_exception();
-  }
-  for (auto& t : pool) t.join();
-  for (const auto& e : failure)
-    if (e) std::rethrow_exception(e);
+  });
 }
 
 void run(const Options& o) {
-  const mpsim::ArithOp op = mpsim::parse_arith_op(o.op);
+  // "add_sat": the .sat form of add (saturate_unit_bits); sqrt has none.
+  const bool saturate_unit = o.op.size() > 4 && o.op.ends_with("_sat") && o.op != "sqrt_sat";
+  const mpsim::ArithOp op = mpsim::parse_arith_op(saturate_unit ? o.op.substr(0, o.op.size() - 4) : o.op);
   const int n_in = mpsim::arity(op);
   if (static_cast<int>(o.files.size()) != n_in + 1)
     throw mpsim::Error(fmt::format("arith {} takes {} input file(s) and an output file, got {} file name(s)",
                                    mpsim::to_string(op), n_in, o.files.size()));
   if (o.chunk == 0) throw mpsim::Error("--chunk must be at least 1");
-  mpsim::Format f = arith_format(o);
-  mpsim::check_arith_format(f);
-  mpsim::Rounding r = mpsim::cli::rounding_with_options(o.mode, o.sr_bits, o.seed, o.daz);
-  const mpsim::Profile& like = mpsim::find_profile(o.like);
-  mpsim::apply_profile(like, f, r, mpsim::Operation::arithmetic);
+  mpsim::check_arith_format(arith_format(o));
+  const mpsim::DeviceRounding device =
+      mpsim::resolve_profile(mpsim::find_profile(o.like), arith_format(o),
+                             mpsim::cli::rounding_with_options(o.mode, o.sr_bits, o.seed, o.daz),
+                             mpsim::Operation::arithmetic);
+  const mpsim::Format& f = device.format;
+  const mpsim::Rounding& r = device.rounding;
 
   // The inputs are mapped and read in step, chunk by chunk: resident memory does not grow with them.
   std::vector<mpsim::io::TensorSource> src;
@@ -235,7 +221,7 @@ void run(const Options& o) {
     for (std::size_t i = 0; i < n; ++i) {
       bool nan_operand = false;
       for (int k = 0; k < n_in; ++k) nan_operand = nan_operand || mpsim::is_nan_bits(enc[k][i], f);
-      res[i] = mpsim::canonicalize_nan_bits(like, f, res[i], nan_operand, mpsim::Operation::arithmetic);
+      res[i] = device.arith_result(res[i], nan_operand, saturate_unit);
       nan_count += mpsim::is_nan_bits(res[i], f);
     }
     writer.append(res);
@@ -244,14 +230,16 @@ void run(const Options& o) {
   }
   progress.finish();
   out.commit();
-  fmt::print("arith {} in {} ({}): {} elements -> {} ({}), {} NaN\n", mpsim::to_string(op), f.name,
+  fmt::print("arith {}{} in {} ({}): {} elements -> {} ({}), {} NaN\n", mpsim::to_string(op),
+             saturate_unit ? "_sat" : "", f.name,
              mpsim::ieee_name(r.mode), count, out_path, o.bits ? "encodings" : "values", nan_count);
 }
 
 void setup(CLI::App& app) {
   auto o = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("arith", "Element-wise add/sub/mul/div/fma/sqrt in a format, correctly rounded");
-  cmd->add_option("OP", o->op, "Operation: add sub mul div fma sqrt")->required();
+  cmd->add_option("OP", o->op, "Operation: add sub mul div fma sqrt, or add_sat sub_sat mul_sat fma_sat (PTX .sat)")
+      ->required();
   cmd->add_option("--format", o->format, "Format (fp16, bf16, tf32, fp8_e4m3, fp8_e5m2, fp32, eXmY, ml_dtypes names)")
       ->required();
   cmd->add_option("--mode", o->mode, "Rounding mode: rne rtz ru rd rna rto sr (default rne)");
@@ -261,7 +249,8 @@ void setup(CLI::App& app) {
   cmd->add_option("--overflow", o->overflow, "Overflowing results: inf or saturate (default inf)");
   cmd->add_flag("--daz", o->daz, "Treat subnormal operands as zero");
   cmd->add_option("--like", o->like,
-                  "Reproduce a device: ieee (default), x86, cuda-sm90 (H100: canonical NaN 0x7fff for fp16/bf16)");
+                  "Reproduce a device: ieee (default), x86, cuda-sm90 (H100 as recorded: NaN 0x7fff for fp16/bf16; "
+                  "the fp16 _sat forms write +0 for -0)");
   cmd->add_flag("--bits", o->bits, "Inputs and output are encodings (uint8/uint16/uint32), not values");
   // Elements per chunk of the stream; hidden: the tests use it to cross chunk boundaries on small inputs.
   cmd->add_option("--chunk", o->chunk, "Elements computed per chunk")->group("");

@@ -170,6 +170,11 @@ void convert_cmd(const std::vector<std::string>& runs, const std::string& like, 
   for (std::size_t k = 0; k < all.size(); ++k) {
     const auto& run = all[k];
     if (!runs.empty() && std::find(runs.begin(), runs.end(), run.name) == runs.end()) continue;
+    if (!run.on_device) {
+      fmt::print("{:<20} {:<44} (no kernel yet: recorded externally, recomputed on the CPU by recorded_test)\n",
+                 run.name, run.intrinsic);
+      continue;
+    }
     mpsim::emu::DevFormat f;
     mpsim::emu::DevRounding r;
     mpsim::hw::dev_params(run, profile, f, r);

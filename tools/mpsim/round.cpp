@@ -58,9 +58,8 @@ bool fits_in_fp16(const mpsim::Format& f) {
 
 // The device's NaN pattern in place of round_bits()'s, element by element (--bits output).
 template <class T, class In>
-void canonicalize(std::span<T> enc, std::span<const In> x, const mpsim::Profile& p, const mpsim::Format& f) {
-  for (std::size_t i = 0; i < enc.size(); ++i)
-    enc[i] = static_cast<T>(mpsim::canonicalize_nan_bits(p, f, enc[i], std::isnan(x[i])));
+void canonicalize(std::span<T> enc, std::span<const In> x, const mpsim::DeviceRounding& device) {
+  for (std::size_t i = 0; i < enc.size(); ++i) enc[i] = static_cast<T>(device.convert_result(enc[i], x[i]));
 }
 
 // What the output file holds: the encodings (--bits) in the format's storage, or the rounded values in
@@ -77,12 +76,10 @@ DType output_dtype(const Options& o, const mpsim::Format& fmt, DType in) {
 template <class In>
 class ChunkRounder {
  public:
-  ChunkRounder(const Options& o, const mpsim::Format& fmt, const mpsim::Rounding& r, const mpsim::Profile& like,
-               mpsim::io::NpyWriter& out, DType in_dtype)
-      : o_(o), fmt_(fmt), r_(r), like_(like), out_(out), in_dtype_(in_dtype) {
-    // Only a profile that makes NaNs canonical changes an encoding: skip the per-element pass otherwise.
-    const mpsim::ProfileRule* rule = like.find(fmt.name, mpsim::Operation::convert);
-    canonical_nans_ = rule && rule->nan == mpsim::NanRule::canonical;
+  ChunkRounder(const Options& o, const mpsim::DeviceRounding& device, mpsim::io::NpyWriter& out, DType in_dtype)
+      : o_(o), device_(device), fmt_(device.format), r_(device.rounding), out_(out), in_dtype_(in_dtype) {
+    // Only a profile whose rule changes results (NaN patterns, zero signs) needs the per-element pass.
+    device_rule_ = !device.is_plain();
   }
 
   void operator()(std::span<const In> x, std::uint64_t offset) {
@@ -102,7 +99,7 @@ class ChunkRounder {
         u32_.resize(x.size());
         for (std::size_t i = 0; i < x.size(); ++i)
           u32_[i] = static_cast<std::uint32_t>(mpsim::round_bits(x[i], fmt_, r_, offset + i));
-        if (canonical_nans_) canonicalize(std::span<std::uint32_t>(u32_), x, like_, fmt_);
+        if (device_rule_) canonicalize(std::span<std::uint32_t>(u32_), x, device_);
         out_.append(std::span<const std::uint32_t>(u32_));
       }
       return;
@@ -127,7 +124,7 @@ class ChunkRounder {
   void pack(std::span<const In> x, std::vector<T>& enc, const mpsim::BulkOptions& opt) {
     enc.resize(x.size());
     mpsim::round_array(x, std::span<T>(enc), fmt_, r_, &stats_, opt);
-    if (canonical_nans_) canonicalize(std::span<T>(enc), x, like_, fmt_);
+    if (device_rule_) canonicalize(std::span<T>(enc), x, device_);
     out_.append(std::span<const T>(enc));
   }
   void values(std::span<const In> x, const mpsim::BulkOptions& opt) {
@@ -136,12 +133,12 @@ class ChunkRounder {
   }
 
   const Options& o_;
+  const mpsim::DeviceRounding& device_;
   const mpsim::Format& fmt_;
   const mpsim::Rounding& r_;
-  const mpsim::Profile& like_;
   mpsim::io::NpyWriter& out_;
   DType in_dtype_;
-  bool canonical_nans_ = false;
+  bool device_rule_ = false;
   mpsim::Stats stats_;
   std::vector<In> sim_;
   std::vector<std::uint8_t> u8_;
@@ -150,15 +147,19 @@ class ChunkRounder {
 };
 
 void run(const Options& o) {
-  mpsim::Format fmt = target_format(o);
-  mpsim::Rounding r = mpsim::cli::rounding_with_options(o.mode, o.sr_bits, o.seed, o.daz);
+  const mpsim::Format requested = target_format(o);
+  const mpsim::Rounding requested_rounding = mpsim::cli::rounding_with_options(o.mode, o.sr_bits, o.seed, o.daz);
   const mpsim::Profile& like = mpsim::find_profile(o.like);
-  mpsim::apply_profile(like, fmt, r, mpsim::Operation::convert);
   if (o.chunk == 0) throw mpsim::Error("--chunk must be at least 1");
 
   // The input is mapped, not read: it is streamed chunk by chunk, so its size is not bounded by memory.
   const auto src = mpsim::cli::open_npy(o.in);
   const mpsim::io::TensorRef& in = src.tensors().front();
+  const mpsim::DeviceRounding device =
+      mpsim::resolve_profile(like, requested, requested_rounding, mpsim::Operation::convert,
+                             in.dtype == DType::f64 ? mpsim::InputType::float64 : mpsim::InputType::float32);
+  const mpsim::Format& fmt = device.format;
+  const mpsim::Rounding& r = device.rounding;
   if (!(in.dtype == DType::f16 || in.dtype == DType::f32 || in.dtype == DType::f64))
     throw mpsim::Error(fmt::format("{}: round takes float16/float32/float64 arrays, this one is {}", o.in,
                                    mpsim::io::to_string(in.dtype)));
@@ -184,7 +185,7 @@ void run(const Options& o) {
   mpsim::Stats stats;
   auto stream = [&](auto tag) {
     using In = decltype(tag);
-    ChunkRounder<In> rounder(o, fmt, r, like, out, in.dtype);
+    ChunkRounder<In> rounder(o, device, out, in.dtype);
     auto each = [&](std::span<const In> x, std::uint64_t offset) {
       rounder(x, offset);
       progress.advance(x.size() * elem);
@@ -247,7 +248,8 @@ void setup(CLI::App& app) {
   cmd->add_flag("--daz", o->daz, "Treat subnormal inputs as zero");
   cmd->add_option("--like", o->like,
                   "Reproduce a device: ieee (round_bits itself, default), x86 (F16C / AVX512-BF16: bf16 reads "
-                  "subnormal floats as zero), cuda-sm90 (H100: canonical NaNs)");
+                  "subnormal floats as zero), cuda-sm90 (H100 as recorded: canonical NaNs; tf32 --mode rna cuts NaN "
+                  "payloads, with --overflow saturate it is cvt.rna.satfinite)");
   cmd->add_flag("--bits", o->bits, "Write the encodings (uint8/uint16/uint32) instead of the rounded values");
   cmd->add_option("--stats-json", o->stats_json, "Also write what the rounding did as JSON to this file (-: standard output)");
   // Elements per chunk of the stream; hidden: the tests use it to cross chunk boundaries on small inputs.

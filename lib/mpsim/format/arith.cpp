@@ -230,6 +230,30 @@ std::uint64_t sqrt_bits(std::uint64_t a, const Format& f, const Rounding& r, std
   return sqrt_values(decode(a, f), f, r, index);
 }
 
+std::uint64_t arith_bits(ArithOp op, std::uint64_t a, std::uint64_t b, std::uint64_t c, const Format& f,
+                         const Rounding& r, std::uint64_t index) {
+  switch (op) {
+    case ArithOp::add: return add_bits(a, b, f, r, index);
+    case ArithOp::sub: return sub_bits(a, b, f, r, index);
+    case ArithOp::mul: return mul_bits(a, b, f, r, index);
+    case ArithOp::div: return div_bits(a, b, f, r, index);
+    case ArithOp::fma: return fma_bits(a, b, c, f, r, index);
+    case ArithOp::sqrt: return sqrt_bits(a, f, r, index);
+  }
+  return 0;
+}
+
+std::uint64_t saturate_unit_bits(std::uint64_t bits, const Format& f, bool negative_zero_to_positive) {
+  if (is_nan_bits(bits, f)) return 0;
+  const bool negative = (bits & f.sign_bit()) != 0;
+  if (negative) {
+    const bool minus_zero = (bits & ~f.sign_bit()) == 0;
+    return minus_zero && !negative_zero_to_positive ? bits : 0;
+  }
+  if (decode(bits, f) > 1.0) return encode_exact(1.0, f);
+  return bits;
+}
+
 // ---- on arrays ---------------------------------------------------------------------------------------
 
 void arith_array(ArithOp op, std::span<const std::uint64_t> a, std::span<const std::uint64_t> b,
@@ -247,17 +271,8 @@ void arith_array(ArithOp op, std::span<const std::uint64_t> a, std::span<const s
   check(a, "a");
   if (n >= 2) check(b, "b");
   if (n == 3) check(c, "c");
-  for (std::size_t i = 0; i < count; ++i) {
-    const std::uint64_t idx = first_index + i;
-    switch (op) {
-      case ArithOp::add: out[i] = add_bits(a[i], b[i], f, r, idx); break;
-      case ArithOp::sub: out[i] = sub_bits(a[i], b[i], f, r, idx); break;
-      case ArithOp::mul: out[i] = mul_bits(a[i], b[i], f, r, idx); break;
-      case ArithOp::div: out[i] = div_bits(a[i], b[i], f, r, idx); break;
-      case ArithOp::fma: out[i] = fma_bits(a[i], b[i], c[i], f, r, idx); break;
-      case ArithOp::sqrt: out[i] = sqrt_bits(a[i], f, r, idx); break;
-    }
-  }
+  for (std::size_t i = 0; i < count; ++i)
+    out[i] = arith_bits(op, a[i], n >= 2 ? b[i] : 0, n == 3 ? c[i] : 0, f, r, first_index + i);
 }
 
 }  // namespace mpsim

@@ -65,6 +65,16 @@ std::uint64_t div_bits(std::uint64_t a, std::uint64_t b, const Format& f, const 
 std::uint64_t fma_bits(std::uint64_t a, std::uint64_t b, std::uint64_t c, const Format& f, const Rounding& r = {},
                        std::uint64_t index = 0);
 std::uint64_t sqrt_bits(std::uint64_t a, const Format& f, const Rounding& r = {}, std::uint64_t index = 0);
+// One of the above by `op` (operands the op does not take are ignored).
+std::uint64_t arith_bits(ArithOp op, std::uint64_t a, std::uint64_t b, std::uint64_t c, const Format& f,
+                         const Rounding& r = {}, std::uint64_t index = 0);
+
+// The PTX ".sat" forms of fp16 arithmetic (add.sat.f16, mul.sat.f16, fma.rn.sat.f16; CUDA __hadd_sat,
+// __hmul_sat, __hfma_sat): the correctly rounded result `bits` clamped to [0, 1], a NaN result to +0
+// (PTX ISA, "Half Precision Floating Point Instructions": ".sat ... clamps the result to [0.0, 1.0]. NaN
+// results are flushed to +0.0f"). A -0 result stays -0 (it lies in [0, 1]) unless
+// `negative_zero_to_positive`: the H100 writes +0 (recorded; profile.hpp's saturated_zero_positive).
+std::uint64_t saturate_unit_bits(std::uint64_t bits, const Format& f, bool negative_zero_to_positive = false);
 
 // ---- on values --------------------------------------------------------------------------------------
 // The same on the decoded values (a, b, c must be values of `f`, e.g. decode() of encodings, or NaN):
