@@ -259,6 +259,7 @@ TEST_CASE("mpsim arith streams: chunked output is bit-identical to one chunk, od
   CHECK(dir.files().size() == before);
   WARN("compared " << outputs << " chunked outputs of " << n << " elements with the one-chunk output; a bad "
                    << "element in the fifth chunk: " << res.output);
+}
 
 TEST_CASE("mpsim arith add_sat / mul_sat / fma_sat: the PTX .sat forms, +0 for -0 on the H100", "[arith_cli]") {
   // Operand pairs the H100 recording lists (data/hardware/nvidia-h100-80gb-hbm3/arith.json): 0 * -0 and

@@ -380,6 +380,7 @@ TEST_CASE("mpsim round: a truncated input fails with one message and leaves no o
   CHECK(!std::filesystem::exists(dir / "out.npy"));
   CHECK(dir.files().size() == before);
   WARN("truncated input: " << res.output);
+}
 
 TEST_CASE("mpsim round --to tf32 --mode rna [--overflow saturate] --like cuda-sm90: the H100's cvt.rna(.satfinite)",
           "[round_cli]") {
