@@ -134,7 +134,7 @@ void check_file(const fs::path& path, Coverage coverage, Tally& t) {
       const std::string where = path.filename().string() + " run " + name + " block " + std::to_string(b);
       const bool differs = d != hw::parse_digest_hex(hw_d.at(b), where);
       run_mismatch += differs;
-      if (const OpenDifference* open = open_difference(name, b)) {
+      if (open_difference(name, b) != nullptr) {
         if (differs) {
           ++t.open_differ;
         } else {
