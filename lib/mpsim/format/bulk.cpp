@@ -97,8 +97,11 @@ Path best_path() {
 
 // emin + 23 - m <= 127: the float 2^(emin + 23 - m) that round_loop adds to format-subnormal lanes
 // (bulk_kernel.hpp, kFpuMode) is finite; only formats whose smallest normal is above 2^(104 + m) fail it.
+// The vector kernels know signed formats with a zero and a NaN; the unsigned e8m0 and the NaN-less
+// OCP fp6/fp4 types run the scalar code.
 bool vector_supported(const Format& f) {
-  return f.man_bits <= 22 && f.emin >= -126 && f.emin + 23 - f.man_bits <= 127 && f.storage_bits <= 32;
+  return f.man_bits <= 22 && f.emin >= -126 && f.emin + 23 - f.man_bits <= 127 && f.storage_bits <= 32 &&
+         f.has_sign && f.has_zero && f.has_nan();
 }
 
 int outcome_class(double x, const Format& f, const Rounding& r) {
@@ -106,9 +109,11 @@ int outcome_class(double x, const Format& f, const Rounding& r) {
   const std::uint64_t mag = bits & ~f.sign_bit() & f.storage_mask();
   // NaN/inf tested first: in the "fnuz" formats the one NaN (0x80) has a zero magnitude field.
   if (is_nan_bits(bits, f) || is_inf_bits(bits, f)) return 3;
-  if (mag == 0) return 0;
-  if (f.overflow == Overflow::saturate && mag == f.max_finite_bits && std::fabs(x) > f.max_finite) return 3;
-  if ((mag >> f.man_bits) == 0) return 1;
+  if (f.is_zero_bits(bits)) return 0;
+  // Without a zero, a magnitude below the smallest number is clamped to it: lost like a flush to zero.
+  if (!f.has_zero && mag == 0 && std::fabs(x) < f.min_normal) return 0;
+  if (f.saturates() && mag == f.max_finite_bits && std::fabs(x) > f.max_finite) return 3;
+  if (f.is_subnormal_bits(bits)) return 1;
   return 2;
 }
 
@@ -220,13 +225,12 @@ inline void account(Stats& s, T x, std::uint64_t bits, const Format& f) {
   s.max_abs = std::max(s.max_abs, ax);
   if (s.min_abs_nonzero == 0 || ax < s.min_abs_nonzero) s.min_abs_nonzero = ax;
   const std::uint64_t mag = bits & ~f.sign_bit() & f.storage_mask();
-  // In "fnuz" formats the pattern with magnitude 0 and the sign set is the NaN, not a zero.
-  const bool is_zero = f.nan == NanEncoding::neg_zero ? bits == 0 : mag == 0;
-  if (is_zero) { ++s.underflow; ++s.rounded; return; }
+  // Without a zero (e8m0) a magnitude below the smallest number is clamped to it: counted as underflow.
+  if (f.is_zero_bits(bits) || (!f.has_zero && mag == 0 && ax < f.min_normal)) { ++s.underflow; ++s.rounded; return; }
   if (is_nan_bits(bits, f) || is_inf_bits(bits, f)) { ++s.overflow; ++s.rounded; return; }
   const double y = decode(bits, f);
-  if ((mag >> f.man_bits) == 0) ++s.subnormal;
-  if (f.overflow == Overflow::saturate && mag == f.max_finite_bits && ax > f.max_finite) ++s.overflow;
+  if (f.is_subnormal_bits(bits)) ++s.subnormal;
+  if (f.saturates() && mag == f.max_finite_bits && ax > f.max_finite) ++s.overflow;
   if (y == static_cast<double>(x)) ++s.exact; else ++s.rounded;
 }
 
