@@ -4,6 +4,8 @@
 // (lib/mpsim/format/profile.hpp): its flushing rules adjust the format and rounding, and its NaN pattern
 // replaces round_bits()'s in --bits output (a NaN value is a NaN value in simulate output). OUT holds the rounded values in IN's dtype
 // (simulate mode) or, with --bits, the encodings as uint8 / uint16 / uint32 (by the format's storage).
+// Block formats (mxfp8_e4m3 ... nvfp4, [--block N] [--block-scale floor|rceil]): the dequantized values, or
+// with --bits an .npz of the element and scale encodings.
 #include <fmt/core.h>
 
 #include <cmath>
@@ -15,6 +17,7 @@
 #include "command.hpp"
 #include "format_options.hpp"
 #include "mpsim/error.hpp"
+#include "mpsim/format/block.hpp"
 #include "mpsim/format/bulk.hpp"
 #include "mpsim/format/format.hpp"
 #include "mpsim/format/profile.hpp"
@@ -29,6 +32,8 @@ using mpsim::io::NpyArray;
 
 struct Options {
   std::string to, mode = "rne", subnormals = "keep", overflow = "inf", like = "ieee", stats_json, in, out;
+  std::string block_scale = "floor";
+  int block = 0;  // block formats: elements per block (0: the format's own, 32 or 16)
   int sr_bits = 32;
   std::uint64_t seed = 0;
   bool daz = false, bits = false;
@@ -58,7 +63,77 @@ void canonicalize(std::vector<T>& enc, const std::vector<In>& x, const mpsim::Pr
     enc[i] = static_cast<T>(mpsim::canonicalize_nan_bits(p, f, enc[i], std::isnan(x[i])));
 }
 
+// Block formats (mxfp8_e4m3, ..., nvfp4; lib/mpsim/format/block.hpp): blocks along the last axis. Values:
+// the dequantized array in the input's dtype; --bits: an .npz of 'elements' and 'scales' (uint8; nvfp4
+// also 'tensor_scale', float32).
+void run_block(const Options& o) {
+  const mpsim::BlockFormat bf =
+      mpsim::parse_block_format(o.to, o.block, mpsim::parse_block_scale_rule(o.block_scale));
+  const mpsim::Rounding r = mpsim::cli::rounding_with_options(o.mode, o.sr_bits, o.seed, o.daz);
+  if (o.subnormals != "keep" || o.overflow != "inf" || o.like != "ieee")
+    throw mpsim::Error(fmt::format("--subnormals, --overflow and --like do not apply to {}: its elements keep "
+                                   "subnormals and saturate (OCP MX v1.0)",
+                                   bf.name));
+  const NpyArray in = mpsim::io::read_npy(o.in);
+  if (in.dtype != DType::f32 && in.dtype != DType::f16)
+    throw mpsim::Error(fmt::format("{}: block formats take float16/float32 arrays, this one is {}", o.in,
+                                   mpsim::io::to_string(in.dtype)));
+  const std::size_t row_len = in.shape.empty() ? in.count() : static_cast<std::size_t>(in.shape.back());
+  mpsim::io::AtomicFile out_file(o.out);
+  std::optional<mpsim::io::AtomicFile> stats_file;
+  if (!o.stats_json.empty()) stats_file.emplace(o.stats_json);
+
+  const auto x = mpsim::io::to_float(in);
+  mpsim::BlockStats st;
+  const mpsim::BlockQuantized q = mpsim::quantize_blocks(x, row_len, bf, r, &st);
+  std::vector<std::byte> bytes;
+  if (o.bits) {
+    std::vector<std::int64_t> scale_shape = in.shape;
+    if (scale_shape.empty()) scale_shape.push_back(1);
+    scale_shape.back() = static_cast<std::int64_t>((row_len + bf.block - 1) / bf.block);
+    std::vector<std::pair<std::string, NpyArray>> members = {
+        {"elements", mpsim::io::make_npy(std::span<const std::uint8_t>(q.elements), in.shape, DType::u8)},
+        {"scales", mpsim::io::make_npy(std::span<const std::uint8_t>(q.scales), scale_shape, DType::u8)}};
+    if (bf.two_level) {
+      const float t[1] = {q.tensor_scale};
+      members.push_back({"tensor_scale", mpsim::io::make_npy(std::span<const float>(t), {1})});
+    }
+    bytes = mpsim::io::npz_bytes(members);
+  } else {
+    std::vector<float> y(x.size());
+    mpsim::dequantize_blocks(q, row_len, bf, y);
+    if (in.dtype == DType::f16) {
+      // float16 output: the dequantized values rounded once more, to nearest float16.
+      std::vector<std::uint16_t> h(y.size());
+      mpsim::round_array(std::span<const float>(y), std::span<std::uint16_t>(h), mpsim::fp16());
+      bytes = mpsim::io::npy_bytes(mpsim::io::make_npy(std::span<const std::uint16_t>(h), in.shape, DType::f16));
+    } else {
+      bytes = mpsim::io::npy_bytes(mpsim::io::make_npy(std::span<const float>(y), in.shape));
+    }
+  }
+  out_file.write(bytes.data(), bytes.size());
+  if (stats_file) {
+    nlohmann::json scales = nlohmann::json::array();
+    for (const auto& [k, c] : st.scale_log2) scales.push_back({k, c});
+    const nlohmann::json j = {{"input", o.in}, {"output", o.out}, {"format", bf.name}, {"block", bf.block},
+                              {"block_scale", o.block_scale}, {"mode", std::string(mpsim::ieee_name(r.mode))},
+                              {"seed", r.seed}, {"output_kind", o.bits ? "bits" : "values"},
+                              {"count", st.count}, {"nonzero", st.nonzero}, {"nan", st.nan_in}, {"inf_in", st.inf_in},
+                              {"flushed", st.flushed}, {"subnormal", st.subnormal}, {"saturated", st.saturated},
+                              {"blocks", st.blocks}, {"nan_blocks", st.nan_blocks}, {"scale_log2", scales},
+                              {"tensor_scale", q.tensor_scale}};
+    stats_file->write(j.dump(2) + "\n");
+  }
+  out_file.commit();
+  if (stats_file) stats_file->commit();
+  fmt::print("{} -> {} ({}, blocks of {}, {}): count {}, nonzero {}, flushed in block {}, subnormal {}, saturated {}, "
+             "blocks {} ({} NaN)\n",
+             o.in, o.out, bf.name, bf.block, mpsim::ieee_name(r.mode), st.count, st.nonzero, st.flushed, st.subnormal,
+             st.saturated, st.blocks, st.nan_blocks);
+}
+
 void run(const Options& o) {
+  if (mpsim::is_block_format_name(o.to)) return run_block(o);
   mpsim::Format fmt = target_format(o);
   mpsim::Rounding r = mpsim::cli::rounding_with_options(o.mode, o.sr_bits, o.seed, o.daz);
   const mpsim::Profile& like = mpsim::find_profile(o.like);
@@ -172,7 +247,7 @@ void run(const Options& o) {
 void setup(CLI::App& app) {
   auto o = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("round", "Round every element of a .npy array to a format");
-  cmd->add_option("--to", o->to, "Target format (fp16, bf16, tf32, fp8_e4m3, fp8_e5m2, eXmY, ml_dtypes names)")
+  cmd->add_option("--to", o->to, "Target format (fp16, bf16, tf32, fp8_e4m3, fp8_e5m2, eXmY, ml_dtypes names) or block format (mxfp8_e4m3, mxfp8_e5m2, mxfp6_e2m3, mxfp6_e3m2, mxfp4_e2m1, nvfp4)")
       ->required();
   cmd->add_option("--mode", o->mode, "Rounding mode: rne rtz ru rd rna rto sr (default rne)");
   cmd->add_option("--sr-bits", o->sr_bits, "Stochastic rounding: random bits per decision, 1..32 (default 32)");
@@ -183,6 +258,8 @@ void setup(CLI::App& app) {
   cmd->add_option("--like", o->like,
                   "Reproduce a device: ieee (round_bits itself, default), x86 (F16C / AVX512-BF16: bf16 reads "
                   "subnormal floats as zero), cuda-sm90 (H100: canonical NaNs)");
+  cmd->add_option("--block", o->block, "Block formats: elements per block along the last axis (default 32; nvfp4 16)");
+  cmd->add_option("--block-scale", o->block_scale, "MX formats: block scale rule floor (OCP MX) or rceil (default floor)");
   cmd->add_flag("--bits", o->bits, "Write the encodings (uint8/uint16/uint32) instead of the rounded values");
   cmd->add_option("--stats-json", o->stats_json, "Also write what the rounding did as JSON to this file");
   cmd->add_option("IN", o->in, "Input .npy (float16, float32 or float64)")->required();

@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "mpsim/format/format.hpp"
@@ -90,6 +91,8 @@ NpyArray parse_npy(std::span<const std::byte> file, std::string_view name);
 void write_npy(const std::filesystem::path& path, const NpyArray& array);
 // The bytes of the .npy file write_npy writes.
 std::vector<std::byte> npy_bytes(const NpyArray& array);
+// The bytes of an .npz archive (stored, as numpy.savez writes) holding each array as member NAME.npy.
+std::vector<std::byte> npz_bytes(const std::vector<std::pair<std::string, NpyArray>>& members);
 
 // The values as float / double. Float formats decode exactly (to_float of f64 rounds to nearest);
 // integers convert with static_cast. to_float/to_double of *_bits arrays decode the encodings.
