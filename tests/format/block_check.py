@@ -156,6 +156,46 @@ def check_nvfp4(mpsim, x, work):
     return diff + sdiff + tdiff, x.size
 
 
+def check_telemetry(mpsim, x, work):
+    """`mpsim underflow --format mxfp8_e4m3,mxfp4_e2m1,fp8_e4m3,fp16 --scale 1024 --json`: the counts of every
+    format against the same counts taken from gfloat's blocks, ml_dtypes' per-tensor fp8 and numpy's fp16."""
+    src, out = os.path.join(work, "t.npy"), os.path.join(work, "t.json")
+    np.save(src, x)
+    subprocess.run([mpsim, "underflow", "--format", "mxfp8_e4m3,mxfp4_e2m1,fp8_e4m3,fp16", "--scale", "1024", src,
+                    "--json", out], check=True, stdout=subprocess.DEVNULL)
+    got = {f["format"]: f for f in json.load(open(out))["tensors"][0]["formats"]}
+    nz = np.isfinite(x) & (x != 0)
+    want = {}
+    for name in ("mxfp8_e4m3", "mxfp4_e2m1"):
+        fi = MX[name]
+        fl = sub = sat = 0
+        for row in x:
+            for blk in blocks_of(row.astype(np.float64), 32):
+                scale = gfloat.compute_scale_amax(fi.etype.emax, blk)
+                elem = gfloat.quantize_block(fi, blk, gfloat.compute_scale_amax) / scale
+                bnz = blk != 0
+                fl += int(np.sum(bnz & (elem == 0)))
+                sub += int(np.sum(bnz & (elem != 0) & (np.abs(elem) < fi.etype.smallest_normal)))
+                sat += int(np.sum(np.abs(blk) / scale > fi.etype.max))
+        want[name] = (fl, sub, sat)
+    s = np.float32(448.0) / np.max(np.abs(x))
+    e = (x * s).astype(np.float32).astype(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    want["fp8_e4m3"] = (int(np.sum(nz & (e == 0))), int(np.sum(nz & (e != 0) & (np.abs(e) < 2.0**-6))), 0)
+    with np.errstate(over="ignore"):
+        h = (x * np.float32(1024)).astype(np.float32).astype(np.float16)
+    want["fp16"] = (int(np.sum(nz & (h == 0))), int(np.sum(nz & (h != 0) & (np.abs(h) < 2.0**-14))),
+                    int(np.sum(nz & np.isinf(h))))
+    bad = 0
+    for name, (fl, sub, sat) in want.items():
+        g = got[name]
+        ok = (g["flushed_num"], g["subnormal_num"], g["saturated_num"]) == (fl, sub, sat)
+        bad += not ok
+        print(f"underflow telemetry {name:11s} ({g['scaling']}): flushed {g['flushed_num']} / subnormal "
+              f"{g['subnormal_num']} / saturated {g['saturated_num']} of {g['nonzero_finite_num']} vs reference "
+              f"{fl} / {sub} / {sat}: {'match' if ok else 'MISMATCH'}")
+    return bad, 4 * x.size
+
+
 def main():
     mpsim = os.environ.get("MPSIM_BIN") or (sys.argv[1] if len(sys.argv) > 1 else None)
     if not mpsim:
@@ -164,7 +204,7 @@ def main():
     x = test_rows(rng)
     bad = total = 0
     with tempfile.TemporaryDirectory(prefix="mpsim-block-") as work:
-        for check in (check_mx, check_nvfp4):
+        for check in (check_mx, check_nvfp4, check_telemetry):
             b, t = check(mpsim, x, work)
             bad += b
             total += t
