@@ -2,8 +2,10 @@
 #include "mpsim/format/block.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -85,6 +87,11 @@ int mx_scale_exponent(float amax, const BlockFormat& f) {
   return std::clamp(k, kE8m0MinExp, kE8m0MaxExp);
 }
 
+// 2^e as a normal float (|e| <= 126), so that multiplying by it is exact wherever the product is
+// representable, also under DAZ (a subnormal multiplier would read as 0 there).
+float pow2f(int e) { return std::bit_cast<float>(static_cast<std::uint32_t>(e + 127) << 23); }
+bool pow2f_normal(int e) { return e >= -126 && e <= 127; }
+
 void count_elements(std::span<const float> x, std::span<const std::uint8_t> e, std::size_t b, std::size_t end,
                     const Format& elem, BlockStats& s) {
   for (std::size_t i = b; i < end; ++i) {
@@ -162,13 +169,14 @@ BlockQuantized quantize_blocks(std::span<const float> x, std::size_t row_len, co
   const bool use_float = float_scaling_exact_enough(r.mode);
   std::vector<float> scaled_f(use_float ? n : 0);
   std::vector<double> scaled_d(use_float ? 0 : n);
-  std::vector<char> nan_block(n, 0);  // element lies in a block whose scale is NaN
+  std::vector<std::pair<std::size_t, std::size_t>> nan_blocks;  // [begin, end) of the blocks whose scale is NaN
 
-  for (std::size_t i = 0; i < n; ++i) {
-    if (std::isnan(x[i])) ++s.nan_in;
-    else if (std::isinf(x[i])) ++s.inf_in;
-    else if (x[i] != 0) ++s.nonzero;
-  }
+  if (stats)
+    for (std::size_t i = 0; i < n; ++i) {
+      if (std::isnan(x[i])) ++s.nan_in;
+      else if (std::isinf(x[i])) ++s.inf_in;
+      else if (x[i] != 0) ++s.nonzero;
+    }
 
   if (!f.two_level) {
     const std::uint64_t nan_scale = f.scale.nan_bits;
@@ -183,19 +191,24 @@ BlockQuantized quantize_blocks(std::span<const float> x, std::size_t row_len, co
       if (!finite) {
         ++s.nan_blocks;
         q.scales.push_back(static_cast<std::uint8_t>(nan_scale));
-        std::fill(nan_block.begin() + static_cast<std::ptrdiff_t>(b), nan_block.begin() + static_cast<std::ptrdiff_t>(end), 1);
+        nan_blocks.emplace_back(b, end);
         return;  // scaled values stay 0
       }
       // An all-zero block takes the smallest scale (as gfloat's compute_scale_amax does).
       const int k = amax == 0 ? kE8m0MinExp : mx_scale_exponent(amax, f);
       q.scales.push_back(static_cast<std::uint8_t>(round_bits(std::ldexp(1.0, k), f.scale)));
       ++s.scale_log2[k];
-      const double max_elem = f.element.max_finite;
-      for (std::size_t i = b; i < end; ++i) {
-        const double v = std::ldexp(static_cast<double>(x[i]), -k);  // exact in double
-        if (std::fabs(v) > max_elem) ++s.saturated;
-        if (use_float) scaled_f[i] = std::ldexp(x[i], -k);
-        else scaled_d[i] = v;
+      // |V| / X above the element's largest value, compared exactly: |V| > max_elem * 2^k.
+      const double sat_above = std::ldexp(f.element.max_finite, k);
+      if (stats)
+        for (std::size_t i = b; i < end; ++i) s.saturated += std::fabs(x[i]) > sat_above;
+      if (use_float && pow2f_normal(-k)) {
+        const float inv = pow2f(-k);
+        for (std::size_t i = b; i < end; ++i) scaled_f[i] = x[i] * inv;
+      } else if (use_float) {
+        for (std::size_t i = b; i < end; ++i) scaled_f[i] = std::ldexp(x[i], -k);
+      } else {
+        for (std::size_t i = b; i < end; ++i) scaled_d[i] = std::ldexp(static_cast<double>(x[i]), -k);  // exact
       }
     });
   } else {
@@ -216,7 +229,7 @@ BlockQuantized quantize_blocks(std::span<const float> x, std::size_t row_len, co
       if (!finite) {
         ++s.nan_blocks;
         q.scales.push_back(static_cast<std::uint8_t>(f.scale.nan_bits));
-        std::fill(nan_block.begin() + static_cast<std::ptrdiff_t>(b), nan_block.begin() + static_cast<std::ptrdiff_t>(end), 1);
+        nan_blocks.emplace_back(b, end);
         return;
       }
       float amax = 0;
@@ -228,7 +241,7 @@ BlockQuantized quantize_blocks(std::span<const float> x, std::size_t row_len, co
       ++s.scale_log2[std::ilogb(total)];
       for (std::size_t i = b; i < end; ++i) {
         const float v = x[i] / total;
-        if (std::fabs(v) > kE2m1Max) ++s.saturated;
+        s.saturated += std::fabs(v) > kE2m1Max;
         const float c = std::clamp(v, -kE2m1Max, kE2m1Max);
         if (use_float) scaled_f[i] = c;
         else scaled_d[i] = c;
@@ -240,12 +253,18 @@ BlockQuantized quantize_blocks(std::span<const float> x, std::size_t row_len, co
   er.input_subnormals = InputSubnormals::keep;
   if (use_float) round_array(std::span<const float>(scaled_f), std::span<std::uint8_t>(q.elements), f.element, er);
   else round_array(std::span<const double>(scaled_d), std::span<std::uint8_t>(q.elements), f.element, er);
-  for (std::size_t i = 0; i < n; ++i)
-    if (nan_block[i]) q.elements[i] = 0;
+  for (const auto& [b, end] : nan_blocks)
+    std::fill(q.elements.begin() + static_cast<std::ptrdiff_t>(b), q.elements.begin() + static_cast<std::ptrdiff_t>(end), 0);
 
   if (stats) {
+    // Elements of NaN blocks are stored as 0 but are not "flushed": they are NaN (nan_blocks).
+    std::size_t next_nan = 0;
     for_each_block(n, row_len, f.block, [&](std::size_t b, std::size_t end) {
-      if (!nan_block[b]) count_elements(x, q.elements, b, end, f.element, s);
+      if (next_nan < nan_blocks.size() && nan_blocks[next_nan].first == b) {
+        ++next_nan;
+        return;
+      }
+      count_elements(x, q.elements, b, end, f.element, s);
     });
     stats->merge(s);
   }
@@ -274,7 +293,12 @@ void dequantize_blocks(const BlockQuantized& q, std::size_t row_len, const Block
       const int k = static_cast<int>(std::ilogb(decode(sb, f.scale)));
       // Exact where element * 2^k fits in float, always under the floor rule (it stays below 2^128); an rceil
       // block near float's top can round an element up to 2^128, which overflows to inf.
-      for (std::size_t i = b; i < end; ++i) out[i] = std::ldexp(out[i], k);
+      if (pow2f_normal(k)) {
+        const float m = pow2f(k);
+        for (std::size_t i = b; i < end; ++i) out[i] *= m;
+      } else {
+        for (std::size_t i = b; i < end; ++i) out[i] = std::ldexp(out[i], k);
+      }
     }
   });
 }

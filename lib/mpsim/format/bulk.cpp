@@ -97,11 +97,11 @@ Path best_path() {
 
 // emin + 23 - m <= 127: the float 2^(emin + 23 - m) that round_loop adds to format-subnormal lanes
 // (bulk_kernel.hpp, kFpuMode) is finite; only formats whose smallest normal is above 2^(104 + m) fail it.
-// The vector kernels know signed formats with a zero and a NaN; the unsigned e8m0 and the NaN-less
-// OCP fp6/fp4 types run the scalar code.
+// The vector kernels know signed formats with a zero (the NaN-less OCP fp6 / fp4 types act as saturating
+// formats there); the unsigned, zero-less e8m0 runs the scalar code.
 bool vector_supported(const Format& f) {
   return f.man_bits <= 22 && f.emin >= -126 && f.emin + 23 - f.man_bits <= 127 && f.storage_bits <= 32 &&
-         f.has_sign && f.has_zero && f.has_nan();
+         f.has_sign && f.has_zero;
 }
 
 int outcome_class(double x, const Format& f, const Rounding& r) {
@@ -324,7 +324,7 @@ bd::KernelParams make_params(const Format& f, const Rounding& r, const BulkOptio
   p.nan_neg = static_cast<std::int32_t>(round_bits(-qnan, f, r));
   p.flush = f.subnormals == Subnormals::flush;
   p.daz = r.input_subnormals == InputSubnormals::zero;
-  p.saturate = f.overflow == Overflow::saturate;
+  p.saturate = f.saturates();  // a format without inf or NaN saturates in every mode
   p.max_finite_f32 = f.max_finite < static_cast<double>(big)
                          ? static_cast<std::int32_t>(std::bit_cast<std::uint32_t>(static_cast<float>(f.max_finite)))
                          : 0x7f800000;
@@ -335,7 +335,7 @@ bd::KernelParams make_params(const Format& f, const Rounding& r, const BulkOptio
   // overflow gives ±inf/NaN in nearest modes and stochastic, in up above zero, in down below zero, and
   // ±max_finite otherwise): the specification must agree. Where max_finite is beyond float's range (an
   // e8 format without inf), no float input overflows and the kernel never uses the rule.
-  if (f.overflow != Overflow::saturate && p.max_finite_f32 != 0x7f800000) {
+  if (!f.saturates() && p.max_finite_f32 != 0x7f800000) {
     const RoundingMode m = r.mode;
     const bool to_inf_any = m == RoundingMode::nearest_even || m == RoundingMode::nearest_away ||
                             m == RoundingMode::stochastic;
