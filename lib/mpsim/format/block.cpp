@@ -92,6 +92,15 @@ int mx_scale_exponent(float amax, const BlockFormat& f) {
 float pow2f(int e) { return std::bit_cast<float>(static_cast<std::uint32_t>(e + 127) << 23); }
 bool pow2f_normal(int e) { return e >= -126 && e <= 127; }
 
+// The largest |x[i]| over [b, end) as float bits: a NaN or inf anywhere gives bits >= 0x7f800000. Integer
+// maxima of the magnitude bits order floats as their values do, and vectorize.
+std::uint32_t max_magnitude_bits(std::span<const float> x, std::size_t b, std::size_t end) {
+  std::uint32_t m = 0;
+  for (std::size_t i = b; i < end; ++i) m = std::max(m, std::bit_cast<std::uint32_t>(x[i]) & 0x7fffffffu);
+  return m;
+}
+constexpr std::uint32_t kInfBits = 0x7f800000u;
+
 void count_elements(std::span<const float> x, std::span<const std::uint8_t> e, std::size_t b, std::size_t end,
                     const Format& elem, BlockStats& s) {
   for (std::size_t i = b; i < end; ++i) {
@@ -180,15 +189,15 @@ BlockQuantized quantize_blocks(std::span<const float> x, std::size_t row_len, co
 
   if (!f.two_level) {
     const std::uint64_t nan_scale = f.scale.nan_bits;
+    // The E8M0 encoding of every scale 2^k, k = -127..127, by round_bits (exact: powers of two).
+    std::uint8_t scale_enc[kE8m0MaxExp - kE8m0MinExp + 1];
+    for (int k = kE8m0MinExp; k <= kE8m0MaxExp; ++k)
+      scale_enc[k - kE8m0MinExp] = static_cast<std::uint8_t>(round_bits(std::ldexp(1.0, k), f.scale));
     for_each_block(n, row_len, f.block, [&](std::size_t b, std::size_t end) {
       ++s.blocks;
-      float amax = 0;
-      bool finite = true;
-      for (std::size_t i = b; i < end; ++i) {
-        finite = finite && std::isfinite(x[i]);
-        amax = std::max(amax, std::fabs(x[i]));
-      }
-      if (!finite) {
+      const std::uint32_t amax_bits = max_magnitude_bits(x, b, end);
+      const float amax = std::bit_cast<float>(amax_bits);
+      if (amax_bits >= kInfBits) {
         ++s.nan_blocks;
         q.scales.push_back(static_cast<std::uint8_t>(nan_scale));
         nan_blocks.emplace_back(b, end);
@@ -196,7 +205,7 @@ BlockQuantized quantize_blocks(std::span<const float> x, std::size_t row_len, co
       }
       // An all-zero block takes the smallest scale (as gfloat's compute_scale_amax does).
       const int k = amax == 0 ? kE8m0MinExp : mx_scale_exponent(amax, f);
-      q.scales.push_back(static_cast<std::uint8_t>(round_bits(std::ldexp(1.0, k), f.scale)));
+      q.scales.push_back(scale_enc[static_cast<std::size_t>(k - kE8m0MinExp)]);
       ++s.scale_log2[k];
       // |V| / X above the element's largest value, compared exactly: |V| > max_elem * 2^k.
       const double sat_above = std::ldexp(f.element.max_finite, k);
@@ -213,12 +222,9 @@ BlockQuantized quantize_blocks(std::span<const float> x, std::size_t row_len, co
     });
   } else {
     // nvfp4, torchao's float arithmetic step by step.
-    float tensor_amax = 0;
-    bool finite = true;
-    for (float v : x) {
-      finite = finite && std::isfinite(v);
-      tensor_amax = std::max(tensor_amax, std::fabs(v));
-    }
+    const std::uint32_t tensor_amax_bits = max_magnitude_bits(x, 0, n);
+    const bool finite = tensor_amax_bits < kInfBits;
+    const float tensor_amax = std::bit_cast<float>(tensor_amax_bits);
     // An all-zero tensor gets T = 1 (Transformer Engine's convention; torchao would divide 0 by 0).
     const float t = !finite ? std::numeric_limits<float>::quiet_NaN()
                     : tensor_amax == 0 ? 1.0f
@@ -232,8 +238,7 @@ BlockQuantized quantize_blocks(std::span<const float> x, std::size_t row_len, co
         nan_blocks.emplace_back(b, end);
         return;
       }
-      float amax = 0;
-      for (std::size_t i = b; i < end; ++i) amax = std::max(amax, std::fabs(x[i]));
+      const float amax = std::bit_cast<float>(max_magnitude_bits(x, b, end));
       const float block_scale = std::clamp(amax / kE2m1Max / t, kE4m3Tiny, kE4m3Max);
       const auto s8 = round_bits(block_scale, f.scale);
       q.scales.push_back(static_cast<std::uint8_t>(s8));
