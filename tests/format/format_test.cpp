@@ -142,4 +142,10 @@ TEST_CASE("one name table: every name parses to its format, e4m3 is IEEE-style e
     CHECK(msg.find("float8_e8m0fnu") != std::string::npos);  // the message lists the known names
     CHECK(msg.find("fp4_e2m1") != std::string::npos);
   }
+  try {
+    parse_format("mxfp8_e4m3");
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("is a block format") != std::string::npos);
+  }
 }
