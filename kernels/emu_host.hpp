@@ -3,6 +3,7 @@
 #pragma once
 
 #include "emu.hpp"
+#include "mpsim/error.hpp"
 #include "mpsim/format/format.hpp"
 #include "mpsim/format/profile.hpp"
 #include "mpsim/format/round.hpp"
@@ -13,6 +14,11 @@ namespace mpsim::emu {
 // round_float()/arith() with the result reproduces round_bits_like().
 inline void make_dev(const Format& fmt_in, const Rounding& r_in, const Profile& profile, Operation op,
                      DevFormat& f, DevRounding& r) {
+  // The port covers signed formats with a zero and a NaN (emu.hpp's DevFormat); the unsigned e8m0 and the
+  // NaN-less OCP fp6 / fp4 types round on the host only.
+  if (!fmt_in.has_sign || !fmt_in.has_zero || !fmt_in.has_nan())
+    throw Error("the CUDA emulation does not cover format " + fmt_in.name +
+                " (unsigned, without zero or without NaN); round it on the host");
   Format fmt = fmt_in;
   Rounding rr = r_in;
   apply_profile(profile, fmt, rr, op);

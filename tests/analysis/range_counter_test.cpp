@@ -38,7 +38,7 @@ Brute brute(const std::vector<T>& v, const Format& f, const Rounding& r, int k) 
     const double y = decode(round_bits(xs, f, r), f);
     if (y == 0) ++b.underflow;
     else if (std::isnan(y) || std::isinf(y)) ++b.overflow;
-    else if (f.overflow == Overflow::saturate && std::fabs(y) == f.max_finite && std::fabs(xs) > f.max_finite) ++b.overflow;
+    else if (f.saturates() && std::fabs(y) == f.max_finite && std::fabs(xs) > f.max_finite) ++b.overflow;
     else if (std::fabs(y) < f.min_normal) {
       ++b.subnormal;
       b.lost_sum += std::min(f.emin - std::ilogb(xs), f.man_bits);
@@ -85,7 +85,9 @@ const std::vector<Format>& formats() {
       fp16(), bf16(), fp8_e4m3(), fp8_e5m2(), fp8_e4m3fnuz(), tf32(),
       make_format("e5m10_flush", 5, 10, 15, true, NanEncoding::ieee, Subnormals::flush),
       make_format("e4m3_sat", 4, 3, 7, false, NanEncoding::all_ones, Subnormals::keep, Overflow::saturate),
-      make_format("e3m1", 3, 1, 3)};
+      make_format("e3m1", 3, 1, 3),
+      // The OCP MX element types (no inf, no NaN: overflow saturates) and ml_dtypes' other fp8 types.
+      float4_e2m1fn(), float6_e2m3fn(), float6_e3m2fn(), float8_e4m3b11fnuz(), float8_e3m4()};
   return all;
 }
 

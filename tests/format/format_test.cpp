@@ -2,6 +2,7 @@
 // published definitions, and the parser's names and errors.
 #include "catch.hpp"
 
+#include <cstdio>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -91,5 +92,76 @@ TEST_CASE("parse_format rejects bad names with a message naming the input", "[fo
       std::printf("parse_format(\"%s\"): %s\n", bad, e.what());
       CHECK(std::string(e.what()).find(std::string("'") + bad + "'") != std::string::npos);
     }
+  }
+}
+
+TEST_CASE("the ml_dtypes element types: constants from OCP MX v1.0 and ml_dtypes' definitions", "[format]") {
+  // OCP Microscaling Formats (MX) v1.0, section 5.3: FP4 E2M1 max 6, min normal 1, min subnormal 0.5;
+  // FP6 E2M3 max 7.5, min subnormal 0.125; FP6 E3M2 max 28, min normal 0.25, min subnormal 0.0625.
+  CHECK(float4_e2m1fn().max_finite == 6.0);
+  CHECK(float4_e2m1fn().min_normal == 1.0);
+  CHECK(float4_e2m1fn().min_subnormal == 0.5);
+  CHECK(float4_e2m1fn().storage_bits == 4);
+  CHECK(float6_e2m3fn().max_finite == 7.5);
+  CHECK(float6_e2m3fn().min_subnormal == 0.125);
+  CHECK(float6_e3m2fn().max_finite == 28.0);
+  CHECK(float6_e3m2fn().min_normal == 0.25);
+  CHECK(float6_e3m2fn().min_subnormal == 0.0625);
+  for (const Format* f : {&float4_e2m1fn(), &float6_e2m3fn(), &float6_e3m2fn()}) {
+    CHECK_FALSE(f->has_nan());
+    CHECK_FALSE(f->has_inf);
+    CHECK(f->saturates());
+  }
+  // Section 5.4.1: E8M0 is unsigned, bias 127, 2^-127 .. 2^127, 0xFF NaN, no zero.
+  const Format& e8 = float8_e8m0fnu();
+  CHECK(e8.storage_bits == 8);
+  CHECK(e8.sign_bit() == 0);
+  CHECK(e8.min_normal == std::ldexp(1.0, -127));
+  CHECK(e8.min_subnormal == std::ldexp(1.0, -127));
+  CHECK(e8.max_finite == std::ldexp(1.0, 127));
+  CHECK(e8.max_finite_bits == 0xfe);
+  CHECK(e8.nan_bits == 0xff);
+  CHECK(e8.epsilon == 1.0);
+  // IEEE-style e4m3 and e3m4: the top binade is inf/NaN, so max = 1.875 * 2^7 and 1.9375 * 2^3.
+  CHECK(float8_e4m3().max_finite == 240.0);
+  CHECK(float8_e3m4().max_finite == 15.5);
+  CHECK(float8_e3m4().min_normal == 0.25);
+  // e4m3 with bias 11, fnuz: top exponent 15 - 11 = 4, all mantissa patterns finite: 1.875 * 16.
+  CHECK(float8_e4m3b11fnuz().max_finite == 30.0);
+  CHECK(float8_e4m3b11fnuz().min_subnormal == std::ldexp(1.0, -10 - 3));
+}
+
+TEST_CASE("one name table: every name parses to its format, e4m3 is IEEE-style everywhere", "[format]") {
+  int names = 0, canonical = 0;
+  for (const auto& n : format_names()) {
+    INFO(n.name);
+    CHECK(parse_format(n.name) == n.format());
+    if (n.canonical) {
+      CHECK(n.format().name == n.name);
+      ++canonical;
+    }
+    ++names;
+  }
+  CHECK(canonical == static_cast<int>(named_formats().size()));
+  CHECK(parse_format("e4m3") == float8_e4m3());
+  CHECK_FALSE(parse_format("e4m3") == fp8_e4m3());
+  CHECK(parse_format("float8_e4m3fn") == fp8_e4m3());
+  CHECK(parse_format("e3m4") == float8_e3m4());
+  CHECK(parse_format("fp4_e2m1") == float4_e2m1fn());
+  CHECK(parse_format("e8m0") == float8_e8m0fnu());
+  std::printf("format name table: %d names, %d formats, each parsed back to its format\n", names, canonical);
+  try {
+    parse_format("float8_e4m3fnx");
+    FAIL("no error");
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    CHECK(msg.find("float8_e8m0fnu") != std::string::npos);  // the message lists the known names
+    CHECK(msg.find("fp4_e2m1") != std::string::npos);
+  }
+  try {
+    parse_format("mxfp8_e4m3");
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("is a block format") != std::string::npos);
   }
 }

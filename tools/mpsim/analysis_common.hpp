@@ -52,6 +52,11 @@ inline analysis::InputOptions input_options(const CommonOptions& o, io::Progress
   analysis::InputOptions io;
   if (!o.dtype.empty()) io.dtype = io::parse_dtype(o.dtype, "--dtype");
   io.progress = progress;
+  // "e4m3" used to mean OCP's e4m3fn here while --format read it as IEEE-style; one name table now gives
+  // it the --format meaning everywhere.
+  if (o.dtype == "e4m3")
+    fmt::print(stderr, "warning: --dtype e4m3 is the IEEE-style e4m3 (ml_dtypes' float8_e4m3, max 240), as under "
+                       "--format; for OCP's e4m3fn (max 448) say fp8_e4m3 or float8_e4m3fn\n");
   return io;
 }
 

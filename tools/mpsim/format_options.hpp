@@ -22,7 +22,7 @@ inline Format format_with_options(const std::string& name, const std::string& su
   if (overflow == "inf") ovf = Overflow::to_inf;
   else if (overflow == "saturate") ovf = Overflow::saturate;
   else throw Error("--overflow: unknown value '" + overflow + "' (known: inf, saturate)");
-  return make_format(base.name, base.exp_bits, base.man_bits, base.bias, base.has_inf, base.nan, sub, ovf);
+  return with_options(base, sub, ovf);
 }
 
 // The Rounding the options name, validated; --sr-bits other than the default needs --mode sr.

@@ -11,6 +11,17 @@
 
 namespace {
 
+// The other names the one name table gives this format (format.hpp, format_names).
+nlohmann::json aliases_of(const std::string& canonical) {
+  nlohmann::json out = nlohmann::json::array();
+  bool in_group = false;
+  for (const auto& n : mpsim::format_names()) {
+    if (n.canonical) in_group = n.name == canonical;
+    else if (in_group) out.push_back(std::string(n.name));
+  }
+  return out;
+}
+
 nlohmann::json format_json(const mpsim::Format& f) {
   return {{"name", f.name},
           {"exp_bits", f.exp_bits},
@@ -19,6 +30,10 @@ nlohmann::json format_json(const mpsim::Format& f) {
           {"bias", f.bias},
           {"storage_bits", f.storage_bits},
           {"has_inf", f.has_inf},
+          {"has_nan", f.has_nan()},
+          {"has_sign", f.has_sign},
+          {"has_zero", f.has_zero},
+          {"aliases", aliases_of(f.name)},
           {"nan_encoding", std::string(mpsim::to_string(f.nan))},
           {"subnormals", std::string(mpsim::to_string(f.subnormals))},
           {"overflow", std::string(mpsim::to_string(f.overflow))},
@@ -52,12 +67,16 @@ void setup(CLI::App& app) {
       fmt::print("{}\n", all.dump(2));
       return;
     }
-    fmt::print("{:<14} {:>4} {:>4} {:>5} {:>5} {:>5} {:>6} {:>13} {:>13} {:>13} {:>11}\n", "format", "exp", "man",
-               "bias", "emin", "emax", "inf", "max finite", "min normal", "min subnorm", "epsilon");
-    for (const auto& f : mpsim::named_formats())
-      fmt::print("{:<14} {:>4} {:>4} {:>5} {:>5} {:>5} {:>6} {:>13.6g} {:>13.6g} {:>13.6g} {:>11.4g}\n", f.name,
-                 f.exp_bits, f.man_bits, f.bias, f.emin, f.emax, f.has_inf ? "yes" : "no", f.max_finite,
-                 f.min_normal, f.min_subnormal, f.epsilon);
+    fmt::print("{:<19} {:>4} {:>4} {:>5} {:>5} {:>5} {:>4} {:>4} {:>5} {:>13} {:>13} {:>13} {:>9}  {}\n", "format", "exp",
+               "man", "bias", "emin", "emax", "inf", "nan", "sign", "max finite", "min normal", "min subnorm", "epsilon",
+               "aliases");
+    for (const auto& f : mpsim::named_formats()) {
+      std::string aliases;
+      for (const auto& a : aliases_of(f.name)) aliases += (aliases.empty() ? "" : " ") + a.get<std::string>();
+      fmt::print("{:<19} {:>4} {:>4} {:>5} {:>5} {:>5} {:>4} {:>4} {:>5} {:>13.6g} {:>13.6g} {:>13.6g} {:>9.4g}  {}\n", f.name,
+                 f.exp_bits, f.man_bits, f.bias, f.emin, f.emax, f.has_inf ? "yes" : "no", f.has_nan() ? "yes" : "no",
+                 f.has_sign ? "yes" : "no", f.max_finite, f.min_normal, f.min_subnormal, f.epsilon, aliases);
+    }
   });
 }
 

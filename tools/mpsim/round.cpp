@@ -7,6 +7,8 @@
 // IN is memory-mapped and rounded chunk by chunk, each chunk's results appended to a temporary OUT that is
 // renamed into place at the end: resident memory stays bounded whatever the size of IN, and a failure
 // leaves no OUT behind.
+// Block formats (mxfp8_e4m3 ... nvfp4, [--block N] [--block-scale floor|rceil]): the dequantized values, or
+// with --bits an .npz of the element and scale encodings.
 #include <fmt/core.h>
 
 #include <cmath>
@@ -22,6 +24,7 @@
 #include "format_options.hpp"
 #include "npy_input.hpp"
 #include "mpsim/error.hpp"
+#include "mpsim/format/block.hpp"
 #include "mpsim/format/bulk.hpp"
 #include "mpsim/format/format.hpp"
 #include "mpsim/format/profile.hpp"
@@ -39,6 +42,8 @@ using mpsim::io::DType;
 
 struct Options {
   std::string to, mode = "rne", subnormals = "keep", overflow = "inf", like = "ieee", stats_json, in, out;
+  std::string block_scale = "floor";
+  int block = 0;  // block formats: elements per block (0: the format's own, 32 or 16)
   int sr_bits = 32;
   std::uint64_t seed = 0;
   bool daz = false, bits = false;
@@ -68,6 +73,79 @@ DType output_dtype(const Options& o, const mpsim::Format& fmt, DType in) {
   if (!o.bits) return in;
   const int bytes = fmt.storage_bytes();
   return bytes == 1 ? DType::u8 : bytes == 2 ? DType::u16 : DType::u32;
+}
+
+// Block formats (mxfp8_e4m3, ..., nvfp4; lib/mpsim/format/block.hpp): blocks along the last axis. Values:
+// the dequantized array in the input's dtype; --bits: an .npz of 'elements' and 'scales' (uint8; nvfp4
+// also 'tensor_scale', float32).
+void run_block(const Options& o) {
+  const mpsim::BlockFormat bf =
+      mpsim::parse_block_format(o.to, o.block, mpsim::parse_block_scale_rule(o.block_scale));
+  const mpsim::Rounding r = mpsim::cli::rounding_with_options(o.mode, o.sr_bits, o.seed, o.daz);
+  if (o.subnormals != "keep" || o.overflow != "inf" || o.like != "ieee")
+    throw mpsim::Error(fmt::format("--subnormals, --overflow and --like do not apply to {}: its elements keep "
+                                   "subnormals and saturate (OCP MX v1.0)",
+                                   bf.name));
+  const NpyArray in = mpsim::io::read_npy(o.in);
+  if (in.dtype != DType::f32 && in.dtype != DType::f16)
+    throw mpsim::Error(fmt::format("{}: block formats take float16/float32 arrays, this one is {}", o.in,
+                                   mpsim::io::to_string(in.dtype)));
+  const std::size_t row_len = in.shape.empty() ? in.count() : static_cast<std::size_t>(in.shape.back());
+  mpsim::io::AtomicFile out_file(o.out);
+  std::optional<mpsim::io::AtomicFile> stats_file;
+  if (!o.stats_json.empty() && o.stats_json != "-") stats_file.emplace(o.stats_json);
+
+  const auto x = mpsim::io::to_float(in);
+  mpsim::BlockStats st;
+  const mpsim::BlockQuantized q = mpsim::quantize_blocks(x, row_len, bf, r, &st);
+  std::vector<std::byte> bytes;
+  if (o.bits) {
+    std::vector<std::int64_t> scale_shape = in.shape;
+    if (scale_shape.empty()) scale_shape.push_back(1);
+    scale_shape.back() = static_cast<std::int64_t>((row_len + bf.block - 1) / bf.block);
+    std::vector<std::pair<std::string, NpyArray>> members = {
+        {"elements", mpsim::io::make_npy(std::span<const std::uint8_t>(q.elements), in.shape, DType::u8)},
+        {"scales", mpsim::io::make_npy(std::span<const std::uint8_t>(q.scales), scale_shape, DType::u8)}};
+    if (bf.two_level) {
+      const float t[1] = {q.tensor_scale};
+      members.push_back({"tensor_scale", mpsim::io::make_npy(std::span<const float>(t), {1})});
+    }
+    bytes = mpsim::io::npz_bytes(members);
+  } else {
+    std::vector<float> y(x.size());
+    mpsim::dequantize_blocks(q, row_len, bf, y);
+    if (in.dtype == DType::f16) {
+      // float16 output: the dequantized values rounded once more, to nearest float16.
+      std::vector<std::uint16_t> h(y.size());
+      mpsim::round_array(std::span<const float>(y), std::span<std::uint16_t>(h), mpsim::fp16());
+      bytes = mpsim::io::npy_bytes(mpsim::io::make_npy(std::span<const std::uint16_t>(h), in.shape, DType::f16));
+    } else {
+      bytes = mpsim::io::npy_bytes(mpsim::io::make_npy(std::span<const float>(y), in.shape));
+    }
+  }
+  out_file.write(bytes.data(), bytes.size());
+  std::string stats_text;
+  if (!o.stats_json.empty()) {
+    nlohmann::json scales = nlohmann::json::array();
+    for (const auto& [k, c] : st.scale_log2) scales.push_back({k, c});
+    const nlohmann::json j = {{"schema", "mpsim-round-block-1"}, {"mpsim_version", mpsim::kVersion},
+                              {"input", o.in}, {"output", o.out}, {"format", bf.name}, {"block", bf.block},
+                              {"block_scale", o.block_scale}, {"mode", std::string(mpsim::ieee_name(r.mode))},
+                              {"seed", r.seed}, {"output_kind", o.bits ? "bits" : "values"},
+                              {"count", st.count}, {"nonzero", st.nonzero}, {"nan", st.nan_in}, {"inf_in", st.inf_in},
+                              {"flushed", st.flushed}, {"subnormal", st.subnormal}, {"saturated", st.saturated},
+                              {"blocks", st.blocks}, {"nan_blocks", st.nan_blocks}, {"scale_log2", scales},
+                              {"tensor_scale", q.tensor_scale}};
+    stats_text = j.dump(2) + "\n";
+    if (stats_file) stats_file->write(stats_text);
+  }
+  out_file.commit();
+  if (stats_file) stats_file->commit();
+  if (o.stats_json == "-") mpsim::cli::write_report("-", stats_text);
+  fmt::print("{} -> {} ({}, blocks of {}, {}): count {}, nonzero {}, flushed in block {}, subnormal {}, saturated {}, "
+             "blocks {} ({} NaN)\n",
+             o.in, o.out, bf.name, bf.block, mpsim::ieee_name(r.mode), st.count, st.nonzero, st.flushed, st.subnormal,
+             st.saturated, st.blocks, st.nan_blocks);
 }
 
 // Rounds one chunk of input (elements offset .. offset + x.size() of the array) and appends its results
@@ -147,6 +225,7 @@ class ChunkRounder {
 };
 
 void run(const Options& o) {
+  if (mpsim::is_block_format_name(o.to)) return run_block(o);
   const mpsim::Format requested = target_format(o);
   const mpsim::Rounding requested_rounding = mpsim::cli::rounding_with_options(o.mode, o.sr_bits, o.seed, o.daz);
   const mpsim::Profile& like = mpsim::find_profile(o.like);
@@ -238,7 +317,7 @@ void run(const Options& o) {
 void setup(CLI::App& app) {
   auto o = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("round", "Round every element of a .npy array to a format");
-  cmd->add_option("--to", o->to, "Target format (fp16, bf16, tf32, fp8_e4m3, fp8_e5m2, eXmY, ml_dtypes names)")
+  cmd->add_option("--to", o->to, "Target format (fp16, bf16, tf32, fp8_e4m3, fp8_e5m2, eXmY, ml_dtypes names) or block format (mxfp8_e4m3, mxfp8_e5m2, mxfp6_e2m3, mxfp6_e3m2, mxfp4_e2m1, nvfp4)")
       ->required();
   cmd->add_option("--mode", o->mode, "Rounding mode: rne rtz ru rd rna rto sr (default rne)");
   cmd->add_option("--sr-bits", o->sr_bits, "Stochastic rounding: random bits per decision, 1..32 (default 32)");
@@ -250,6 +329,8 @@ void setup(CLI::App& app) {
                   "Reproduce a device: ieee (round_bits itself, default), x86 (F16C / AVX512-BF16: bf16 reads "
                   "subnormal floats as zero), cuda-sm90 (H100 as recorded: canonical NaNs; tf32 --mode rna cuts NaN "
                   "payloads, with --overflow saturate it is cvt.rna.satfinite)");
+  cmd->add_option("--block", o->block, "Block formats: elements per block along the last axis (default 32; nvfp4 16)");
+  cmd->add_option("--block-scale", o->block_scale, "MX formats: block scale rule floor (OCP MX) or rceil (default floor)");
   cmd->add_flag("--bits", o->bits, "Write the encodings (uint8/uint16/uint32) instead of the rounded values");
   cmd->add_option("--stats-json", o->stats_json, "Also write what the rounding did as JSON to this file (-: standard output)");
   // Elements per chunk of the stream; hidden: the tests use it to cross chunk boundaries on small inputs.

@@ -3,9 +3,11 @@
 // recommended power-of-two scale, and with --sweep the same for every scale 2^-8..2^32; beside them the
 // tensor's min, max, mean, std, l1_norm and l2_norm (exact, analysis/moments.hpp) from the same read.
 #include <algorithm>
+#include <optional>
 
 #include "analysis_common.hpp"
 #include "mpsim/analysis/moments.hpp"
+#include "mpsim/analysis/block_scaling.hpp"
 #include "mpsim/analysis/range_counter.hpp"
 #include "mpsim/analysis/underflow.hpp"
 
@@ -14,18 +16,119 @@ namespace {
 using namespace mpsim;
 using namespace mpsim::cli::analysis_cli;
 
+// `--format A,B,...` with a block format among them (mxfp8_e4m3, ..., nvfp4): per tensor and in total, each
+// format's flushed / subnormal / saturated shares of the non-zero values, side by side (block formats: inside
+// their blocks, with the block-scale distribution; formats of at most 8 bits: one per-tensor amax scale;
+// others: the loss scale --scale). lib/mpsim/analysis/block_scaling.hpp says what each kind means.
+void run_block_comparison(const CommonOptions& o, const std::string& mode, const std::string& block_scale, int block) {
+  std::vector<std::string> names;
+  for (std::size_t b = 0, e; b <= o.format.size(); b = e + 1) {
+    e = o.format.find(',', b);
+    if (e == std::string::npos) e = o.format.size();
+    if (e > b) names.push_back(o.format.substr(b, e - b));
+  }
+  const Rounding r = Rounding::of(parse_rounding_mode(mode));
+  struct Target {
+    std::optional<BlockFormat> block;
+    Format element;
+  };
+  std::vector<Target> targets;
+  for (const auto& n : names) {
+    if (is_block_format_name(n)) targets.push_back({parse_block_format(n, block, parse_block_scale_rule(block_scale)), fp32()});
+    else targets.push_back({std::nullopt, parse_format(n)});
+  }
+  const auto files = analysis::expand_inputs(o.inputs);
+  struct Result {
+    analysis::TensorInfo info;
+    std::vector<analysis::ScalingResult> per_format;
+  };
+  std::vector<Result> results;
+  const auto failures = analysis::for_each_tensor(files, input_options(o), [&](const analysis::TensorInfo& info,
+                                                                               const analysis::TensorRead& read) {
+    std::vector<float> x;
+    x.reserve(info.count);
+    read([&](std::span<const float> f, std::span<const double> d, std::uint64_t) {
+      x.insert(x.end(), f.begin(), f.end());
+      for (double v : d) x.push_back(static_cast<float>(v));  // float64 tensors are compared as float32
+    });
+    const std::size_t row_len = info.shape.empty() ? x.size() : static_cast<std::size_t>(info.shape.back());
+    Result res{info, {}};
+    for (const auto& t : targets) {
+      if (t.block) res.per_format.push_back(analysis::block_scaling(x, row_len, *t.block, r));
+      else res.per_format.push_back(analysis::tensor_scaling(x, t.element, t.element.storage_bits <= 8, o.scale, r));
+    }
+    results.push_back(std::move(res));
+  });
+  check_failures(failures, results.size());
+
+  std::vector<analysis::ScalingResult> total(targets.size());
+  nlohmann::json tensors = nlohmann::json::array();
+  analysis::TidyCsv csv;
+  std::vector<std::vector<std::string>> rows;
+  auto emit = [&](const std::string& label, const std::vector<analysis::ScalingResult>& per, nlohmann::json* out) {
+    nlohmann::json formats = nlohmann::json::array();
+    for (const auto& res : per) {
+      nlohmann::json j = res.json();
+      csv.add_stats(label, res.format, res.scaling == "block" ? 1.0 : res.scale, j);
+      rows.push_back({label, res.format, res.scaling == "block" ? "block" : fmt::format("{} {}", res.scaling, num(res.scale)),
+                      num(j["nonzero_finite_num"]), num(j["flushed%"]), num(j["subnormal%"]), num(j["saturated%"]),
+                      res.scale_log2.empty() ? "-"
+                                             : fmt::format("2^{}..2^{}", res.scale_log2.begin()->first,
+                                                           res.scale_log2.rbegin()->first)});
+      formats.push_back(std::move(j));
+    }
+    if (out) *out = {{"tensor", label}, {"formats", formats}};
+    return formats;
+  };
+  for (const auto& res : results) {
+    for (std::size_t i = 0; i < targets.size(); ++i) {
+      total[i].format = res.per_format[i].format;
+      total[i].scaling = res.per_format[i].scaling;
+      total[i].merge(res.per_format[i]);
+    }
+    nlohmann::json j;
+    emit(res.info.label, res.per_format, &j);
+    j["shape"] = res.info.shape;
+    j["dtype"] = std::string(io::to_string(res.info.dtype));
+    tensors.push_back(j);
+  }
+  nlohmann::json tj;
+  emit("total", total, &tj);
+  const nlohmann::json report = {{"command", "underflow"},   {"formats", names},
+                                 {"rounding", std::string(ieee_name(r.mode))},
+                                 {"scale", o.scale},         {"block_scale", block_scale},
+                                 {"tensors", tensors},       {"total", tj},
+                                 {"failed", failures_json(failures)}};
+  write_outputs(o, report, csv);
+  fmt::print("share of the non-zero values lost (flushed to 0), subnormal and saturated/overflowed, per format; "
+             "block formats inside their blocks, formats of <= 8 bits at one per-tensor amax scale, others at "
+             "--scale {} ({})\n",
+             num(o.scale), ieee_name(r.mode));
+  fmt::print("{}", analysis::text_table({"tensor", "format", "scaling", "nonzero", "flushed%", "subnormal%",
+                                         "saturated%", "block scales"},
+                                        rows));
+}
+
 void setup(CLI::App& app) {
   auto* cmd = app.add_subcommand("underflow", "Underflow / subnormal / overflow fractions in a format, scale advice");
   auto o = std::make_shared<CommonOptions>();
   auto do_sweep = std::make_shared<bool>(false);
   auto margin = std::make_shared<double>(2.0);
   auto mode = std::make_shared<std::string>("rne");
+  auto block_scale = std::make_shared<std::string>("floor");
+  auto block = std::make_shared<int>(0);
   add_common(cmd, *o);
+  cmd->add_option("--block", *block, "Block formats: elements per block (default 32; nvfp4 16)");
+  cmd->add_option("--block-scale", *block_scale, "MX formats: floor (OCP MX) or rceil")->capture_default_str();
   cmd->add_flag("--sweep", *do_sweep, "Also report every power-of-two scale 2^-8..2^32");
   cmd->add_option("--margin", *margin, "Headroom of the recommended scale: cur_amax*S*margin <= max finite")
       ->capture_default_str();
   cmd->add_option("--mode", *mode, "Rounding mode (deterministic: rne, rtz, ru, rd, rna, rto)")->capture_default_str();
-  cmd->callback([o, do_sweep, margin, mode] {
+  cmd->callback([o, do_sweep, margin, mode, block_scale, block] {
+    if (o->format.find(',') != std::string::npos || is_block_format_name(o->format)) {
+      if (*do_sweep) throw Error("--sweep applies to a single element format, not to a list or a block format");
+      return run_block_comparison(*o, *mode, *block_scale, *block);
+    }
     const Format f = parse_format(o->format);
     analysis::UnderflowOptions uo;
     uo.log2_scale = log2_scale(o->scale);

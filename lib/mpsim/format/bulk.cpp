@@ -96,8 +96,11 @@ Path best_path() {
 
 // emin + 23 - m <= 127: the float 2^(emin + 23 - m) that round_loop adds to format-subnormal lanes
 // (bulk_kernel.hpp, kFpuMode) is finite; only formats whose smallest normal is above 2^(104 + m) fail it.
+// The vector kernels know signed formats with a zero (the NaN-less OCP fp6 / fp4 types act as saturating
+// formats there); the unsigned, zero-less e8m0 runs the scalar code.
 bool vector_supported(const Format& f) {
-  return f.man_bits <= 22 && f.emin >= -126 && f.emin + 23 - f.man_bits <= 127 && f.storage_bits <= 32;
+  return f.man_bits <= 22 && f.emin >= -126 && f.emin + 23 - f.man_bits <= 127 && f.storage_bits <= 32 &&
+         f.has_sign && f.has_zero;
 }
 
 int outcome_class(double x, const Format& f, const Rounding& r) {
@@ -105,9 +108,11 @@ int outcome_class(double x, const Format& f, const Rounding& r) {
   const std::uint64_t mag = bits & ~f.sign_bit() & f.storage_mask();
   // NaN/inf tested first: in the "fnuz" formats the one NaN (0x80) has a zero magnitude field.
   if (is_nan_bits(bits, f) || is_inf_bits(bits, f)) return 3;
-  if (mag == 0) return 0;
-  if (f.overflow == Overflow::saturate && mag == f.max_finite_bits && std::fabs(x) > f.max_finite) return 3;
-  if ((mag >> f.man_bits) == 0) return 1;
+  if (f.is_zero_bits(bits)) return 0;
+  // Without a zero, a magnitude below the smallest number is clamped to it: lost like a flush to zero.
+  if (!f.has_zero && mag == 0 && std::fabs(x) < f.min_normal) return 0;
+  if (f.saturates() && mag == f.max_finite_bits && std::fabs(x) > f.max_finite) return 3;
+  if (f.is_subnormal_bits(bits)) return 1;
   return 2;
 }
 
@@ -183,13 +188,12 @@ inline void account(Stats& s, T x, std::uint64_t bits, const Format& f) {
   s.max_abs = std::max(s.max_abs, ax);
   if (s.min_abs_nonzero == 0 || ax < s.min_abs_nonzero) s.min_abs_nonzero = ax;
   const std::uint64_t mag = bits & ~f.sign_bit() & f.storage_mask();
-  // In "fnuz" formats the pattern with magnitude 0 and the sign set is the NaN, not a zero.
-  const bool is_zero = f.nan == NanEncoding::neg_zero ? bits == 0 : mag == 0;
-  if (is_zero) { ++s.underflow; ++s.rounded; return; }
+  // Without a zero (e8m0) a magnitude below the smallest number is clamped to it: counted as underflow.
+  if (f.is_zero_bits(bits) || (!f.has_zero && mag == 0 && ax < f.min_normal)) { ++s.underflow; ++s.rounded; return; }
   if (is_nan_bits(bits, f) || is_inf_bits(bits, f)) { ++s.overflow; ++s.rounded; return; }
   const double y = decode(bits, f);
-  if ((mag >> f.man_bits) == 0) ++s.subnormal;
-  if (f.overflow == Overflow::saturate && mag == f.max_finite_bits && ax > f.max_finite) ++s.overflow;
+  if (f.is_subnormal_bits(bits)) ++s.subnormal;
+  if (f.saturates() && mag == f.max_finite_bits && ax > f.max_finite) ++s.overflow;
   if (y == static_cast<double>(x)) ++s.exact; else ++s.rounded;
 }
 
@@ -283,7 +287,7 @@ bd::KernelParams make_params(const Format& f, const Rounding& r, const BulkOptio
   p.nan_neg = static_cast<std::int32_t>(round_bits(-qnan, f, r));
   p.flush = f.subnormals == Subnormals::flush;
   p.daz = r.input_subnormals == InputSubnormals::zero;
-  p.saturate = f.overflow == Overflow::saturate;
+  p.saturate = f.saturates();  // a format without inf or NaN saturates in every mode
   p.max_finite_f32 = f.max_finite < static_cast<double>(big)
                          ? static_cast<std::int32_t>(std::bit_cast<std::uint32_t>(static_cast<float>(f.max_finite)))
                          : 0x7f800000;
@@ -294,7 +298,7 @@ bd::KernelParams make_params(const Format& f, const Rounding& r, const BulkOptio
   // overflow gives ±inf/NaN in nearest modes and stochastic, in up above zero, in down below zero, and
   // ±max_finite otherwise): the specification must agree. Where max_finite is beyond float's range (an
   // e8 format without inf), no float input overflows and the kernel never uses the rule.
-  if (f.overflow != Overflow::saturate && p.max_finite_f32 != 0x7f800000) {
+  if (!f.saturates() && p.max_finite_f32 != 0x7f800000) {
     const RoundingMode m = r.mode;
     const bool to_inf_any = m == RoundingMode::nearest_even || m == RoundingMode::nearest_away ||
                             m == RoundingMode::stochastic;

@@ -91,11 +91,11 @@ inline typename S::I decode_vec(typename S::I res, const KernelParams& p) {
     y = S::sel(special, spec, y);
   } else if (p.all_ones_nan) {
     y = S::sel(S::eq(mag, S::set1(p.nan_mag)), S::set1(0x7fc00000), y);
-  } else {  // neg_zero: the one NaN has the sign bit set and no sign of its own
+  } else if (p.neg_zero) {  // the one NaN has the sign bit set and no sign of its own
     const M isnan = S::eq(res, S::set1(p.nan_mag));
     y = S::sel(isnan, S::set1(0x7fc00000), y);
     sign = S::maskz(S::mnot(isnan), sign);
-  }
+  }  // NanEncoding::none (OCP fp6 / fp4): every encoding is a number
   return S::or_(y, sign);
 }
 

@@ -74,6 +74,10 @@ std::uint64_t nan_result(std::uint64_t xbits, const Format& f) {
     }
     case NanEncoding::all_ones: return (neg ? f.sign_bit() : 0) | f.nan_bits;
     case NanEncoding::neg_zero: return f.nan_bits;
+    case NanEncoding::none:
+      // No NaN to give: ml_dtypes 0.6 returns its sign-bit pattern (-0) XOR the NaN's sign, so +NaN
+      // becomes -0 and -NaN becomes +0 (measured; docs/formats.md).
+      return neg ? 0 : f.sign_bit();
   }
   return f.nan_bits;
 }
@@ -93,12 +97,22 @@ std::uint64_t overflow_result(bool neg, const Format& f, RoundingMode m) {
       case RoundingMode::down: to_inf = neg; break;
     }
   }
-  if (!to_inf) return sign | f.max_finite_bits;
+  if (!to_inf || f.nan == NanEncoding::none) return sign | f.max_finite_bits;
   if (f.has_inf) return sign | f.inf_bits;
   return f.nan == NanEncoding::neg_zero ? f.nan_bits : (sign | f.nan_bits);
 }
 
+// A zero input (or a DAZ-zeroed subnormal): ±0, +0 without -0, NaN in a format without zero (ml_dtypes'
+// float8_e8m0fnu).
 std::uint64_t zero_result(bool neg, const Format& f) {
+  if (!f.has_zero) return f.nan_bits;
+  return (neg && f.has_negative_zero()) ? f.sign_bit() : 0;
+}
+
+// A non-zero input whose rounded magnitude is 0: ±0, or the smallest value (encoding 0) in a format
+// without zero, as ml_dtypes' float8_e8m0fnu rounds every positive float below 2^-127.
+std::uint64_t underflow_result(bool neg, const Format& f) {
+  if (!f.has_zero) return 0;
   return (neg && f.has_negative_zero()) ? f.sign_bit() : 0;
 }
 
@@ -111,11 +125,15 @@ std::uint64_t round_bits(double x, const Format& f, const Rounding& r, std::uint
 
   if (ax >= kDoubleExpMask) {
     if (ax > kDoubleExpMask) return nan_result(xbits, f);
-    if (f.overflow == Overflow::saturate) return (neg ? f.sign_bit() : 0) | f.max_finite_bits;
+    if (neg && !f.has_sign) return f.nan_bits;
+    if (f.overflow == Overflow::saturate || f.nan == NanEncoding::none)
+      return (neg ? f.sign_bit() : 0) | f.max_finite_bits;
     if (f.has_inf) return (neg ? f.sign_bit() : 0) | f.inf_bits;
     return f.nan == NanEncoding::neg_zero ? f.nan_bits : ((neg ? f.sign_bit() : 0) | f.nan_bits);
   }
   if (ax == 0) return zero_result(neg, f);
+  // An unsigned format has no negative numbers: ml_dtypes gives NaN (float8_e8m0fnu).
+  if (neg && !f.has_sign) return f.nan_bits;
   const int biased = static_cast<int>(ax >> 52);
   if (biased == 0 && r.input_subnormals == InputSubnormals::zero) return zero_result(neg, f);
 
@@ -180,7 +198,7 @@ std::uint64_t round_bits(double x, const Format& f, const Rounding& r, std::uint
     }
   }
   std::uint64_t mag = kept + up;  // the rounded magnitude is mag * 2^qe, mag <= 2^(m+1)
-  if (mag == 0) return zero_result(neg, f);
+  if (mag == 0) return underflow_result(neg, f);
   if (mag >> (m + 1)) {  // carried into the next binade
     mag >>= 1;
     ++qe;
@@ -249,6 +267,7 @@ bool is_nan_bits(std::uint64_t bits, const Format& f) {
     case NanEncoding::ieee: return mag > f.inf_bits;
     case NanEncoding::all_ones: return mag == f.nan_bits;
     case NanEncoding::neg_zero: return bits == f.nan_bits;
+    case NanEncoding::none: return false;
   }
   return false;
 }
@@ -276,7 +295,7 @@ double decode(std::uint64_t bits, const Format& f) {
   const int field = static_cast<int>(mag >> m);
   const std::uint64_t frac = mag & man_mask;
   double v;
-  if (field == 0)
+  if (field == 0 && f.has_zero)
     v = std::ldexp(static_cast<double>(frac), f.emin - m);
   else
     v = std::ldexp(static_cast<double>(frac | (man_mask + 1)), field - f.bias - m);

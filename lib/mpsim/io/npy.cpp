@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <optional>
 
 #include "mpsim/error.hpp"
 #include "mpsim/format/bulk.hpp"
@@ -131,8 +132,22 @@ DescrInfo parse_descr(const std::string& d, std::string_view name) {
   else if (code == "u4") t = DType::u32;
   else if (code == "i4") t = DType::i32;
   else if (code == "i8") t = DType::i64;
+  // ml_dtypes' float8_e5m2 is saved as '<f1' (a 1-byte 'f' kind numpy has no type for): opaque too.
+  else if (code == "V1" || code == "f1") t = DType::void8;
+  else if (code == "V2") t = DType::void16;
+  else if (code == "V4") t = DType::void32;
   else
-    fail(name, fmt::format("unsupported dtype '{}' (supported: float16/32/64, uint8/16/32, int32/64)", d));
+    fail(name, fmt::format("unsupported dtype '{}' (supported: float16/32/64, uint8/16/32, int32/64, and the "
+                           "opaque types |V1 <f1 <V2 <V4 of ml_dtypes arrays read with --dtype)",
+                           d));
+  if (is_opaque(t)) {
+    // numpy writes '|V2' for a plain void and ml_dtypes '<V2' (its types are stored little-endian here).
+    if (order == '>')
+      fail(name, fmt::format("unsupported dtype '{}' (big-endian ml_dtypes data; save it on a little-endian "
+                             "machine or as uint)",
+                             d));
+    return {t, false};
+  }
   bool big;
   if (order == '<' || order == '=') big = false;  // '=' is native: every host we build for is little-endian
   else if (order == '>') big = true;
@@ -216,11 +231,12 @@ std::vector<Out> convert(const NpyArray& a) {
     if constexpr (std::is_same_v<Out, float>) return out;
     else return std::vector<Out>(out.begin(), out.end());
   };
+  if (is_opaque(a.dtype)) throw Error("the array " + opaque_message(a.dtype));
+  if (const Format* f = bits_format(a.dtype)) {
+    if (dtype_size(a.dtype) == 2) return decode_all(std::uint16_t{}, *f);
+    return decode_all(std::uint8_t{}, *f);
+  }
   switch (a.dtype) {
-    case DType::f16: return decode_all(std::uint16_t{}, fp16());
-    case DType::bf16_bits: return decode_all(std::uint16_t{}, bf16());
-    case DType::fp8_e4m3_bits: return decode_all(std::uint8_t{}, fp8_e4m3());
-    case DType::fp8_e5m2_bits: return decode_all(std::uint8_t{}, fp8_e5m2());
     case DType::f32: return cast_all(float{});
     case DType::f64: return cast_all(double{});
     case DType::u8: return cast_all(std::uint8_t{});
@@ -228,6 +244,7 @@ std::vector<Out> convert(const NpyArray& a) {
     case DType::u32: return cast_all(std::uint32_t{});
     case DType::i32: return cast_all(std::int32_t{});
     case DType::i64: return cast_all(std::int64_t{});
+    default: break;
   }
   throw Error("unknown dtype");
 }
@@ -252,34 +269,63 @@ std::vector<std::int64_t> flat(std::size_t n) { return {static_cast<std::int64_t
 
 // ---- dtypes ------------------------------------------------------------------------------------------
 
+namespace {
+// The dtypes that hold a format's encodings, by that format.
+struct BitsDType {
+  DType dtype;
+  const Format& (*format)();
+};
+constexpr BitsDType kBitsDTypes[] = {
+    {DType::f16, fp16},
+    {DType::bf16_bits, bf16},
+    {DType::fp8_e4m3_bits, fp8_e4m3},
+    {DType::fp8_e5m2_bits, fp8_e5m2},
+    {DType::fp8_e4m3fnuz_bits, fp8_e4m3fnuz},
+    {DType::fp8_e5m2fnuz_bits, fp8_e5m2fnuz},
+    {DType::float8_e4m3_bits, float8_e4m3},
+    {DType::float8_e3m4_bits, float8_e3m4},
+    {DType::float8_e4m3b11fnuz_bits, float8_e4m3b11fnuz},
+    {DType::float8_e8m0fnu_bits, float8_e8m0fnu},
+    {DType::float6_e2m3fn_bits, float6_e2m3fn},
+    {DType::float6_e3m2fn_bits, float6_e3m2fn},
+    {DType::float4_e2m1fn_bits, float4_e2m1fn},
+};
+}  // namespace
+
+const Format* bits_format(DType t) {
+  for (const auto& b : kBitsDTypes)
+    if (b.dtype == t) return &b.format();
+  return nullptr;
+}
+
 std::size_t dtype_size(DType t) {
+  if (const Format* f = bits_format(t)) return static_cast<std::size_t>(f->storage_bytes());
   switch (t) {
-    case DType::u8:
-    case DType::fp8_e4m3_bits:
-    case DType::fp8_e5m2_bits: return 1;
-    case DType::f16:
-    case DType::u16:
-    case DType::bf16_bits: return 2;
+    case DType::u8: return 1;
+    case DType::u16: return 2;
     case DType::f32:
     case DType::u32:
     case DType::i32: return 4;
     case DType::f64:
     case DType::i64: return 8;
+    case DType::void8: return 1;
+    case DType::void16: return 2;
+    case DType::void32: return 4;
+    default: return 0;
   }
-  return 0;
 }
 
-bool is_float(DType t) {
-  switch (t) {
-    case DType::f16:
-    case DType::f32:
-    case DType::f64:
-    case DType::bf16_bits:
-    case DType::fp8_e4m3_bits:
-    case DType::fp8_e5m2_bits: return true;
-    default: return false;
-  }
+bool is_opaque(DType t) { return t == DType::void8 || t == DType::void16 || t == DType::void32; }
+
+std::string opaque_message(DType t) {
+  const char* example = t == DType::void8 ? "float8_e4m3fn, float8_e5m2, float4_e2m1fn, float8_e8m0fnu, ..."
+                        : t == DType::void16 ? "bfloat16 or float16" : "float32 or uint32";
+  return fmt::format("holds '{}' elements (opaque {}-byte values: how np.save writes an ml_dtypes array); say "
+                     "which type they are with --dtype ({})",
+                     t == DType::void8 ? "V1' or 'f1" : t == DType::void16 ? "V2" : "V4", dtype_size(t), example);
 }
+
+bool is_float(DType t) { return t == DType::f32 || t == DType::f64 || bits_format(t) != nullptr; }
 
 std::string_view to_string(DType t) {
   switch (t) {
@@ -294,6 +340,18 @@ std::string_view to_string(DType t) {
     case DType::bf16_bits: return "bfloat16";
     case DType::fp8_e4m3_bits: return "float8_e4m3fn";
     case DType::fp8_e5m2_bits: return "float8_e5m2";
+    case DType::fp8_e4m3fnuz_bits: return "float8_e4m3fnuz";
+    case DType::fp8_e5m2fnuz_bits: return "float8_e5m2fnuz";
+    case DType::float8_e4m3_bits: return "float8_e4m3";
+    case DType::float8_e3m4_bits: return "float8_e3m4";
+    case DType::float8_e4m3b11fnuz_bits: return "float8_e4m3b11fnuz";
+    case DType::float8_e8m0fnu_bits: return "float8_e8m0fnu";
+    case DType::float6_e2m3fn_bits: return "float6_e2m3fn";
+    case DType::float6_e3m2fn_bits: return "float6_e3m2fn";
+    case DType::float4_e2m1fn_bits: return "float4_e2m1fn";
+    case DType::void8: return "void8 (|V1)";
+    case DType::void16: return "void16 (<V2)";
+    case DType::void32: return "void32 (<V4)";
   }
   return "?";
 }
@@ -303,27 +361,30 @@ DType parse_dtype(std::string_view s, std::string_view what) {
     std::string_view name;
     DType t;
   };
+  // numpy's and C's names of the plain types; every format name goes through the format table below.
   static constexpr Name names[] = {
-      {"float16", DType::f16},       {"f16", DType::f16},         {"fp16", DType::f16},
-      {"half", DType::f16},          {"f2", DType::f16},          {"float32", DType::f32},
-      {"f32", DType::f32},           {"fp32", DType::f32},        {"float", DType::f32},
-      {"f4", DType::f32},            {"float64", DType::f64},     {"f64", DType::f64},
-      {"fp64", DType::f64},          {"double", DType::f64},      {"f8", DType::f64},
-      {"uint8", DType::u8},          {"u8", DType::u8},           {"u1", DType::u8},
-      {"uint16", DType::u16},        {"u16", DType::u16},         {"u2", DType::u16},
-      {"uint32", DType::u32},        {"u32", DType::u32},         {"u4", DType::u32},
-      {"int32", DType::i32},         {"i32", DType::i32},         {"i4", DType::i32},
-      {"int64", DType::i64},         {"i64", DType::i64},         {"i8", DType::i64},
-      {"bfloat16", DType::bf16_bits}, {"bf16", DType::bf16_bits},
-      {"float8_e4m3fn", DType::fp8_e4m3_bits}, {"fp8_e4m3", DType::fp8_e4m3_bits},
-      {"e4m3", DType::fp8_e4m3_bits}, {"float8_e5m2", DType::fp8_e5m2_bits},
-      {"fp8_e5m2", DType::fp8_e5m2_bits}, {"e5m2", DType::fp8_e5m2_bits},
+      {"f2", DType::f16},     {"float32", DType::f32}, {"f32", DType::f32},    {"fp32", DType::f32},
+      {"float", DType::f32},  {"f4", DType::f32},      {"float64", DType::f64}, {"f64", DType::f64},
+      {"fp64", DType::f64},   {"double", DType::f64},  {"f8", DType::f64},     {"f16", DType::f16},
+      {"uint8", DType::u8},   {"u8", DType::u8},       {"u1", DType::u8},      {"uint16", DType::u16},
+      {"u16", DType::u16},    {"u2", DType::u16},      {"uint32", DType::u32}, {"u32", DType::u32},
+      {"u4", DType::u32},     {"int32", DType::i32},   {"i32", DType::i32},    {"i4", DType::i32},
+      {"int64", DType::i64},  {"i64", DType::i64},     {"i8", DType::i64},
   };
   for (const auto& n : names)
     if (n.name == s) return n.t;
-  throw Error(fmt::format("{}: unknown dtype '{}' (known: float16, float32, float64, bfloat16, float8_e4m3fn, "
-                          "float8_e5m2, uint8, uint16, uint32, int32, int64)",
-                          what, s));
+  std::optional<Format> f;
+  try {
+    f = parse_format(s);
+  } catch (const Error&) {
+  }
+  if (f)
+    for (const auto& b : kBitsDTypes)
+      if (b.format() == *f) return b.dtype;
+  std::string known = "float32, float64, uint8, uint16, uint32, int32, int64";
+  for (const auto& b : kBitsDTypes) known += ", " + std::string(b.format().name);
+  throw Error(fmt::format("{}: unknown dtype '{}' (known: {}, and their other names in `mpsim formats`)", what, s,
+                          known));
 }
 
 std::string npy_descr(DType t) {
@@ -331,15 +392,18 @@ std::string npy_descr(DType t) {
     case DType::f16: return "<f2";
     case DType::f32: return "<f4";
     case DType::f64: return "<f8";
-    case DType::u8:
-    case DType::fp8_e4m3_bits:
-    case DType::fp8_e5m2_bits: return "|u1";
-    case DType::u16:
-    case DType::bf16_bits: return "<u2";
+    case DType::u8: return "|u1";
+    case DType::u16: return "<u2";
     case DType::u32: return "<u4";
     case DType::i32: return "<i4";
     case DType::i64: return "<i8";
+    case DType::void8: return "|V1";
+    case DType::void16: return "<V2";
+    case DType::void32: return "<V4";
+    default: break;
   }
+  // The encodings of a format: unsigned integers of its storage width.
+  if (const Format* f = bits_format(t)) return f->storage_bytes() == 1 ? "|u1" : "<u2";
   return "?";
 }
 

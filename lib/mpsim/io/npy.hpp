@@ -16,22 +16,42 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
+
+#include "mpsim/format/format.hpp"
 
 namespace mpsim::io {
 
 // Element types. The *_bits types are unsigned integers holding the encodings of a low-precision format
-// (bf16 in uint16, fp8 in uint8): in a .npy file they are stored as '<u2' / '|u1', and a reader learns
-// that they are bits only from the user (`--dtype bf16`), see reinterpret().
-enum class DType : std::uint8_t { f16, f32, f64, u8, u16, u32, i32, i64, bf16_bits, fp8_e4m3_bits, fp8_e5m2_bits };
+// (bf16 in uint16, the 8-, 6- and 4-bit types in the low bits of a uint8, as ml_dtypes stores them): in a
+// .npy file they are stored as '<u2' / '|u1', and a reader learns that they are bits only from the user
+// (`--dtype bf16`), see reinterpret().
+enum class DType : std::uint8_t {
+  f16, f32, f64, u8, u16, u32, i32, i64,
+  bf16_bits, fp8_e4m3_bits, fp8_e5m2_bits, fp8_e4m3fnuz_bits, fp8_e5m2fnuz_bits, float8_e4m3_bits,
+  float8_e3m4_bits, float8_e4m3b11fnuz_bits, float8_e8m0fnu_bits, float6_e2m3fn_bits, float6_e3m2fn_bits,
+  float4_e2m1fn_bits,
+  // Opaque elements of 1, 2 or 4 bytes: numpy's void dtype ('|V1', '<V2', '<V4'), which is how np.save writes
+  // an ml_dtypes array (bfloat16, float8_*, ...). Readable only as a type of the same width named by the
+  // user (`--dtype float8_e4m3fn`, see reinterpret()); otherwise an error says so.
+  void8, void16, void32,
+};
 
 std::size_t dtype_size(DType);
 bool is_float(DType);  // f16, f32, f64 and the *_bits formats: values with a binade
-// Names: "float16", "float32", "float64", "uint8", "uint16", "uint32", "int32", "int64", "bfloat16",
-// "float8_e4m3fn", "float8_e5m2" (the ml_dtypes spellings).
+bool is_opaque(DType);  // void8 / void16 / void32
+// The error text for reading opaque elements without a type: names the header and the fix.
+std::string opaque_message(DType);
+// The format whose encodings a *_bits dtype (or f16) holds; nullptr for the others.
+const Format* bits_format(DType);
+// Names: "float16", "float32", "float64", "uint8", "uint16", "uint32", "int32", "int64", and for the
+// *_bits types the format's ml_dtypes name ("bfloat16", "float8_e4m3fn", "float8_e8m0fnu", ...).
 std::string_view to_string(DType);
-// Accepts the names above, numpy's short ones ("f2", "f4", "f8", "u1", ...) and ours ("f16", "f32",
-// "fp16", "fp32", "fp64", "bf16", "fp8_e4m3", "fp8_e5m2"). Throws mpsim::Error naming `what`.
+// Accepts the names above, numpy's short ones ("f2", "f4", "f8", "u1", ...), ours ("f16", "f32", "fp16",
+// "fp32", "fp64") and every name the format table takes (format.hpp, parse_format) for a format of at most
+// 16 bits: "bf16", "fp8_e4m3", "float8_e4m3", "fp4_e2m1", ... A name means the same format as under
+// --format: "e4m3" is the IEEE-style float8_e4m3. Throws mpsim::Error naming `what`.
 DType parse_dtype(std::string_view name, std::string_view what = "dtype");
 // The descr a .npy file of this dtype carries ("<f4", "|u1", ...; bf16 bits are "<u2").
 std::string npy_descr(DType);
@@ -73,6 +93,8 @@ void write_npy(const std::filesystem::path& path, const NpyArray& array);
 std::vector<std::byte> npy_bytes(const NpyArray& array);
 // The header alone (magic, version, dict, padding to 64 bytes), for writers that stream the data after it.
 std::vector<std::byte> npy_header_bytes(DType dtype, std::span<const std::int64_t> shape);
+// The bytes of an .npz archive (stored, as numpy.savez writes) holding each array as member NAME.npy.
+std::vector<std::byte> npz_bytes(const std::vector<std::pair<std::string, NpyArray>>& members);
 
 // The values as float / double. Float formats decode exactly (to_float of f64 rounds to nearest);
 // integers convert with static_cast. to_float/to_double of *_bits arrays decode the encodings.

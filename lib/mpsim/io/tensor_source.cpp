@@ -89,7 +89,7 @@ std::uint64_t le(std::span<const std::byte> b, std::size_t at, int n) {
   return v;
 }
 
-bool is_integer(DType t) { return !is_float(t); }
+bool is_integer(DType t) { return !is_float(t) && !is_opaque(t); }
 
 std::string label_of(const std::string& file, const std::string& name) {
   return name.empty() ? file : file + ":" + name;
@@ -153,16 +153,6 @@ void byteswap(std::span<std::byte> data, std::size_t elem) {
   for (std::size_t i = 0; i + elem <= data.size(); i += elem) std::reverse(data.begin() + i, data.begin() + i + elem);
 }
 
-const Format* bits_format(DType t) {
-  switch (t) {
-    case DType::f16: return &fp16();
-    case DType::bf16_bits: return &bf16();
-    case DType::fp8_e4m3_bits: return &fp8_e4m3();
-    case DType::fp8_e5m2_bits: return &fp8_e5m2();
-    default: return nullptr;
-  }
-}
-
 template <class In, class T>
 void cast_into(const std::byte* raw, std::size_t n, std::vector<T>& out) {
   for (std::size_t i = 0; i < n; ++i) {
@@ -219,9 +209,15 @@ void convert(const std::byte* raw, std::size_t n, DType dt, std::vector<T>& out,
 
 // The dtype a stored tensor is read as under the override.
 DType effective(DType stored, const SourceOptions& o, bool single, const std::string& label) {
+  if (is_opaque(stored) && (!o.dtype || dtype_size(*o.dtype) != dtype_size(stored))) {
+    if (o.dtype)
+      fail(fmt::format("{}: {}; {} is {} bytes wide", label, opaque_message(stored), to_string(*o.dtype),
+                       dtype_size(*o.dtype)));
+    fail(fmt::format("{}: {}", label, opaque_message(stored)));
+  }
   if (!o.dtype || *o.dtype == stored) return stored;
   const DType want = *o.dtype;
-  if (is_integer(stored) && dtype_size(stored) == dtype_size(want)) return want;
+  if ((is_integer(stored) || is_opaque(stored)) && dtype_size(stored) == dtype_size(want)) return want;
   if (single)
     fail(fmt::format("{}: holds {}, which cannot be read as {} (a dtype override applies to integer arrays of the "
                      "same element size)",
@@ -237,13 +233,21 @@ DType safetensors_dtype(const std::string& s, const std::string& label) {
   if (s == "BF16") return DType::bf16_bits;
   if (s == "F8_E4M3") return DType::fp8_e4m3_bits;
   if (s == "F8_E5M2") return DType::fp8_e5m2_bits;
+  if (s == "F8_E4M3FNUZ") return DType::fp8_e4m3fnuz_bits;
+  if (s == "F8_E5M2FNUZ") return DType::fp8_e5m2fnuz_bits;
+  if (s == "F8_E8M0") return DType::float8_e8m0fnu_bits;
+  if (s == "F4" || s == "F6_E2M3" || s == "F6_E3M2")
+    fail(fmt::format("{}: dtype '{}' packs its elements below a byte (safetensors' sub-byte layout); mpsim reads "
+                     "one element per byte: unpack it to uint8 (as ml_dtypes stores float4/float6) and read it "
+                     "with --dtype {}",
+                     label, s, s == "F4" ? "float4_e2m1fn" : s == "F6_E2M3" ? "float6_e2m3fn" : "float6_e3m2fn"));
   if (s == "I32") return DType::i32;
   if (s == "I64") return DType::i64;
   if (s == "U8") return DType::u8;
   if (s == "U16") return DType::u16;
   if (s == "U32") return DType::u32;
-  fail(fmt::format("{}: unsupported dtype '{}' (supported: F64, F32, F16, BF16, F8_E4M3, F8_E5M2, I32, I64, U8, "
-                   "U16, U32)",
+  fail(fmt::format("{}: unsupported dtype '{}' (supported: F64, F32, F16, BF16, F8_E4M3, F8_E5M2, F8_E4M3FNUZ, "
+                   "F8_E5M2FNUZ, F8_E8M0, I32, I64, U8, U16, U32)",
                    label, s));
 }
 

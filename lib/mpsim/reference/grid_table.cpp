@@ -33,7 +33,11 @@ GridTable::GridTable(const Format& fmt) : fmt_(fmt) {
       first_nonfinite = static_cast<std::uint32_t>(sign_);  // 1.0..0: every positive pattern is finite
       nan_enc_ = sign_;
       break;
+    case NanEncoding::none:
+      throw Error("GridTable: format '" + fmt.name + "' has no NaN; the table method covers formats with one");
   }
+  if (!fmt.has_sign || !fmt.has_zero)
+    throw Error("GridTable: format '" + fmt.name + "' is unsigned or has no zero; the table method covers signed formats with zero");
   values_.resize(first_nonfinite + 1);
   for (std::uint32_t e = 0; e <= first_nonfinite; ++e) {
     const std::uint32_t field = e >> m, mant = e & all_man;

@@ -22,15 +22,17 @@ struct Layout {
   std::uint64_t top_field = 0;  // all-ones exponent field
   std::uint64_t max_enc = 0;    // encoding of the largest finite positive value
   NanEncoding nan = NanEncoding::ieee;
+  bool has_zero = true;         // false: exponent field 0 is the normal 2^-bias (e8m0)
 
-  explicit Layout(const Format& f) : m(f.man_bits), bias(f.bias), nan(f.nan) {
-    sign = std::uint64_t{1} << (f.exp_bits + f.man_bits);
+  explicit Layout(const Format& f) : m(f.man_bits), bias(f.bias), nan(f.nan), has_zero(f.has_zero) {
+    sign = f.has_sign ? std::uint64_t{1} << (f.exp_bits + f.man_bits) : 0;
     top_field = (std::uint64_t{1} << f.exp_bits) - 1;
     const std::uint64_t all_man = (std::uint64_t{1} << m) - 1;
     switch (nan) {
       case NanEncoding::ieee: max_enc = ((top_field - 1) << m) | all_man; break;          // below inf
-      case NanEncoding::all_ones: max_enc = (top_field << m) | (all_man - 1); break;      // below S.1..1
-      case NanEncoding::neg_zero: max_enc = (top_field << m) | all_man; break;            // all positive
+      case NanEncoding::all_ones: max_enc = ((top_field << m) | all_man) - 1; break;      // below S.1..1
+      case NanEncoding::neg_zero:                                                          // all positive
+      case NanEncoding::none: max_enc = (top_field << m) | all_man; break;
     }
   }
   // The first point of the unbounded grid past max_finite, as the encoding formula continues.
@@ -40,7 +42,7 @@ struct Layout {
   void split(std::uint64_t enc, BigInt& K, int& X) const {
     const std::uint64_t field = enc >> m;
     const std::uint64_t mant = enc & ((std::uint64_t{1} << m) - 1);
-    if (field == 0) {
+    if (field == 0 && has_zero) {
       K = mant;
       X = 1 - bias - m;
     } else {
@@ -68,20 +70,33 @@ struct Layout {
     return lhs < rhs ? -1 : lhs > rhs ? 1 : 0;
   }
 
-  std::uint64_t zero(bool negative) const { return negative && nan != NanEncoding::neg_zero ? sign : 0; }
+  // A zero input: ±0 (+0 where there is no -0), NaN in a format without zero (ml_dtypes' e8m0).
+  std::uint64_t zero(bool negative) const {
+    if (!has_zero) return nan_canonical(false);
+    return negative && nan != NanEncoding::neg_zero ? sign : 0;
+  }
+  // A NaN input. In a format without NaN (OCP fp6/fp4): the zero of the opposite sign, as ml_dtypes 0.6.
   std::uint64_t nan_canonical(bool negative) const {
     switch (nan) {
       case NanEncoding::ieee: return (negative ? sign : 0) | (top_field << m) | (std::uint64_t{1} << (m - 1));
       case NanEncoding::all_ones: return (negative ? sign : 0) | (top_field << m) | ((std::uint64_t{1} << m) - 1);
       case NanEncoding::neg_zero: return sign;
+      case NanEncoding::none: return negative ? 0 : sign;
     }
     return 0;
   }
-  // An infinite result: ±inf where the format has it, else its NaN (round.hpp: "in a format without inf,
-  // an inf result becomes NaN", as OCP e4m3fn conversion does).
+  // An infinite result: ±inf where the format has it, its NaN where it has one (round.hpp: "in a format
+  // without inf, an inf result becomes NaN", as OCP e4m3fn conversion does), else ±max_finite.
   std::uint64_t inf(bool negative) const {
     if (nan == NanEncoding::ieee) return (negative ? sign : 0) | (top_field << m);
+    if (nan == NanEncoding::none) return max_finite(negative);
     return nan_canonical(negative);
+  }
+  // Whether the significand (implicit bit included) of encoding `enc` is odd: the tie-break of nearest-even
+  // and the target of to-odd. With no mantissa bits every number's significand is 1, odd.
+  bool significand_odd(std::uint64_t enc) const {
+    if (m > 0) return enc & 1;
+    return enc != 0 || !has_zero;
   }
   std::uint64_t max_finite(bool negative) const { return (negative ? sign : 0) | max_enc; }
 };
@@ -120,8 +135,11 @@ std::uint64_t reference_round(const Rational& x, bool negative_zero, const Forma
   const Layout L(f);
   if (x == 0) return L.zero(negative_zero);
   const bool negative = x < 0;
+  if (negative && L.sign == 0) return L.nan_canonical(false);  // unsigned: no negative numbers (ml_dtypes: NaN)
   const Rational a = negative ? Rational(-x) : x;
   const BigInt n = mp::numerator(a), d = mp::denominator(a);
+  // Without a zero, every magnitude up to the smallest value (encoding 0) rounds to it.
+  if (!L.has_zero && L.compare(0, n, d) >= 0) return 0;
 
   // Past the first grid point beyond max_finite every mode gives a result beyond max_finite.
   if (L.compare(L.beyond(), n, d) <= 0) return overflow_bits(L, f, negative, r.mode);
@@ -144,13 +162,13 @@ std::uint64_t reference_round(const Rational& x, bool negative_zero, const Forma
   if (!exact) {
     switch (r.mode) {
       case RoundingMode::nearest_even:
-        take_hi = above < below || (above == below && (hi & 1) == 0);
+        take_hi = above < below || (above == below && L.significand_odd(lo));
         break;
       case RoundingMode::nearest_away: take_hi = above <= below; break;
       case RoundingMode::toward_zero: take_hi = false; break;
       case RoundingMode::up: take_hi = !negative; break;
       case RoundingMode::down: take_hi = negative; break;
-      case RoundingMode::to_odd: take_hi = (hi & 1) == 1; break;
+      case RoundingMode::to_odd: take_hi = !L.significand_odd(lo); break;
       case RoundingMode::stochastic: {
         const int b = r.sr_bits;
         const Rational scaled = below / (vhi - vlo) * pow2(b);
@@ -163,9 +181,9 @@ std::uint64_t reference_round(const Rational& x, bool negative_zero, const Forma
   }
   const std::uint64_t chosen = take_hi ? hi : lo;
   if (chosen == L.beyond()) return overflow_bits(L, f, negative, r.mode);
-  if (chosen == 0) return L.zero(negative);
+  if (chosen == 0 && L.has_zero) return L.zero(negative);
   // Subnormals::flush: a non-zero result below the smallest normal (exponent field 0) becomes ±0.
-  if (f.subnormals == Subnormals::flush && (chosen >> L.m) == 0) return L.zero(negative);
+  if (f.subnormals == Subnormals::flush && L.has_zero && (chosen >> L.m) == 0) return L.zero(negative);
   return (negative ? L.sign : 0) | chosen;
 }
 
@@ -187,7 +205,10 @@ std::uint64_t reference_round(double x, const Format& f, const Rounding& r, std:
     const std::uint64_t fraction = std::bit_cast<std::uint64_t>(x) & ((std::uint64_t{1} << 52) - 1);
     return L.nan_canonical(negative) | (fraction >> (52 - L.m));
   }
-  if (std::isinf(x)) return f.overflow == Overflow::saturate ? L.max_finite(negative) : L.inf(negative);
+  if (std::isinf(x)) {
+    if (negative && L.sign == 0) return L.nan_canonical(false);
+    return f.overflow == Overflow::saturate ? L.max_finite(negative) : L.inf(negative);
+  }
   if (x == 0) return L.zero(negative);
   if (r.input_subnormals == InputSubnormals::zero && std::fpclassify(x) == FP_SUBNORMAL) return L.zero(negative);
   return reference_round(exact_value(x), negative, f, r, index);
@@ -210,7 +231,7 @@ std::uint64_t reference_round(float x, const Format& f, const Rounding& r, std::
 
 ReferenceValue reference_decode(std::uint64_t bits, const Format& f) {
   const Layout L(f);
-  bits &= (L.sign << 1) - 1;
+  bits &= f.storage_mask();
   ReferenceValue v;
   v.negative = (bits & L.sign) != 0;
   const std::uint64_t mag = bits & ~L.sign;
@@ -234,6 +255,7 @@ ReferenceValue reference_decode(std::uint64_t bits, const Format& f) {
         return v;
       }
       break;
+    case NanEncoding::none: break;
   }
   v.value = L.value(mag);
   if (v.negative) v.value = -v.value;

@@ -318,11 +318,11 @@ double boundary_sample(const Format& f, std::mt19937_64& rng) {
   const int m = f.man_bits;
   const std::uint64_t top = (std::uint64_t{1} << f.exp_bits) - 1, ones = (std::uint64_t{1} << m) - 1;
   const std::uint64_t max_enc = f.nan == NanEncoding::ieee       ? ((top - 1) << m) | ones
-                                : f.nan == NanEncoding::all_ones ? (top << m) | (ones - 1)
+                                : f.nan == NanEncoding::all_ones ? ((top << m) | ones) - 1
                                                                  : (top << m) | ones;
   auto grid_value = [&](std::uint64_t e) {
     const std::uint64_t field = e >> m, mant = e & ones;
-    return field == 0 ? std::ldexp(double(mant), 1 - f.bias - m)
+    return field == 0 && f.has_zero ? std::ldexp(double(mant), 1 - f.bias - m)
                       : std::ldexp(double(mant | (ones + 1)), int(field) - f.bias - m);
   };
   const std::uint64_t enc = rng() % (max_enc + 2);  // up to the first point past max_finite

@@ -1,0 +1,127 @@
+// Tests of lib/mpsim/format/block.hpp. The elements against round_bits() on the exactly scaled value in every
+// rounding mode (stochastic included: element i is generator index i), the scales against OCP MX v1.0's rule
+// computed here with frexp, and the telemetry counters against a count by definition. gfloat and torchao are
+// compared through the command line (tests/format/block_check.py).
+#include "catch.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+
+#include "mpsim/error.hpp"
+#include "mpsim/format/block.hpp"
+
+using namespace mpsim;
+
+namespace {
+
+std::vector<float> sample(std::size_t n, std::uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::normal_distribution<float> d;
+  std::uniform_int_distribution<int> e(-40, 40);
+  std::vector<float> x(n);
+  for (auto& v : x) v = std::ldexp(d(g), e(g));
+  for (std::size_t i = 64; i < 96 && i < n; ++i) x[i] = 0;  // an all-zero block
+  if (n > 100) x[100] = 5e4f;                                // an outlier
+  return x;
+}
+
+}  // namespace
+
+TEST_CASE("MX elements are round_bits of V / 2^k in every mode, scales follow OCP MX", "[block]") {
+  const std::size_t row = 100;  // three blocks of 32 and a short one of 4 per row
+  const auto x = sample(row * 5, 3);
+  std::uint64_t checked = 0, bad = 0;
+  for (const auto& name : block_format_names()) {
+    if (name == "nvfp4") continue;
+    const BlockFormat f = parse_block_format(name);
+    for (const RoundingMode m : {RoundingMode::nearest_even, RoundingMode::toward_zero, RoundingMode::up,
+                                 RoundingMode::down, RoundingMode::nearest_away, RoundingMode::to_odd,
+                                 RoundingMode::stochastic}) {
+      Rounding r = Rounding::of(m);
+      r.seed = 11;
+      const BlockQuantized q = quantize_blocks(x, row, f, r);
+      REQUIRE(q.scales.size() == 5 * 4);
+      std::size_t blk = 0;
+      for (std::size_t r0 = 0; r0 < x.size(); r0 += row) {
+        for (std::size_t b = r0; b < r0 + row; b += 32, ++blk) {
+          const std::size_t end = std::min(b + 32, r0 + row);
+          double amax = 0;
+          for (std::size_t i = b; i < end; ++i) amax = std::max(amax, std::fabs(double(x[i])));
+          int e2 = 0;
+          std::frexp(amax, &e2);  // amax = f * 2^e2, 0.5 <= f < 1: floor(log2 amax) = e2 - 1
+          const int k = amax == 0 ? -127 : std::clamp(e2 - 1 - f.element.emax, -127, 127);
+          CHECK(q.scales[blk] == k + 127);
+          for (std::size_t i = b; i < end; ++i) {
+            ++checked;
+            if (q.elements[i] != round_bits(std::ldexp(double(x[i]), -k), f.element, r, i)) ++bad;
+          }
+        }
+      }
+    }
+  }
+  std::printf("MX block elements vs round_bits(V / 2^k): %llu (format, mode, element) cases, %llu mismatches\n",
+              static_cast<unsigned long long>(checked), static_cast<unsigned long long>(bad));
+  CHECK(bad == 0);
+}
+
+TEST_CASE("block telemetry counts what quantizing did, by definition", "[block]") {
+  const auto x = sample(320, 5);
+  const BlockFormat f = parse_block_format("mxfp8_e4m3");
+  BlockStats s;
+  const BlockQuantized q = quantize_blocks(x, 0, f, {}, &s);
+  std::uint64_t nonzero = 0, flushed = 0, subnormal = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if (x[i] == 0) continue;
+    ++nonzero;
+    const double v = decode(q.elements[i], f.element);
+    if (v == 0) ++flushed;
+    else if (std::fabs(v) < f.element.min_normal) ++subnormal;
+  }
+  CHECK(s.nonzero == nonzero);
+  CHECK(s.flushed == flushed);
+  CHECK(s.subnormal == subnormal);
+  CHECK(s.blocks == 10);
+  std::uint64_t scales = 0;
+  for (const auto& [k, c] : s.scale_log2) scales += c;
+  CHECK(scales == 10);
+  std::printf("telemetry: %llu nonzero, %llu flushed inside their block, %llu subnormal, %llu saturated\n",
+              static_cast<unsigned long long>(nonzero), static_cast<unsigned long long>(flushed),
+              static_cast<unsigned long long>(subnormal), static_cast<unsigned long long>(s.saturated));
+}
+
+TEST_CASE("stochastic block rounding is unbiased over seeds and reproducible", "[block]") {
+  // One block: 0.3 * 2^k lies between e2m1 neighbours; the mean over seeds approaches the input.
+  std::vector<float> x = {6.0f, 0.3f, 1.3f, -2.6f};
+  const BlockFormat f = parse_block_format("mxfp4_e2m1");
+  const int seeds = 20000;
+  std::vector<double> mean(x.size(), 0);
+  std::vector<float> y(x.size());
+  for (int s = 0; s < seeds; ++s) {
+    round_blocks(x, y, 0, f, Rounding::stochastic(static_cast<std::uint64_t>(s)));
+    for (std::size_t i = 0; i < x.size(); ++i) mean[i] += y[i] / seeds;
+  }
+  // Hoeffding: the neighbours are at most 1 apart here, so |mean - x| < sqrt(ln(2/1e-9) / (2 n)) with
+  // probability 1 - 1e-9.
+  const double t = std::sqrt(std::log(2 / 1e-9) / (2.0 * seeds));
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    INFO(x[i] << " mean " << mean[i]);
+    CHECK(std::fabs(mean[i] - x[i]) < t);
+  }
+  std::vector<float> a(x.size()), b(x.size());
+  round_blocks(x, a, 0, f, Rounding::stochastic(7));
+  round_blocks(x, b, 0, f, Rounding::stochastic(7));
+  CHECK(a == b);
+  std::printf("stochastic mxfp4: %d seeds, worst |mean - x| %.4f (bound %.4f)\n", seeds,
+              std::max({std::fabs(mean[1] - x[1]), std::fabs(mean[2] - x[2]), std::fabs(mean[3] - x[3])}), t);
+}
+
+TEST_CASE("block format names, options and errors", "[block]") {
+  CHECK(parse_block_format("nvfp4").block == 16);
+  CHECK(parse_block_format("mxfp8_e5m2", 64).block == 64);
+  CHECK_THROWS_AS(parse_block_format("mxfp9"), Error);
+  CHECK_THROWS_AS(parse_block_format("nvfp4", 0, BlockScaleRule::rceil), Error);
+  CHECK_THROWS_AS(parse_block_scale_rule("ceil"), Error);
+  const std::vector<float> x(10, 1.0f);
+  CHECK_THROWS_AS(quantize_blocks(x, 3, parse_block_format("mxfp8_e4m3")), Error);  // 10 is not rows of 3
+}
