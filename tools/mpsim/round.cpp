@@ -39,6 +39,7 @@
 namespace {
 
 using mpsim::io::DType;
+using mpsim::io::NpyArray;
 
 struct Options {
   std::string to, mode = "rne", subnormals = "keep", overflow = "inf", like = "ieee", stats_json, in, out;
