@@ -2,7 +2,7 @@
 // once) for every test executable. An executable may define mpsim_test_precheck() to end before Catch2
 // runs: test_kernels_gpu returns 77 (meson SKIP) there when no CUDA device is present.
 #define CATCH_CONFIG_RUNNER
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 // A return value >= 0 is the exit status; -1 runs the tests.
 extern "C" int mpsim_test_precheck() __attribute__((weak));

@@ -1,6 +1,6 @@
 // Tests of lib/mpsim/analysis/histogram.hpp against a brute-force binade computed per element by
 // comparison with exact powers of two (independent of the bit tricks in the library).
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include <bit>
 #include <cmath>

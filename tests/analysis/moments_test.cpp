@@ -2,7 +2,7 @@
 // Boost.Multiprecision rationals (each value's exact rational, added one by one), and each statistic
 // checked to be the double nearest the exact value by bracketing: the exact value lies between the
 // midpoints to the result's two neighbours (squared, for the square roots, so no root is taken here).
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include <boost/multiprecision/cpp_int.hpp>
 

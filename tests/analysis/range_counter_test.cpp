@@ -2,7 +2,7 @@
 // brute-force scalar loop (round_bits of x·2^k, classified here from the decoded value), and against
 // the bulk engine's Stats, on random and adversarial inputs (values exactly on every rounding boundary
 // of each format at each scale, and their float neighbours).
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include <bit>
 #include <cmath>

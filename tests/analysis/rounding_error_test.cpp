@@ -1,7 +1,7 @@
 // Tests of lib/mpsim/analysis/rounding_error.hpp against a brute-force loop (scalar round(), errors
 // computed here, percentiles from the sorted errors), and the bias that separates nearest-even from
 // stochastic rounding.
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include <algorithm>
 #include <cmath>

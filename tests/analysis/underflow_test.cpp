@@ -1,6 +1,6 @@
 // Tests of lib/mpsim/analysis/underflow.hpp: the recommended scale, the rescued count and the sweep's
 // largest safe scale and best window against brute force (round_bits of x·2^k per element, all k).
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include <cmath>
 #include <cstdint>

@@ -1,7 +1,7 @@
 // Tests of lib/mpsim/analysis/updates.hpp: swallowed updates against a brute force written from the
 // gap to the neighbouring format number (round-to-nearest-even keeps w when |u| is below half the gap
 // on u's side, or equal to it with w even), and stochastic rounding's swallow rate.
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include <cmath>
 #include <random>

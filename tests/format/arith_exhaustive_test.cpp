@@ -7,7 +7,7 @@
 //  * the exact result is rounded by an integer rounder written here (not round_bits()).
 // The fast method itself is cross-checked against Boost.Multiprecision (cpp_int dyadic arithmetic:
 // the result must lie between the midpoints to its neighbours) on 10^7 sampled cases.
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include <algorithm>
 #include <atomic>

@@ -2,7 +2,7 @@
 // payloads, signed zeros), fp32 against the machine's own float arithmetic, wide formats (the p > 26
 // paths) against Boost.Multiprecision rationals, and stochastic rounding statistics. The exhaustive
 // comparisons are in arith_exhaustive_test.cpp.
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include <bit>
 #include <cmath>

@@ -2,7 +2,7 @@
 // rounding mode (stochastic included: element i is generator index i), the scales against OCP MX v1.0's rule
 // computed here with frexp, and the telemetry counters against a count by definition. gfloat and torchao are
 // compared through the command line (tests/format/block_check.py).
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include <cmath>
 #include <cstdio>

@@ -14,7 +14,7 @@
 // Every path the CPU has (avx2 with and without the F16C instruction, avx512, two threads) is compared
 // in the same pass, packed and simulate, with Stats checked against counts this file computes from the
 // input and the expected result. Two worker threads share the chunks.
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include <atomic>
 #include <bit>

@@ -4,7 +4,7 @@
 // counts this file computes itself from the input and the specification's result; odd lengths,
 // unaligned pointers, in-place use, decode_array and bad arguments. The 2^32-input comparisons are
 // in bulk_exhaustive_test.cpp.
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #if defined(__x86_64__)
 #include <immintrin.h>  // _mm_getcsr / _mm_setcsr

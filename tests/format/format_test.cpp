@@ -1,6 +1,6 @@
 // Tests of lib/mpsim/format/format.hpp: the named formats' constants, computed here from their
 // published definitions, and the parser's names and errors.
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include <cstdio>
 #include <cmath>

@@ -3,7 +3,7 @@
 // worker's, after every worker joined); every worker runs under the default MXCSR and the caller's comes
 // back. The callers' results for several thread counts are compared in bulk_test, trainer_test and
 // digest_test.
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include <atomic>
 #include <cstdio>

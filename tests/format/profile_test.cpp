@@ -3,7 +3,7 @@
 // cuda_fp8.hpp) and from the H100 recording's listed mismatches (data/hardware/nvidia-h100-80gb-hbm3/,
 // `first_mismatches`: input, hardware output), worked out by hand, not from the code under test. The
 // whole recording is recomputed by tests/kernels/recorded_test.cpp.
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include <bit>
 #include <cstdio>

@@ -14,7 +14,7 @@
 //    includes max finite, the overflow threshold, the subnormal boundary, +-0, +-inf and NaNs;
 //  * saturating and flushing variants, input subnormals as zero, 1..16 stochastic bits, fnuz formats.
 // The other cases (NaN rules, stochastic rounding statistics) are small and run in the unit suite.
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include <bit>
 #include <chrono>

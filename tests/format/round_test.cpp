@@ -1,7 +1,7 @@
 // Tests of lib/mpsim/format/round.hpp on hand-worked cases: every boundary of fp16 and the fp8 formats
 // in every mode. The exhaustive comparisons against hardware and the reference are in
 // round_exhaustive_test.cpp.
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include <bit>
 #include <cmath>

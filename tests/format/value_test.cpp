@@ -1,7 +1,7 @@
 // Tests of lib/mpsim/format/value.hpp and value_io.hpp: the value types mpsim::num::fp16, bf16, tf32,
 // fp8_e4m3, fp8_e5m2 — construction, exact conversions, arithmetic, IEEE comparisons,
 // std::numeric_limits against independently computed constants, and decimal output that reads back.
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include <cmath>
 #include <cstdio>

@@ -1,7 +1,7 @@
 // Tests of lib/mpsim/io/npy.hpp: round trips through the writer, hand-built byte strings for every
 // dtype (little- and big-endian, C and Fortran order, versions 1.0/2.0/3.0, 0-d and empty arrays), and
 // every kind of bad file, each of which must give an mpsim::Error naming the file and the problem.
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include <bit>
 #include <cmath>

@@ -2,7 +2,7 @@
 // writer that got too few or too many elements, or was never committed, leaves no file.
 #include "mpsim/io/npy_writer.hpp"
 
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include <cstdint>
 #include <span>

@@ -2,7 +2,7 @@
 // what reaches a real terminal (a pseudo-terminal opened here).
 #include "mpsim/io/progress.hpp"
 
-#include "catch.hpp"
+#include "catch_compat.hpp"
 #include <fcntl.h>
 #include <poll.h>
 #include <unistd.h>

@@ -1,7 +1,7 @@
 // Tests of lib/mpsim/io/tensor_source.hpp: .npy, .npz (stored and deflate), safetensors and raw files
 // built byte by byte here (zip records per PKWARE APPNOTE, safetensors per its README), their values
 // streamed in small chunks and compared with the values the test put in, and every kind of bad file.
-#include "catch.hpp"
+#include "catch_compat.hpp"
 #include <zlib.h>
 
 #include <bit>

@@ -1,6 +1,6 @@
 // Tests of kernels/digest.hpp against a digest written out here independently, from round.hpp's
 // splitmix64 (the recorded H100 probe's formula, data/hardware/nvidia-h100-80gb-hbm3/).
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include <cstdio>
 #include <random>

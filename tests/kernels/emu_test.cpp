@@ -2,7 +2,7 @@
 // fp16/bf16 arithmetic the GPU comparisons run on the device. Compiled here for the host: the port must
 // give round_bits()'s bits for every input we try, and the arithmetic must match exact references
 // computed independently (exact double sums/products, exact 128-bit integer fma, neighbour checks).
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

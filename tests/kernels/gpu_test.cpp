@@ -1,7 +1,7 @@
 // GPU tests of kernels/ (run only where a CUDA device is present; gpu_main.cpp exits 77 otherwise).
 // Each kernel is compared with the emulation or an independent host computation, and each wrapper's
 // bad-input errors are checked.
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include <bit>
 #include <cmath>

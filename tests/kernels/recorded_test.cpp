@@ -12,7 +12,7 @@
 // [exhaustive] case every block of every conversion run and a fixed spread of 22 blocks of each
 // arithmetic run in `./run test`, and every block of every run with MPSIM_EXHAUSTIVE_FULL=1
 // (`./run test-full`).
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -1,6 +1,6 @@
 // Tests of lib/mpsim/models/corpus.hpp: the generated language's long-range structure, and the UTF-8
 // decoder on hand-encoded sequences.
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include "mpsim/error.hpp"
 #include "mpsim/models/corpus.hpp"

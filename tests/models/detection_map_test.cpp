@@ -1,5 +1,5 @@
 // Tests of lib/mpsim/models/detection_map.hpp: AP and NMS on hand-worked cases.
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include <cstdio>
 

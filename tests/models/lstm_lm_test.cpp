@@ -1,6 +1,6 @@
 // Tests of lib/mpsim/models/lstm_lm.hpp (through make_model): determinism, exact scaling, the policy's
 // sites, the text corpus path and its errors.
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include <cstdio>
 #include <filesystem>

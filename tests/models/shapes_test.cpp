@@ -1,5 +1,5 @@
 // Tests of lib/mpsim/models/shapes.hpp: boxes inside the image and around bright pixels, determinism.
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include "mpsim/models/shapes.hpp"
 

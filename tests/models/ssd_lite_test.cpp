@@ -1,6 +1,6 @@
 // Tests of lib/mpsim/models/ssd_lite.hpp (through make_model): parameters, bit-for-bit determinism,
 // the exactness of the power-of-two loss scale and divisor, the policy's sites, and evaluation.
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include <cmath>
 #include <cstdio>

@@ -1,6 +1,6 @@
 // Tests of lib/mpsim/nn/activation.hpp (ReLU) and lib/mpsim/nn/pool.hpp (max pooling): forward by
 // definition, backward against central differences in fp64 (inputs kept away from the kinks).
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include "grad_check.hpp"
 #include "mpsim/nn/activation.hpp"

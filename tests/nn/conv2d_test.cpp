@@ -1,6 +1,6 @@
 // Tests of lib/mpsim/nn/conv2d.hpp: forward against a direct 7-loop convolution, backward against
 // central differences in fp64, for padded stride 1 and unpadded stride 2.
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include "grad_check.hpp"
 #include "mpsim/nn/conv2d.hpp"

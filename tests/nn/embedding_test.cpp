@@ -1,6 +1,6 @@
 // Tests of lib/mpsim/nn/embedding.hpp: lookup, and the table gradient (repeated tokens add up) against
 // central differences in fp64.
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include "grad_check.hpp"
 #include "mpsim/nn/embedding.hpp"

@@ -1,6 +1,6 @@
 // Tests of lib/mpsim/nn/linear.hpp: forward against the defining sum, backward against central
 // differences in fp64.
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include "grad_check.hpp"
 #include "mpsim/nn/linear.hpp"

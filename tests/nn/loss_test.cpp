@@ -1,6 +1,6 @@
 // Tests of lib/mpsim/nn/loss.hpp: softmax cross-entropy against log-sum-exp in long double, smooth L1
 // against its definition, both backwards against central differences in fp64.
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include "grad_check.hpp"
 #include "mpsim/nn/loss.hpp"

@@ -1,6 +1,6 @@
 // Tests of lib/mpsim/nn/lstm.hpp: the forward pass against the LSTM equations written out here step by
 // step, and backpropagation through time (T = 6) against central differences in fp64.
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include <map>
 #include <string>

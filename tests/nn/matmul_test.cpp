@@ -1,7 +1,7 @@
 // Tests of lib/mpsim/nn/matmul.hpp: accumulation in fp16 against the value types' correctly rounded
 // fused multiply-add (arith.hpp, checked against Boost.Multiprecision in tests/format), and constructed
 // cases where fp16 and fp32 accumulation differ by a known amount.
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include <cstdio>
 #include <cstring>

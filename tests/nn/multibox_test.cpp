@@ -1,6 +1,6 @@
 // Tests of lib/mpsim/nn/multibox.hpp: IoU, matching and hard negative mining on hand-worked cases, the
 // loss value on a hand-worked case, and its gradient against central differences in fp64.
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include "grad_check.hpp"
 #include "mpsim/nn/multibox.hpp"

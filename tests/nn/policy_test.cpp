@@ -1,7 +1,7 @@
 // Tests of lib/mpsim/nn/policy.hpp: policy names and custom specs, error messages, and Precision::round's
 // per-site counts against counts computed here with the compiler's _Float16 conversion (an independent
 // round-to-nearest-even binary16 implementation).
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include <cmath>
 #include <random>

@@ -1,7 +1,7 @@
 // Tests of lib/mpsim/reference/grid_table.hpp, the fast method of the exhaustive sweeps: its table
 // against the Boost reference's exact decoding, and its rounding against the Boost reference on
 // >= 10^7 sampled (input, mode) cases ([exhaustive]; a smaller sample in the unit suite).
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include <chrono>
 #include <cstdio>

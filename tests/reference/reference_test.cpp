@@ -1,6 +1,6 @@
 // Tests of lib/mpsim/reference/reference.hpp: the Boost.Multiprecision reference on values worked out by
 // hand, then against the production round_bits() on boundary samples of every named format.
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include <bit>
 #include <cmath>

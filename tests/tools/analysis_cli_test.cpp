@@ -3,7 +3,7 @@
 // here with round_bits(), the tidy CSV's shape, the exit codes, that bad input leaves no output behind,
 // that a directory with one bad file reports the others and names the bad one, `--json -` / `--csv -`
 // (standard output), the schema tag, --version and the old command name.
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include <sys/wait.h>
 

@@ -2,7 +2,7 @@
 // here and checks every output element against the arith.hpp functions called in the test (which are
 // themselves checked exhaustively in tests/format), the hand-worked values of a few elements, exit codes
 // and messages on bad input, and that a failing run leaves no output file.
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include <sys/wait.h>
 

@@ -3,7 +3,7 @@
 // a torch.amp.GradScaler.state_dict() saved as JSON; a bad state or a cut checkpoint exits 2 with one
 // message naming the file and leaves no output folder. (tests/train/checkpoint_safetensors.py opens the
 // checkpoint with the safetensors package.)
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include <fstream>
 #include <nlohmann/json.hpp>

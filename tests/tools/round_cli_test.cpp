@@ -1,7 +1,7 @@
 // Tests of `mpsim round` (tools/mpsim/round.cpp): runs the real binary ($MPSIM_BIN) on .npy files
 // written here and checks every output element against round_bits() computed in the test, the
 // statistics against counts made here, the exit codes, and that a failing run leaves no file behind.
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include <sys/wait.h>
 

@@ -2,7 +2,7 @@
 // and stdout + stderr together; the command and its output go into the test's failure message.
 #pragma once
 
-#include "catch.hpp"
+#include "catch_compat.hpp"
 #include <sys/wait.h>
 
 #include <cstdlib>

@@ -2,7 +2,7 @@
 // verdict, mean and spread recomputed here from the runs' own steps.csv files by the rule summary.md
 // states (diverged: a seed stopped early or ended with a non-finite loss or metric; otherwise it matches
 // fp32 if its mean metric is worse than fp32's by at most 2 x fp32's sample sd + 1% of |fp32's mean|).
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include <cmath>
 #include <cstdio>

@@ -1,6 +1,6 @@
 // Tests of `mpsim verify` (tools/mpsim/verify.cpp): runs the real binary ($MPSIM_BIN) on a quick subset of
 // checks and checks the table, the JSON report and the exit status, including the failure path.
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include <sys/wait.h>
 

@@ -3,7 +3,7 @@
 // (lib/mpsim/parallel.hpp) throws on its last worker when MPSIM_INJECT_WORKER_FAILURE names the fan-out.
 // Checked for the bulk engine (`mpsim round`, an array large enough for two threads) and for training
 // (`mpsim train --threads 2`).
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include <cstdlib>
 #include <string>

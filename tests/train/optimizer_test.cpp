@@ -1,6 +1,6 @@
 // Tests of lib/mpsim/train/optimizer.hpp: SGD with momentum and AdamW against values worked by hand
 // from the torch.optim algorithm boxes (in double, to ~1e-7), and gradient clipping.
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include <algorithm>
 #include <cmath>

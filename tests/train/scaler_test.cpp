@@ -2,7 +2,7 @@
 // overflowing (I) and clean (C) steps, against tables worked by hand from the published rules
 // (torch _amp_update_scale_, Megatron-LM DynamicGradScaler.update, DeepSpeed DynamicLossScaler.update_scale
 // with consecutive_hysteresis) and against an independent re-statement of each rule on a long sequence.
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include <cmath>
 #include <cstdio>

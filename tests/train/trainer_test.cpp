@@ -2,7 +2,7 @@
 // determinism (same run twice, 1 vs 2 threads: byte-identical steps.csv), resume (2N straight == N, stop,
 // resume to 2N: identical steps.csv tail, weights and optimiser state), the loss scaler's effect on
 // skipped steps and underflow, pure-fp16 weights, and corrupt or mismatched checkpoints.
-#include "catch.hpp"
+#include "catch_compat.hpp"
 
 #include <fmt/core.h>
 
