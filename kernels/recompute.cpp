@@ -43,17 +43,10 @@ bool range_has_nan_floats(std::uint64_t begin, std::uint64_t end) {
   return meets(0x7f800001u, 0x80000000u) || meets(0xff800001u, std::uint64_t{1} << 32);
 }
 
-template <class T>
-void round_floats(std::span<const float> in, std::span<std::uint32_t> out, const DeviceRounding& d) {
-  T buf[kChunk];
-  BulkOptions opt;
-  opt.threads = 1;
-  round_array(in, std::span<T>(buf, in.size()), d.format, d.rounding, nullptr, opt);
-  for (std::size_t k = 0; k < in.size(); ++k) out[k] = buf[k];
-}
-
-template <class T>
-void round_doubles(std::span<const double> in, std::span<std::uint32_t> out, const DeviceRounding& d) {
+// One piece of float or double inputs through the bulk engine (one thread: the caller fans out), the
+// encodings widened into the digest's 32-bit outputs.
+template <class T, class In>
+void round_piece(std::span<const In> in, std::span<std::uint32_t> out, const DeviceRounding& d) {
   T buf[kChunk];
   BulkOptions opt;
   opt.threads = 1;
@@ -70,8 +63,8 @@ void convert_piece(const ConvertRun& run, const DeviceRounding& d, std::uint64_t
     double x[kChunk];
     for (std::size_t k = 0; k < n; ++k) x[k] = std::bit_cast<double>(f64_sample(begin + k));
     const std::span<const double> in(x, n);
-    if (bytes == 1) round_doubles<std::uint8_t>(in, out, d);
-    else round_doubles<std::uint16_t>(in, out, d);
+    if (bytes == 1) round_piece<std::uint8_t>(in, out, d);
+    else round_piece<std::uint16_t>(in, out, d);
     if (!d.is_plain())
       for (std::size_t k = 0; k < n; ++k)
         if (fix_all || x[k] != x[k]) out[k] = static_cast<std::uint32_t>(d.convert_result(out[k], x[k]));
@@ -79,9 +72,9 @@ void convert_piece(const ConvertRun& run, const DeviceRounding& d, std::uint64_t
     float x[kChunk];
     for (std::size_t k = 0; k < n; ++k) x[k] = std::bit_cast<float>(static_cast<std::uint32_t>(begin + k));
     const std::span<const float> in(x, n);
-    if (bytes == 1) round_floats<std::uint8_t>(in, out, d);
-    else if (bytes == 2) round_floats<std::uint16_t>(in, out, d);
-    else round_floats<std::uint32_t>(in, out, d);
+    if (bytes == 1) round_piece<std::uint8_t>(in, out, d);
+    else if (bytes == 2) round_piece<std::uint16_t>(in, out, d);
+    else round_piece<std::uint32_t>(in, out, d);
     if (!d.is_plain() && (fix_all || range_has_nan_floats(begin, begin + n)))
       for (std::size_t k = 0; k < n; ++k)
         if (fix_all || x[k] != x[k]) out[k] = static_cast<std::uint32_t>(d.convert_result(out[k], x[k]));
