@@ -4,7 +4,7 @@ command line (docs/python.md).
     >>> import numpy as np, mpsim
     >>> x = np.array([1.0, 1e-8, 70000.0], dtype=np.float32)
     >>> mpsim.round(x, "fp16")
-    array([1.0e+00, 5.9604645e-08, inf], dtype=float32)
+    array([ 1.,  0., inf], dtype=float32)
 
 Arrays are numpy arrays or CPU torch tensors of float32 / float64, any shape; the work runs in C++ with
 the GIL released, on the array's memory (no copy, except of a strided input, which is made contiguous).
