@@ -74,6 +74,12 @@ def pytest_runtest_logreport(report):
         _outcomes["skipped"] += 1
 
 
+def pytest_collectreport(report):
+    if report.skipped:  # a module-level skip (pytest.importorskip("torch"))
+        _outcomes["skipped"] += 1
+
+
 def pytest_sessionfinish(session, exitstatus):
-    if exitstatus == 0 and _outcomes["passed"] == 0 and _outcomes["skipped"] > 0:
+    # 5: pytest collected nothing, which a module-level skip gives.
+    if exitstatus in (0, 5) and _outcomes["passed"] == 0 and _outcomes["skipped"] > 0:
         session.exitstatus = 77
