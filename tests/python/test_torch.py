@@ -45,6 +45,10 @@ def test_tensor_in_place_views_and_grad():
     assert torch.equal(mpsim.round(t, "fp16"), t.contiguous().half().float())
     w = x.clone().requires_grad_(True)
     assert torch.equal(mpsim.round(w, "fp16"), x.half().float())
+    hw, hs = mpsim.Histogram(), mpsim.Histogram()
+    hw.add(w)       # requires grad: detached
+    hs.add(t)       # strided: made contiguous
+    assert hw == hs
     h = mpsim.Histogram()
     h.add(x)
     hn = mpsim.Histogram()
@@ -66,5 +70,7 @@ def test_tensor_bad_input():
         print("TypeError:", info.value)
     with pytest.raises(ValueError):
         mpsim.round(torch.ones(8), "fp16", out=torch.ones(16)[::2])
-    with pytest.raises((TypeError, ValueError)):
+    with pytest.raises(TypeError):
         mpsim.Histogram().add(meta)
+    with pytest.raises(TypeError):
+        mpsim.UnderflowCounter("fp16").add(torch.ones(4, dtype=torch.bfloat16))
