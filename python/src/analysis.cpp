@@ -33,10 +33,11 @@ nb::object json_loads(const nlohmann::json& j) { return nb::module_::import_("js
 
 // Adds a float32 / float64 array or tensor of any shape with the GIL released. The package's own checks come
 // first (mpsim._prepare, python/mpsim/__init__.py): a tensor on another device or of another dtype is named
-// in a TypeError, a strided one is made contiguous, one that requires grad is detached.
+// in a TypeError, a strided one is made contiguous, one that requires grad is detached, float16 / bfloat16
+// ones are widened to float32 (exact).
 template <class Counter>
 void add_array(Counter& c, nb::handle obj) {
-  const nb::object prepared = nb::module_::import_("mpsim").attr("_prepare")(obj)[0];
+  const nb::object prepared = nb::module_::import_("mpsim").attr("_prepare")(obj, "x", true)[0];
   const auto x = nb::cast<AnyArray>(prepared);
   check_layout(x, "x");
   if (x.dtype() == nb::dtype<float>()) {
