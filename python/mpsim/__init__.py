@@ -6,8 +6,9 @@ command line (docs/python.md).
     >>> mpsim.round(x, "fp16")
     array([ 1.,  0., inf], dtype=float32)
 
-Arrays are numpy arrays or CPU torch tensors of float32 / float64, any shape; the work runs in C++ with
-the GIL released, on the array's memory (no copy, except of a strided input, which is made contiguous).
+Arrays are numpy arrays or CPU torch tensors of float32 / float64 (float16 / bfloat16 too, widened to float32),
+any shape; the work runs in C++ with the GIL released, on the array's own memory (a strided input is made
+contiguous first, a float16 / bfloat16 one widened: those two are copies).
 """
 # The package's compiled half (_core) may lie in another directory of sys.path than these .py files (a
 # development tree: python/ beside build/python/, both put on sys.path by the venv's .pth): extend_path
