@@ -268,3 +268,27 @@ def test_float16_input_same_as_cli(cli, fmt):
         want = mpsim.encode(mpsim.round(b.astype(np.float32), fmt), "bf16")
         assert np.array_equal(got.view(np.uint16), want)
     print(f"{fmt}: all {x.size} float16 values x 3 modes as `mpsim round` on a float16 .npy")
+
+
+def test_threads_calling_at_once():
+    """The calls release the GIL, so Python threads run them at the same time: each must still get the bits of a
+    call made alone (stochastic rounding included: element i's random number depends only on seed and i)."""
+    import threading
+    rng = np.random.default_rng(RNG_SEED)
+    xs = [np.exp(rng.uniform(-30, 15, 1 << 18)).astype(np.float32) for _ in range(4)]
+    alone = [mpsim.encode(x, "fp8_e5m2", "sr", seed=i) for i, x in enumerate(xs)]
+    results = [None] * len(xs)
+
+    def work(i):
+        for _ in range(3):
+            results[i] = mpsim.encode(xs[i], "fp8_e5m2", "sr", seed=i)
+            c = mpsim.UnderflowCounter("fp16")
+            c.add(xs[i])
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(xs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(np.array_equal(r, a) for r, a in zip(results, alone))
+    print(f"{len(xs)} threads x 3 calls of {xs[0].size} values: the bits of the calls made alone")
