@@ -132,6 +132,40 @@ nlohmann::json underflow_report(const nb::dict& counters, int log2_scale, double
   });
 }
 
+// UnderflowCounter's state as JSON: the format (name and options), the mode, amax / amin_nonzero and the non-zero
+// entries of counts() as [index, count] pairs (the layout is fixed for a format and mode).
+nlohmann::json counter_state_json(const RangeCounter& c) {
+  const Format& f = c.format();
+  nlohmann::json counts = nlohmann::json::array();
+  const auto v = c.counts();
+  for (std::size_t i = 0; i < v.size(); ++i)
+    if (v[i] != 0) counts.push_back({i, v[i]});
+  return {{"schema", "mpsim-underflow-counter-1"},
+          {"format", f.name},
+          {"subnormals", std::string(to_string(f.subnormals))},
+          {"overflow", f.overflow == Overflow::saturate ? "saturate" : "inf"},
+          {"mode", std::string(short_name(c.rounding().mode))},
+          {"amax", c.amax()},
+          {"amin_nonzero", c.amin_nonzero()},
+          {"counts_size", v.size()},
+          {"counts", counts}};
+}
+
+RangeCounter counter_from_state_json(const nlohmann::json& j) {
+  if (!j.is_object() || j.value("schema", "") != "mpsim-underflow-counter-1")
+    throw Error("UnderflowCounter.from_json: not an mpsim-underflow-counter-1 object");
+  const Format f = format_with_options(parse_format(j.at("format").get<std::string>()),
+                                       j.at("subnormals").get<std::string>(), j.at("overflow").get<std::string>());
+  const Rounding r = Rounding::of(parse_rounding_mode(j.at("mode").get<std::string>()));
+  std::vector<std::int64_t> v(j.at("counts_size").get<std::size_t>(), 0);
+  for (const auto& e : j.at("counts")) {
+    const auto i = e.at(0).get<std::size_t>();
+    if (i >= v.size()) throw Error("UnderflowCounter.from_json: count index " + std::to_string(i) + " beyond counts_size");
+    v[i] = e.at(1).get<std::int64_t>();
+  }
+  return RangeCounter::from_counts(f, r, v, j.at("amax").get<double>(), j.at("amin_nonzero").get<double>());
+}
+
 }  // namespace
 
 void bind_analysis(nb::module_& m) {
@@ -267,6 +301,10 @@ void bind_analysis(nb::module_& m) {
       .def("counts_array", [](const RangeCounter& c) { return to_numpy(c.counts()); },
            "Every count in one fixed layout (int64) for this format and mode: counters of several processes merge "
            "with one sum of these arrays (and a max of amax, a min of amin_nonzero).")
+      .def("to_json", [](const RangeCounter& c) { return counter_state_json(c).dump(); },
+           "The counter's state as JSON (format, mode, amax, amin_nonzero, the non-zero counts); from_json reads it.")
+      .def_static("from_json", [](const std::string& s) { return counter_from_state_json(nlohmann::json::parse(s)); },
+                  "s"_a)
       .def_static(
           "from_counts_array",
           [](nb::handle fmt, const std::string& mode, const AnyArray& a, double amax, double amin_nonzero) {

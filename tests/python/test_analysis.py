@@ -118,6 +118,11 @@ def test_merge_add_pickle_counts():
     hsum = sum(h.counts_array() for h in parts_h)
     assert mpsim.Histogram.from_counts_array(hsum) == whole_h
     assert mpsim.Histogram.from_json(whole_h.to_json()) == whole_h
+    assert mpsim.UnderflowCounter.from_json(whole_c.to_json()) == whole_c
+    sat = mpsim.UnderflowCounter(mpsim.Format("fp8_e4m3").with_options(overflow="saturate"), "rtz")
+    sat.add(data["a"])
+    back = mpsim.UnderflowCounter.from_json(sat.to_json())
+    assert back == sat and back.report_json("a", sweep=True) == sat.report_json("a", sweep=True)
     assert whole_c.histogram() == whole_h
     print(f"{len(parts_c)} counters / histograms merged by merge(), +, counts sums: equal to one fed everything "
           f"({whole_c.total} values); pickles and JSON round trip")
@@ -143,5 +148,7 @@ def test_analysis_bad_input():
         mpsim.Histogram.from_counts_array(-np.ones(2102, np.int64))
     with pytest.raises(ValueError):
         mpsim.Histogram.from_json("{")
+    with pytest.raises(ValueError):
+        mpsim.UnderflowCounter.from_json('{"schema": "mpsim-hist-1"}')
     with pytest.raises(ValueError):
         mpsim.hist_report_json({}, 0)
