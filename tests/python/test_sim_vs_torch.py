@@ -1,0 +1,305 @@
+"""The simulator's hand-written forward and backward passes checked against PyTorch autograd.
+
+For each model (ssd, lstm) the C++ side runs one training step with every rounding site recorded
+(build/tests/models/mpsim_layer_dump, lib/mpsim/models/layer_dump.hpp); the PyTorch mirrors of the models
+(tests/python/torch_models.py) load the same weights and the same batch and run the same step with autograd.
+
+fp32 (policy fp32): every site the simulator has (forward: each GEMM/convolution's input, weight copy and
+output; backward: the loss gradient entering the network, every activation gradient, every weight and bias
+gradient; the LSTM's per-time-step sites row by row) and every parameter gradient buffer is compared, tensor
+by tensor, with PyTorch's fp32 result: the worst difference is printed and must satisfy
+    max_i |cpp_i - torch_i| <= RTOL * max_i |torch_i|.
+Why RTOL = 1e-4: the two sides add the same fp32 products in different orders (Eigen's blocked GEMM against
+PyTorch's oneDNN/MKL kernels; im2col + GEMM against a direct convolution). Reordering a sum of K terms moves it
+by at most about K u sum|terms| (u = 2^-24, Higham, Accuracy and Stability, thm 3.1), typically sqrt(K) u;
+the longest sums here have K <= 8 * 32 * 32 = 8192 terms (conv1's weight gradient at batch 8), and the
+backward chain compounds about ten of them, which puts the typical normwise difference near 1e-6 and leaves
+RTOL two orders of magnitude above it. The same step in float64 PyTorch is printed beside it: the C++ error
+against float64 is of the order of PyTorch's own fp32 error (docs/validation.md has the table).
+The unrolled LSTM of the mirror is itself checked against torch.nn.LSTM (float64, to 1e-10).
+
+mixed-fp16 (the policy's rounding at the same sites in PyTorch, with torch's own float -> half conversion,
+round to nearest even), the per-site counts of one step as the simulator reports them (its bulk engine's
+Stats), two ways:
+  1. each site's own values: torch's cast of the values the simulator had before rounding must give its
+     rounded values bit for bit, and PyTorch's counts (count, zero_in, exact, rounded, underflow, subnormal,
+     overflow) must equal the simulator's exactly;
+  2. free running, each side rounding its own values through the whole step: underflow, subnormal and
+     overflow per site must agree within 2 + 1 % of the count. They cannot agree exactly: the fp32 values
+     before rounding differ in their last bits (the summation order above), a few of them then round to
+     neighbouring fp16 values, and from there on the two runs differ by fp16 ulps (the "same fp16 values"
+     column falls from 1 in the first layers to about 0.75 in the last weight gradients), so a value close
+     to a class boundary (2^-25, 2^-14, 65520) can land on either side. A site placed or ordered differently
+     from PyTorch's moves whole fractions of a count, far beyond the allowance.
+
+MPSIM_EXHAUSTIVE_FULL=1 runs the models' default batches (ssd 8, lstm 16) as well as batch 2.
+Runs under pytest, or as a script (python test_sim_vs_torch.py) printing the same lines.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+try:
+    import torch
+except ImportError as e:  # meson counts exit 77 as a skipped test
+    if __name__ == "__main__":
+        print(f"skipped: torch cannot be imported ({e})")
+        sys.exit(77)
+    raise
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_models as tm  # noqa: E402
+
+RTOL = 1e-4
+SEED, BATCH_INDEX = 1, 0
+FULL = os.environ.get("MPSIM_EXHAUSTIVE_FULL") == "1"
+BATCHES = [2, None] if FULL else [2]  # None: the model's default batch
+LSTM_HIDDEN = 64  # lstm_lm.cpp's default size
+
+
+def layer_dump_exe():
+    exe = os.environ.get("MPSIM_LAYER_DUMP")
+    if exe:
+        return exe
+    bin_dir = os.path.dirname(os.environ.get("MPSIM_BIN", ""))  # build/tools/mpsim -> build/tests/models
+    return os.path.join(bin_dir, "..", "tests", "models", "mpsim_layer_dump")
+
+
+def dump(model, policy, batch, loss_scale=1.0):
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "dump.safetensors")
+        args = [layer_dump_exe(), "--model", model, "--policy", policy, "--seed", str(SEED),
+                "--batch-index", str(BATCH_INDEX), "--loss-scale", repr(loss_scale), "--out", path]
+        if batch:
+            args += ["--batch", str(batch)]
+        r = subprocess.run(args, capture_output=True, text=True)
+        assert r.returncode == 0, f"{' '.join(args)} failed ({r.returncode}): {r.stderr}"
+        return tm.load_dump(path)
+
+
+def call_order(meta, site):
+    """The indices (time steps) of a site's rows in the simulator's call order."""
+    cls = {s["name"]: s for s in meta["sites"]}[site]
+    n = cls["calls"]
+    backward = cls["class"] in (tm.ACTIVATION_GRAD, tm.WEIGHT_GRAD)
+    return list(reversed(range(n))) if (backward and n > 1) else list(range(n))
+
+
+class Table:
+    """Per-tensor comparisons, printed as llm.c's test_gpt2 prints them; collects the failures."""
+
+    def __init__(self, title):
+        self.title, self.rows, self.failures = title, [], []
+        print(f"\n{title}")
+        print(f"  {'tensor':26s} {'values':>8s} {'max|torch|':>11s} {'max|c++-torch|':>14s} {'rel':>9s} "
+              f"{'c++ vs f64':>10s} {'torch vs f64':>12s}")
+
+    def compare(self, name, cpp, ref, ref64=None, rtol=RTOL):
+        cpp = np.asarray(cpp, dtype=np.float64).reshape(-1)
+        ref = np.asarray(ref, dtype=np.float64).reshape(-1)
+        if cpp.shape != ref.shape:
+            self.failures.append(f"{name}: {cpp.size} values in C++, {ref.size} in PyTorch")
+            print(f"  {name:26s} SHAPE MISMATCH {cpp.size} / {ref.size}")
+            return
+        scale = float(np.abs(ref).max()) if ref.size else 0.0
+        diff = float(np.abs(cpp - ref).max()) if ref.size else 0.0
+        rel = diff / scale if scale > 0 else diff
+        e64 = t64 = float("nan")
+        if ref64 is not None:
+            r64 = np.asarray(ref64, dtype=np.float64).reshape(-1)
+            s64 = max(float(np.abs(r64).max()), 1e-300)
+            e64, t64 = float(np.abs(cpp - r64).max()) / s64, float(np.abs(ref - r64).max()) / s64
+        ok = np.isfinite(cpp).all() and rel <= rtol
+        self.rows.append((name, cpp.size, scale, diff, rel, e64, t64))
+        print(f"  {name:26s} {cpp.size:8d} {scale:11.3e} {diff:14.3e} {rel:9.2e} {e64:10.2e} {t64:12.2e}"
+              f"{'' if ok else '  FAIL'}")
+        if not ok:
+            self.failures.append(f"{name}: max|c++ - torch| / max|torch| = {rel:.3e} > {rtol:g}")
+
+    def done(self):
+        worst = max(self.rows, key=lambda r: r[4])
+        print(f"  {len(self.rows)} tensors, {sum(r[1] for r in self.rows)} values compared, "
+              f"worst {worst[0]} at {worst[4]:.2e} (tolerance {RTOL:g}), {len(self.failures)} failures")
+        assert not self.failures, "; ".join(self.failures)
+
+
+def compare_sites(table, meta, tensors, sites32, sites64):
+    cpp_sites = [s["name"] for s in meta["sites"]]
+    missing = sorted(set(cpp_sites) ^ set(sites32.values))
+    assert not missing, f"sites only one side has: {missing}"
+    for site in cpp_sites:
+        order = call_order(meta, site)
+        table.compare(f"site {site}", tensors[f"site/{site}"], sites32.stacked(site, order),
+                      sites64.stacked(site, order))
+
+
+def ssd_step(meta, tensors, dtype, sites, loss_scale=1.0):
+    model = tm.SsdLite(tensors, dtype)
+    loss, pos, neg = model.step(tensors["batch/images"], meta["truths"], sites, loss_scale)
+    return model, loss, pos, neg
+
+
+def lstm_step(meta, tensors, dtype, sites, loss_scale=1.0):
+    model = tm.LstmLm(tensors, LSTM_HIDDEN, dtype)
+    loss = model.step(meta["inputs"], meta["targets"], sites, loss_scale)
+    return model, loss
+
+
+def check_ssd_fp32(batch):
+    meta, tensors = dump("ssd", "fp32", batch)
+    B = meta["batch"]
+    # The batch the dump regenerated is the one the step used: the first convolution's input.
+    assert np.array_equal(tensors["site/conv1/in"].reshape(-1), tensors["batch/images"].reshape(-1))
+    s32, s64 = tm.Sites(), tm.Sites()
+    m32, loss32, pos, neg = ssd_step(meta, tensors, torch.float32, s32)
+    m64, loss64, pos64, neg64 = ssd_step(meta, tensors, torch.float64, s64)
+    # Matching and hard-negative mining are discrete: the same boxes on every side. The C++ side's choice
+    # shows in its loss gradient: a box takes part iff its row of d(conf) is non-zero.
+    dconf = []
+    for head, f in (("head1", 8), ("head2", 4)):
+        g = tensors[f"site/{head}/out_grad"].reshape(B, 24, f, f).transpose(0, 2, 3, 1)[..., 12:]
+        dconf.append(np.abs(g.reshape(B, -1, 4)).sum(axis=2) > 0)
+    cpp_used = np.concatenate(dconf, axis=1)
+    print(f"\nssd, batch {B}: {int(pos.sum())} matched boxes, {int(neg.sum())} mined negatives; "
+          f"boxes in the loss: C++ {int(cpp_used.sum())}, PyTorch {int((pos | neg).sum())}")
+    assert np.array_equal(cpp_used, (pos | neg).numpy()), "the C++ and PyTorch losses use different boxes"
+    assert torch.equal(pos, pos64) and torch.equal(neg, neg64)
+    table = Table(f"ssd (batch {B}, width 16, seed {SEED}), fp32: C++ against PyTorch autograd")
+    table.compare("loss", [meta["loss"]], [loss32], [loss64])
+    compare_sites(table, meta, tensors, s32, s64)
+    g32, g64 = m32.grads(), m64.grads()
+    for name in g32:
+        table.compare(f"grad {name}", tensors[f"grad/{name}"], g32[name], g64[name])
+    table.done()
+    return table
+
+
+def check_lstm_fp32(batch):
+    meta, tensors = dump("lstm", "fp32", batch)
+    emb = tensors["param/embed/weight"].reshape(-1, 32)
+    inputs = np.asarray(meta["inputs"])
+    assert np.array_equal(tensors["site/lstm/in"].reshape(-1, 32), emb[inputs.reshape(-1)])
+    s32, s64 = tm.Sites(), tm.Sites()
+    m32, loss32 = lstm_step(meta, tensors, torch.float32, s32)
+    m64, loss64 = lstm_step(meta, tensors, torch.float64, s64)
+    B = meta["batch"]
+    table = Table(f"lstm (batch {B}, hidden {LSTM_HIDDEN}, 32 steps, seed {SEED}), fp32: C++ against PyTorch autograd")
+    table.compare("loss", [meta["loss"]], [loss32], [loss64])
+    compare_sites(table, meta, tensors, s32, s64)
+    g32, g64 = m32.grads(), m64.grads()
+    for name in g32:
+        table.compare(f"grad {name}", tensors[f"grad/{name}"], g32[name], g64[name])
+    table.done()
+    # The unrolled cell against PyTorch's own LSTM, both float64.
+    ref_loss, ref_h, ref_g = tm.lstm_lm_with_torch_lstm(tensors, LSTM_HIDDEN, meta["inputs"], meta["targets"])
+    worst = abs(ref_loss - loss64) / abs(ref_loss)
+    worst = max(worst, float((ref_h - m64.hidden_states).abs().max() / ref_h.abs().max()))
+    for name, g in ref_g.items():
+        worst = max(worst, float(np.abs(g - g64[name]).max() / np.abs(g).max()))
+    print(f"  unrolled LSTM against torch.nn.LSTM (float64): loss, hidden states and {len(ref_g)} gradients, "
+          f"worst relative difference {worst:.2e}")
+    assert worst < 1e-10
+    return table
+
+
+STAT_KEYS = ("count", "zero_in", "exact", "rounded", "underflow", "subnormal", "overflow")
+SHOWN_KEYS = ("underflow", "subnormal", "overflow")
+
+
+def count_allowance(a, b):
+    """How far the free-running counts of one site may differ: 2 + 1 % of the larger (see the module text)."""
+    return 2 + 0.01 * max(a, b)
+
+
+def check_site_counts(model, batch, loss_scale=1.0):
+    meta, tensors = dump(model, "mixed-fp16", batch, loss_scale)
+    cpp = meta["site_stats"]
+    site_order = [s["name"] for s in meta["sites"] if s["name"] in cpp]
+    classes = {s["name"]: s["class"] for s in meta["sites"]}
+    # 1. Each site's own values: torch's fp16 cast of the simulator's values before rounding must give the
+    #    simulator's rounded values bit for bit, and PyTorch's counts of them the simulator's counts exactly.
+    forced = tm.Sites(rounds=tm.MIXED_CLASSES, round_fn=tm.to_fp16, record=False)
+    exact_failures, values = [], 0
+    for site in site_order:
+        before = torch.from_numpy(tensors[f"site/{site}"].reshape(-1).copy())
+        rounded = forced.apply(site, classes[site], 0, before).numpy()
+        values += before.numel()
+        if rounded.tobytes() != tensors[f"rounded/{site}"].reshape(-1).tobytes():
+            exact_failures.append(f"{site}: rounded values differ")
+        for k in STAT_KEYS:
+            if cpp[site][k] != forced.stats[site][k]:
+                exact_failures.append(f"{site} {k}: simulator {cpp[site][k]}, PyTorch {forced.stats[site][k]}")
+    print(f"\n{model} (batch {meta['batch']}), mixed-fp16, loss scale {loss_scale:g}: {len(site_order)} rounding sites, "
+          f"{values} values; torch's fp16 cast of the simulator's own values at each site: "
+          f"{len(exact_failures)} differences in the rounded bits and the counts {', '.join(STAT_KEYS)}")
+    assert not exact_failures, "; ".join(exact_failures)
+
+    # 2. Free running: the PyTorch mirror rounds its own values at the same sites.
+    sites = tm.Sites(rounds=tm.MIXED_CLASSES, round_fn=tm.to_fp16)
+    step = ssd_step if model == "ssd" else lstm_step
+    step(meta, tensors, torch.float32, sites, loss_scale)
+    assert sorted(cpp) == sorted(sites.stats), f"rounded sites differ: {sorted(set(cpp) ^ set(sites.stats))}"
+    print("  free running (each side rounds its own values), simulator / PyTorch:")
+    print(f"  {'site':18s} {'class':15s} {'values':>7s} " + " ".join(f"{k:>17s}" for k in SHOWN_KEYS) +
+          f" {'same fp16 values':>17s}")
+    failures, differing, totals = [], 0, {k: [0, 0] for k in SHOWN_KEYS}
+    for site in site_order:
+        order = call_order(meta, site)
+        ours = tensors[f"rounded/{site}"].reshape(-1)
+        theirs = np.concatenate([tm.to_fp16(sites.values[site][i]).reshape(-1).numpy() for i in order])
+        cells = []
+        for k in SHOWN_KEYS:
+            a, b = cpp[site][k], sites.stats[site][k]
+            totals[k][0] += a
+            totals[k][1] += b
+            differing += a != b
+            cells.append(f"{a:>8d} / {b:<6d}")
+            if abs(a - b) > count_allowance(a, b):
+                failures.append(f"{site} {k}: simulator {a}, PyTorch {b}")
+        print(f"  {site:18s} {classes[site]:15s} {cpp[site]['count']:7d} " + " ".join(cells) +
+              f" {float(np.mean(ours == theirs)):17.4f}")
+    print("  totals: " + ", ".join(f"{k} {a} / {b}" for k, (a, b) in totals.items()) +
+          f"; {differing} of {len(site_order) * len(SHOWN_KEYS)} counts differ, {len(failures)} beyond 2 + 1 %")
+    assert not failures, "; ".join(failures)
+
+
+def test_ssd_fp32():
+    for b in BATCHES:
+        check_ssd_fp32(b)
+
+
+def test_lstm_fp32():
+    for b in BATCHES:
+        check_lstm_fp32(b)
+
+
+# Loss scale 1 (the models' own gradients: few underflow), and a loss scale below 1 standing for
+# `--loss-divisor-log2` (lib/mpsim/models/README.md: gradients 2^10 / 2^16 times smaller, where fp16 flushes
+# most of them), so that the underflow counts are large.
+def test_ssd_mixed_fp16_site_counts():
+    for b in BATCHES:
+        check_site_counts("ssd", b)
+        check_site_counts("ssd", b, 2.0 ** -16)
+
+
+def test_lstm_mixed_fp16_site_counts():
+    for b in BATCHES:
+        check_site_counts("lstm", b)
+        check_site_counts("lstm", b, 2.0 ** -10)
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    failed = 0
+    for name, fn in list(globals().items()):
+        if name.startswith("test_") and callable(fn):
+            try:
+                fn()
+            except AssertionError as e:
+                failed += 1
+                print(f"FAILED {name}: {e}")
+    print("ok" if failed == 0 else f"{failed} failed")
+    sys.exit(1 if failed else 0)
