@@ -25,14 +25,17 @@ Stats), two ways:
      rounded values bit for bit, and PyTorch's counts (count, zero_in, exact, rounded, underflow, subnormal,
      overflow) must equal the simulator's exactly;
   2. free running, each side rounding its own values through the whole step: underflow, subnormal and
-     overflow per site must agree within 2 + 1 % of the count. They cannot agree exactly: the fp32 values
-     before rounding differ in their last bits (the summation order above), a few of them then round to
-     neighbouring fp16 values, and from there on the two runs differ by fp16 ulps (the "same fp16 values"
-     column falls from 1 in the first layers to about 0.75 in the last weight gradients), so a value close
-     to a class boundary (2^-25, 2^-14, 65520) can land on either side. A site placed or ordered differently
-     from PyTorch's moves whole fractions of a count, far beyond the allowance.
+     overflow per site must agree within 1 + 3 sqrt(N) (N the larger count). They cannot agree exactly: the
+     fp32 values before rounding differ in their last bits (the summation order above), a few of them then
+     round to neighbouring fp16 values, and from there on the two runs differ by fp16 ulps (the "same fp16
+     values" column falls from 1 in the first layers to about 0.7 in the last weight gradients), so each
+     value close to a class boundary (2^-25, 2^-14, 65520) lands on either side independently of the other
+     run: the count is re-drawn, and a count of N such events varies by about sqrt(N) (three standard
+     deviations allowed). A site placed or ordered differently from PyTorch's shifts a count by a fraction of
+     itself, beyond the allowance once the count is large: hence also the runs at loss scales below 1, where
+     thousands of values underflow.
 
-MPSIM_EXHAUSTIVE_FULL=1 runs the models' default batches (ssd 8, lstm 16) as well as batch 2.
+Every check runs at batch 2 and at the models' default batches (ssd 8, lstm 16): about 10 s in all.
 Runs under pytest, or as a script (python test_sim_vs_torch.py) printing the same lines.
 """
 import os
@@ -55,8 +58,7 @@ import torch_models as tm  # noqa: E402
 
 RTOL = 1e-4
 SEED, BATCH_INDEX = 1, 0
-FULL = os.environ.get("MPSIM_EXHAUSTIVE_FULL") == "1"
-BATCHES = [2, None] if FULL else [2]  # None: the model's default batch
+BATCHES = (2, None)  # None: the model's default batch (ssd 8, lstm 16)
 LSTM_HIDDEN = 64  # lstm_lm.cpp's default size
 
 
@@ -210,8 +212,8 @@ SHOWN_KEYS = ("underflow", "subnormal", "overflow")
 
 
 def count_allowance(a, b):
-    """How far the free-running counts of one site may differ: 2 + 1 % of the larger (see the module text)."""
-    return 2 + 0.01 * max(a, b)
+    """How far the free-running counts of one site may differ: 1 + 3 sqrt(the larger) (see the module text)."""
+    return 1 + 3 * max(a, b) ** 0.5
 
 
 def check_site_counts(model, batch, loss_scale=1.0):
@@ -262,7 +264,7 @@ def check_site_counts(model, batch, loss_scale=1.0):
         print(f"  {site:18s} {classes[site]:15s} {cpp[site]['count']:7d} " + " ".join(cells) +
               f" {float(np.mean(ours == theirs)):17.4f}")
     print("  totals: " + ", ".join(f"{k} {a} / {b}" for k, (a, b) in totals.items()) +
-          f"; {differing} of {len(site_order) * len(SHOWN_KEYS)} counts differ, {len(failures)} beyond 2 + 1 %")
+          f"; {differing} of {len(site_order) * len(SHOWN_KEYS)} counts differ, {len(failures)} beyond 1 + 3 sqrt(count)")
     assert not failures, "; ".join(failures)
 
 
@@ -276,19 +278,23 @@ def test_lstm_fp32():
         check_lstm_fp32(b)
 
 
-# Loss scale 1 (the models' own gradients: few underflow), and a loss scale below 1 standing for
-# `--loss-divisor-log2` (lib/mpsim/models/README.md: gradients 2^10 / 2^16 times smaller, where fp16 flushes
-# most of them), so that the underflow counts are large.
+# Loss scale 1 (the models' own gradients: few underflow); a loss scale below 1 standing for
+# `--loss-divisor-log2` (lib/mpsim/models/README.md: gradients 2^16 / 2^10 times smaller, where fp16 flushes
+# most of them), so that the underflow counts are large; and one beyond the overflow edge the study found
+# (ssd from 2^16, lstm from 2^20: the weight gradients overflow).
+SCALES = {"ssd": (1.0, 2.0 ** -16, 2.0 ** 17), "lstm": (1.0, 2.0 ** -10, 2.0 ** 21)}
+
+
 def test_ssd_mixed_fp16_site_counts():
     for b in BATCHES:
-        check_site_counts("ssd", b)
-        check_site_counts("ssd", b, 2.0 ** -16)
+        for scale in SCALES["ssd"]:
+            check_site_counts("ssd", b, scale)
 
 
 def test_lstm_mixed_fp16_site_counts():
     for b in BATCHES:
-        check_site_counts("lstm", b)
-        check_site_counts("lstm", b, 2.0 ** -10)
+        for scale in SCALES["lstm"]:
+            check_site_counts("lstm", b, scale)
 
 
 if __name__ == "__main__":
