@@ -20,13 +20,10 @@ import subprocess
 import sys
 import tempfile
 
-try:
-    import torch
-except ImportError as e:  # meson counts exit 77 as a skipped test
-    if __name__ == "__main__":
-        print(f"skipped: torch cannot be imported ({e})")
-        sys.exit(77)
-    raise
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from script_main import require_torch, run_tests  # noqa: E402
+
+torch = require_torch(__name__)
 
 MPSIM = os.environ.get("MPSIM_BIN", "mpsim")
 TRAIN = ["train", "--model", "lstm", "--policy", "mixed-fp16", "--steps", "8", "--size", "8", "--batch", "2",
@@ -133,14 +130,4 @@ def test_bad_states():
 
 
 if __name__ == "__main__":
-    torch.set_num_threads(1)
-    failed = 0
-    for name, fn in list(globals().items()):
-        if name.startswith("test_") and callable(fn):
-            try:
-                fn()
-            except AssertionError as e:
-                failed += 1
-                print(f"FAILED {name}: {e}")
-    print("ok" if failed == 0 else f"{failed} failed")
-    sys.exit(1 if failed else 0)
+    run_tests(globals())

@@ -45,15 +45,10 @@ import tempfile
 
 import numpy as np
 
-try:
-    import torch
-except ImportError as e:  # meson counts exit 77 as a skipped test
-    if __name__ == "__main__":
-        print(f"skipped: torch cannot be imported ({e})")
-        sys.exit(77)
-    raise
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from script_main import require_torch, run_tests  # noqa: E402
+
+torch = require_torch(__name__)
 import torch_models as tm  # noqa: E402
 
 RTOL = 1e-4
@@ -138,6 +133,19 @@ def compare_sites(table, meta, tensors, sites32, sites64):
                       sites64.stacked(site, order))
 
 
+def compare_step(title, meta, tensors, run32, run64):
+    """The loss, every site and every gradient buffer of the C++ step against PyTorch's fp32 (loss, Sites, model)
+    and, for the last columns, float64 run."""
+    (loss32, s32, m32), (loss64, s64, m64) = run32, run64
+    table = Table(f"{title}, fp32: C++ against PyTorch autograd")
+    table.compare("loss", [meta["loss"]], [loss32], [loss64])
+    compare_sites(table, meta, tensors, s32, s64)
+    g32, g64 = m32.grads(), m64.grads()
+    for name in g32:
+        table.compare(f"grad {name}", tensors[f"grad/{name}"], g32[name], g64[name])
+    table.done()
+
+
 def ssd_step(meta, tensors, dtype, sites, loss_scale=1.0):
     model = tm.SsdLite(tensors, dtype)
     loss, pos, neg = model.step(tensors["batch/images"], meta["truths"], sites, loss_scale)
@@ -169,14 +177,7 @@ def check_ssd_fp32(batch):
           f"boxes in the loss: C++ {int(cpp_used.sum())}, PyTorch {int((pos | neg).sum())}")
     assert np.array_equal(cpp_used, (pos | neg).numpy()), "the C++ and PyTorch losses use different boxes"
     assert torch.equal(pos, pos64) and torch.equal(neg, neg64)
-    table = Table(f"ssd (batch {B}, width 16, seed {SEED}), fp32: C++ against PyTorch autograd")
-    table.compare("loss", [meta["loss"]], [loss32], [loss64])
-    compare_sites(table, meta, tensors, s32, s64)
-    g32, g64 = m32.grads(), m64.grads()
-    for name in g32:
-        table.compare(f"grad {name}", tensors[f"grad/{name}"], g32[name], g64[name])
-    table.done()
-    return table
+    compare_step(f"ssd (batch {B}, width 16, seed {SEED})", meta, tensors, (loss32, s32, m32), (loss64, s64, m64))
 
 
 def check_lstm_fp32(batch):
@@ -188,14 +189,10 @@ def check_lstm_fp32(batch):
     m32, loss32 = lstm_step(meta, tensors, torch.float32, s32)
     m64, loss64 = lstm_step(meta, tensors, torch.float64, s64)
     B = meta["batch"]
-    table = Table(f"lstm (batch {B}, hidden {LSTM_HIDDEN}, 32 steps, seed {SEED}), fp32: C++ against PyTorch autograd")
-    table.compare("loss", [meta["loss"]], [loss32], [loss64])
-    compare_sites(table, meta, tensors, s32, s64)
-    g32, g64 = m32.grads(), m64.grads()
-    for name in g32:
-        table.compare(f"grad {name}", tensors[f"grad/{name}"], g32[name], g64[name])
-    table.done()
+    compare_step(f"lstm (batch {B}, hidden {LSTM_HIDDEN}, 32 steps, seed {SEED})", meta, tensors, (loss32, s32, m32),
+                 (loss64, s64, m64))
     # The unrolled cell against PyTorch's own LSTM, both float64.
+    g64 = m64.grads()
     ref_loss, ref_h, ref_g = tm.lstm_lm_with_torch_lstm(tensors, LSTM_HIDDEN, meta["inputs"], meta["targets"])
     worst = abs(ref_loss - loss64) / abs(ref_loss)
     worst = max(worst, float((ref_h - m64.hidden_states).abs().max() / ref_h.abs().max()))
@@ -204,7 +201,6 @@ def check_lstm_fp32(batch):
     print(f"  unrolled LSTM against torch.nn.LSTM (float64): loss, hidden states and {len(ref_g)} gradients, "
           f"worst relative difference {worst:.2e}")
     assert worst < 1e-10
-    return table
 
 
 STAT_KEYS = ("count", "zero_in", "exact", "rounded", "underflow", "subnormal", "overflow")
@@ -298,14 +294,4 @@ def test_lstm_mixed_fp16_site_counts():
 
 
 if __name__ == "__main__":
-    torch.set_num_threads(1)
-    failed = 0
-    for name, fn in list(globals().items()):
-        if name.startswith("test_") and callable(fn):
-            try:
-                fn()
-            except AssertionError as e:
-                failed += 1
-                print(f"FAILED {name}: {e}")
-    print("ok" if failed == 0 else f"{failed} failed")
-    sys.exit(1 if failed else 0)
+    run_tests(globals())
