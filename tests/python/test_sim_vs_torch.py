@@ -58,11 +58,12 @@ LSTM_HIDDEN = 64  # lstm_lm.cpp's default size
 
 
 def layer_dump_exe():
+    """$MPSIM_LAYER_DUMP, or mpsim_layer_dump in the build tree of $MPSIM_BIN (build/tools/mpsim)."""
     exe = os.environ.get("MPSIM_LAYER_DUMP")
-    if exe:
-        return exe
-    bin_dir = os.path.dirname(os.environ.get("MPSIM_BIN", ""))  # build/tools/mpsim -> build/tests/models
-    return os.path.join(bin_dir, "..", "tests", "models", "mpsim_layer_dump")
+    if not exe and os.environ.get("MPSIM_BIN"):
+        exe = os.path.join(os.path.dirname(os.environ["MPSIM_BIN"]), "..", "tests", "models", "mpsim_layer_dump")
+    assert exe and os.path.exists(exe), "set MPSIM_BIN (build/tools/mpsim) or MPSIM_LAYER_DUMP to find mpsim_layer_dump"
+    return exe
 
 
 def dump(model, policy, batch, loss_scale=1.0):
