@@ -13,14 +13,14 @@ def require_torch(module_name):
         import pytest
 
         pytest.skip(f"torch cannot be imported ({e})", allow_module_level=True)
+    # One thread: the tensors are small, and torch's intra-op workers cost more than they give on a loaded
+    # 2-core machine (test_sim_vs_torch under pytest: 79 s with torch's default threads, 7 s with one).
+    torch.set_num_threads(1)
     return torch
 
 
 def run_tests(namespace):
     """Runs every test_* function of a module's namespace, prints the failures; exits 1 if any failed."""
-    import torch
-
-    torch.set_num_threads(1)
     failed = 0
     for name, fn in list(namespace.items()):
         if name.startswith("test_") and callable(fn):

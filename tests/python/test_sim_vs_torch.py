@@ -20,7 +20,7 @@ The unrolled LSTM of the mirror is itself checked against torch.nn.LSTM (float64
 
 mixed-fp16 (the policy's rounding at the same sites in PyTorch, with torch's own float -> half conversion,
 round to nearest even), the per-site counts of one step as the simulator reports them (its bulk engine's
-Stats), two ways:
+Stats), three ways:
   1. each site's own values: torch's cast of the values the simulator had before rounding must give its
      rounded values bit for bit, and PyTorch's counts (count, zero_in, exact, rounded, underflow, subnormal,
      overflow) must equal the simulator's exactly;
@@ -33,7 +33,10 @@ Stats), two ways:
      run: the count is re-drawn, and a count of N such events varies by about sqrt(N) (three standard
      deviations allowed). A site placed or ordered differently from PyTorch's shifts a count by a fraction of
      itself, beyond the allowance once the count is large: hence also the runs at loss scales below 1, where
-     thousands of values underflow.
+     thousands of values underflow;
+  3. where the Python module mpsim is built: the PyTorch step again with mpsim.round at its sites instead of
+     torch's cast must give the same values and counts exactly.
+The same three checks run under mixed-bf16 (torch.bfloat16's cast) at batch 2.
 
 Every check runs at batch 2 and at the models' default batches (ssd 8, lstm 16): about 10 s in all.
 Runs under pytest, or as a script (python test_sim_vs_torch.py) printing the same lines.
@@ -208,19 +211,38 @@ STAT_KEYS = ("count", "zero_in", "exact", "rounded", "underflow", "subnormal", "
 SHOWN_KEYS = ("underflow", "subnormal", "overflow")
 
 
+def import_mpsim():
+    """The Python module mpsim (python/), or None where it is not built."""
+    try:
+        import mpsim
+    except ImportError:
+        return None
+    return mpsim
+
+
 def count_allowance(a, b):
     """How far the free-running counts of one site may differ: 1 + 3 sqrt(the larger) (see the module text)."""
     return 1 + 3 * max(a, b) ** 0.5
 
 
-def check_site_counts(model, batch, loss_scale=1.0):
-    meta, tensors = dump(model, "mixed-fp16", batch, loss_scale)
+# The mixed policies: the format's name in mpsim, its torch dtype, its smallest normal (IEEE 754 binary16;
+# bfloat16 has float32's exponent range).
+LOW_FORMATS = {"fp16": (torch.float16, 2.0 ** -14), "bf16": (torch.bfloat16, 2.0 ** -126)}
+
+
+def check_site_counts(model, batch, loss_scale=1.0, fmt="fp16"):
+    dtype, min_normal = LOW_FORMATS[fmt]
+
+    def cast(x):  # torch's own conversion (round to nearest even, subnormals kept, overflow to inf), back
+        return x.to(dtype).to(x.dtype)
+
+    meta, tensors = dump(model, f"mixed-{fmt}", batch, loss_scale)
     cpp = meta["site_stats"]
     site_order = [s["name"] for s in meta["sites"] if s["name"] in cpp]
     classes = {s["name"]: s["class"] for s in meta["sites"]}
     # 1. Each site's own values: torch's fp16 cast of the simulator's values before rounding must give the
     #    simulator's rounded values bit for bit, and PyTorch's counts of them the simulator's counts exactly.
-    forced = tm.Sites(rounds=tm.MIXED_CLASSES, round_fn=tm.to_fp16, record=False)
+    forced = tm.Sites(rounds=tm.MIXED_CLASSES, round_fn=cast, min_normal=min_normal, record=False)
     exact_failures, values = [], 0
     for site in site_order:
         before = torch.from_numpy(tensors[f"site/{site}"].reshape(-1).copy())
@@ -231,24 +253,24 @@ def check_site_counts(model, batch, loss_scale=1.0):
         for k in STAT_KEYS:
             if cpp[site][k] != forced.stats[site][k]:
                 exact_failures.append(f"{site} {k}: simulator {cpp[site][k]}, PyTorch {forced.stats[site][k]}")
-    print(f"\n{model} (batch {meta['batch']}), mixed-fp16, loss scale {loss_scale:g}: {len(site_order)} rounding sites, "
-          f"{values} values; torch's fp16 cast of the simulator's own values at each site: "
+    print(f"\n{model} (batch {meta['batch']}), mixed-{fmt}, loss scale {loss_scale:g}: {len(site_order)} rounding sites, "
+          f"{values} values; torch's {fmt} cast of the simulator's own values at each site: "
           f"{len(exact_failures)} differences in the rounded bits and the counts {', '.join(STAT_KEYS)}")
     assert not exact_failures, "; ".join(exact_failures)
 
     # 2. Free running: the PyTorch mirror rounds its own values at the same sites.
-    sites = tm.Sites(rounds=tm.MIXED_CLASSES, round_fn=tm.to_fp16)
+    sites = tm.Sites(rounds=tm.MIXED_CLASSES, round_fn=cast, min_normal=min_normal)
     step = ssd_step if model == "ssd" else lstm_step
     step(meta, tensors, torch.float32, sites, loss_scale)
     assert sorted(cpp) == sorted(sites.stats), f"rounded sites differ: {sorted(set(cpp) ^ set(sites.stats))}"
     print("  free running (each side rounds its own values), simulator / PyTorch:")
     print(f"  {'site':18s} {'class':15s} {'values':>7s} " + " ".join(f"{k:>17s}" for k in SHOWN_KEYS) +
-          f" {'same fp16 values':>17s}")
+          f" {'same ' + fmt + ' values':>17s}")
     failures, differing, totals = [], 0, {k: [0, 0] for k in SHOWN_KEYS}
     for site in site_order:
         order = call_order(meta, site)
         ours = tensors[f"rounded/{site}"].reshape(-1)
-        theirs = np.concatenate([tm.to_fp16(sites.values[site][i]).reshape(-1).numpy() for i in order])
+        theirs = np.concatenate([cast(sites.values[site][i]).float().reshape(-1).numpy() for i in order])
         cells = []
         for k in SHOWN_KEYS:
             a, b = cpp[site][k], sites.stats[site][k]
@@ -263,6 +285,21 @@ def check_site_counts(model, batch, loss_scale=1.0):
     print("  totals: " + ", ".join(f"{k} {a} / {b}" for k, (a, b) in totals.items()) +
           f"; {differing} of {len(site_order) * len(SHOWN_KEYS)} counts differ, {len(failures)} beyond 1 + 3 sqrt(count)")
     assert not failures, "; ".join(failures)
+
+    # 3. The same PyTorch step with mpsim's own rounding at the sites (the Python module, mpsim.round on the
+    #    tensors): the bulk engine and torch's cast round alike (1.), so the step must be the same bit for bit.
+    mpsim = import_mpsim()
+    if mpsim is None:
+        print("  mpsim.round at the sites: skipped (the Python module mpsim is not importable)")
+        return
+    hooked = tm.Sites(rounds=tm.MIXED_CLASSES, round_fn=lambda x: mpsim.round(x.contiguous(), fmt),
+                      min_normal=min_normal)
+    step(meta, tensors, torch.float32, hooked, loss_scale)
+    same_values = all(torch.equal(hooked.values[site][i], sites.values[site][i])
+                      for site in sites.values for i in sites.values[site])
+    print(f"  mpsim.round at the same sites of the PyTorch step: counts {'equal' if hooked.stats == sites.stats else 'DIFFER'}"
+          f" and values before rounding {'equal' if same_values else 'DIFFER'} to those with torch's cast, all sites")
+    assert hooked.stats == sites.stats and same_values
 
 
 def test_ssd_fp32():
@@ -292,6 +329,11 @@ def test_lstm_mixed_fp16_site_counts():
     for b in BATCHES:
         for scale in SCALES["lstm"]:
             check_site_counts("lstm", b, scale)
+
+
+def test_mixed_bf16_site_counts():
+    for model in ("ssd", "lstm"):
+        check_site_counts(model, 2, 1.0, "bf16")
 
 
 if __name__ == "__main__":
