@@ -8,7 +8,8 @@ fp32 (policy fp32): every site the simulator has (forward: each GEMM/convolution
 output; backward: the loss gradient entering the network, every activation gradient, every weight and bias
 gradient; the LSTM's per-time-step sites row by row) and every parameter gradient buffer is compared, tensor
 by tensor, with PyTorch's fp32 result: the worst difference is printed and must satisfy
-    max_i |cpp_i - torch_i| <= RTOL * max_i |torch_i|.
+    max_i |cpp_i - torch_i| <= RTOL * max_i |torch_i|,
+and the values that are exactly zero (ReLU and max-pooling masks, boxes outside the loss) must be the same.
 Why RTOL = 1e-4: the two sides add the same fp32 products in different orders (Eigen's blocked GEMM against
 PyTorch's oneDNN/MKL kernels; im2col + GEMM against a direct convolution). Reordering a sum of K terms moves it
 by at most about K u sum|terms| (u = 2^-24, Higham, Accuracy and Stability, thm 3.1), typically sqrt(K) u;
@@ -96,7 +97,7 @@ class Table:
         self.title, self.rows, self.failures = title, [], []
         print(f"\n{title}")
         print(f"  {'tensor':26s} {'values':>8s} {'max|torch|':>11s} {'max|c++-torch|':>14s} {'rel':>9s} "
-              f"{'c++ vs f64':>10s} {'torch vs f64':>12s}")
+              f"{'c++ vs f64':>10s} {'torch vs f64':>12s} {'zeros apart':>11s}")
 
     def compare(self, name, cpp, ref, ref64=None, rtol=RTOL):
         cpp = np.asarray(cpp, dtype=np.float64).reshape(-1)
@@ -113,12 +114,16 @@ class Table:
             r64 = np.asarray(ref64, dtype=np.float64).reshape(-1)
             s64 = max(float(np.abs(r64).max()), 1e-300)
             e64, t64 = float(np.abs(cpp - r64).max()) / s64, float(np.abs(ref - r64).max()) / s64
-        ok = np.isfinite(cpp).all() and rel <= rtol
+        # Exact zeros are structure (ReLU and max-pooling masks, boxes outside the loss, padding): both sides
+        # must have them at the same places; a routing error hides in a normwise difference, not here.
+        zeros_apart = int(np.sum((cpp == 0) != (ref == 0)))
+        ok = np.isfinite(cpp).all() and rel <= rtol and zeros_apart == 0
         self.rows.append((name, cpp.size, scale, diff, rel, e64, t64))
-        print(f"  {name:26s} {cpp.size:8d} {scale:11.3e} {diff:14.3e} {rel:9.2e} {e64:10.2e} {t64:12.2e}"
-              f"{'' if ok else '  FAIL'}")
+        print(f"  {name:26s} {cpp.size:8d} {scale:11.3e} {diff:14.3e} {rel:9.2e} {e64:10.2e} {t64:12.2e} "
+              f"{zeros_apart:11d}{'' if ok else '  FAIL'}")
         if not ok:
-            self.failures.append(f"{name}: max|c++ - torch| / max|torch| = {rel:.3e} > {rtol:g}")
+            self.failures.append(f"{name}: max|c++ - torch| / max|torch| = {rel:.3e} (tolerance {rtol:g}), "
+                                 f"{zeros_apart} values zero on one side only")
 
     def done(self):
         worst = max(self.rows, key=lambda r: r[4])
