@@ -24,7 +24,8 @@ round to nearest even), the per-site counts of one step as the simulator reports
 Stats), three ways:
   1. each site's own values: torch's cast of the values the simulator had before rounding must give its
      rounded values bit for bit, and PyTorch's counts (count, zero_in, exact, rounded, underflow, subnormal,
-     overflow) must equal the simulator's exactly;
+     overflow) must equal the simulator's exactly, and so must the per-site shares `mpsim train` writes to
+     steps.csv for the same step (its first);
   2. free running, each side rounding its own values through the whole step: underflow, subnormal and
      overflow per site must agree within 1 + 3 sqrt(N) (N the larger count). They cannot agree exactly: the
      fp32 values before rounding differ in their last bits (the summation order above), a few of them then
@@ -216,6 +217,22 @@ STAT_KEYS = ("count", "zero_in", "exact", "rounded", "underflow", "subnormal", "
 SHOWN_KEYS = ("underflow", "subnormal", "overflow")
 
 
+def trainer_site_shares(model, batch, loss_scale):
+    """Step 1 of `mpsim train` (the same model, seed, batch and loss scale as the dump's step): its steps.csv
+    columns SITE:zero, SITE:subnormal, SITE:overflow (shares of the site's non-zero values) as text."""
+    scaler = "none" if loss_scale == 1.0 else f"static:{loss_scale!r}"
+    with tempfile.TemporaryDirectory() as tmp:
+        args = [os.environ["MPSIM_BIN"], "train", "--model", model, "--policy", "mixed-fp16", "--steps", "1",
+                "--seed", str(SEED), "--scaler", scaler, "--out", os.path.join(tmp, "run")]
+        if batch:
+            args += ["--batch", str(batch)]
+        r = subprocess.run(args, capture_output=True, text=True)
+        assert r.returncode == 0, f"{' '.join(args)} failed ({r.returncode}): {r.stderr}"
+        with open(os.path.join(tmp, "run", "steps.csv")) as f:
+            header, row = f.readline().strip().split(","), f.readline().strip().split(",")
+    return {k: v for k, v in zip(header, row) if k.endswith((":zero", ":subnormal", ":overflow"))}
+
+
 def import_mpsim():
     """The Python module mpsim (python/), or None where it is not built."""
     try:
@@ -262,6 +279,21 @@ def check_site_counts(model, batch, loss_scale=1.0, fmt="fp16"):
           f"{values} values; torch's {fmt} cast of the simulator's own values at each site: "
           f"{len(exact_failures)} differences in the rounded bits and the counts {', '.join(STAT_KEYS)}")
     assert not exact_failures, "; ".join(exact_failures)
+    if fmt == "fp16" and BATCH_INDEX == 0:
+        # What the training loop reports of the same step (steps.csv) is these counts.
+        shares = trainer_site_shares(model, batch, loss_scale)
+        names = {"zero": "underflow", "subnormal": "subnormal", "overflow": "overflow"}
+        differ = []
+        for column, text in shares.items():
+            site, kind = column.rsplit(":", 1)
+            st = cpp[site]
+            nonzero = st["exact"] + st["rounded"]
+            want = f"{st[names[kind]] / nonzero:.6g}" if nonzero else "0"  # trainer.cpp fraction()
+            if text != want:
+                differ.append(f"{column}: steps.csv {text}, the dump's counts {want}")
+        print(f"  mpsim train, step 1 of the same run: {len(shares)} per-site shares in steps.csv, "
+              f"{len(differ)} differ from the dump's counts")
+        assert not differ, "; ".join(differ)
 
     # 2. Free running: the PyTorch mirror rounds its own values at the same sites.
     sites = tm.Sites(rounds=tm.MIXED_CLASSES, round_fn=cast, min_normal=min_normal)
