@@ -15,8 +15,8 @@ int main(int argc, char** argv) {
   mpsim::models::LayerDumpOptions o;
   std::string out;
   app.add_option("--model", o.model, "ssd or lstm")->required();
-  app.add_option("--batch", o.config.batch, "batch size (0: the model's default)")->check(CLI::NonNegativeNumber);
-  app.add_option("--size", o.config.size, "the model's width knob (0: its default)")->check(CLI::NonNegativeNumber);
+  app.add_option("--batch", o.config.batch, "batch size (0: the model's default)");
+  app.add_option("--size", o.config.size, "the model's width knob (0: its default)");
   app.add_option("--seed", o.seed, "the run's seed (weights and data)");
   app.add_option("--batch-index", o.batch_index, "which training batch");
   app.add_option("--policy", o.policy, "precision policy (fp32, mixed-fp16, ...)");

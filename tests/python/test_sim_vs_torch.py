@@ -339,6 +339,18 @@ def check_site_counts(model, batch, loss_scale=1.0, fmt="fp16"):
     assert hooked.stats == sites.stats and same_values
 
 
+def test_layer_dump_bad_input():
+    """Bad options exit 2 with a message naming them, and leave no file."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "dump.safetensors")
+        cases = [(["--model", "gpt"], "'gpt'"), (["--model", "lstm", "--policy", "mixed-fp17"], "mixed-fp17"),
+                 (["--model", "ssd", "--batch", "-1"], "batch"), (["--model", "ssd", "--loss-scale", "nan"], "loss scale")]
+        for args, want in cases:
+            r = subprocess.run([layer_dump_exe()] + args + ["--out", out], capture_output=True, text=True)
+            print(f"mpsim_layer_dump {' '.join(args)}: exit {r.returncode}: {r.stderr.strip()}")
+            assert r.returncode == 2 and want in r.stderr and not os.path.exists(out)
+
+
 def test_ssd_fp32():
     for b in BATCHES:
         check_ssd_fp32(b)

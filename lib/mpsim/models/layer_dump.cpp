@@ -1,6 +1,7 @@
 #include "mpsim/models/layer_dump.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -51,6 +52,8 @@ void write_layer_dump(const std::filesystem::path& path, const LayerDumpOptions&
   if (!ssd && !lstm) throw Error("layer dump: unknown model '" + o.model + "' (expected ssd or lstm)");
   if (lstm && !o.config.corpus_path.empty())
     throw Error("layer dump: the lstm is dumped on the generated corpus only (no --corpus)");
+  if (!(std::isfinite(o.loss_scale) && o.loss_scale > 0))
+    throw Error("layer dump: the loss scale must be a positive finite number, got " + std::to_string(o.loss_scale));
   const int batch = o.config.batch > 0 ? o.config.batch : (ssd ? kSsdDefaultBatch : kLstmDefaultBatch);
   std::unique_ptr<nn::Model> model = nn::make_model(o.model, o.config, o.seed);
 
