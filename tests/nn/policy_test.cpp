@@ -4,7 +4,11 @@
 #include "catch_compat.hpp"
 
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "mpsim/error.hpp"
 #include "mpsim/nn/policy.hpp"
@@ -169,4 +173,46 @@ TEST_CASE("stochastic rounding advances its generator offset per call", "[policy
   std::vector<float> c(1000, 1.0f + std::ldexp(1.0f, -12));
   q.round("x", OpClass::activation_grad, c);
   CHECK(c == b);  // resumable from the offset
+}
+
+TEST_CASE("an observer sees every site's values before and after rounding", "[policy]") {
+  // Values across fp16's classes: normal, subnormal, flushed, overflowing, zero.
+  const std::vector<float> values{1.0f, 1.0001f, 3e-6f, 1e-9f, 70000.0f, 0.0f, -2.5e-5f};
+  struct Seen {
+    std::string site;
+    OpClass cls;
+    std::vector<float> before, after;
+  };
+  for (const std::string spec : {"mixed-fp16", "fp32"}) {
+    Precision prec(parse_policy(spec));
+    CHECK_FALSE(prec.observing());
+    std::vector<Seen> seen;
+    prec.observe([&](std::string_view site, OpClass cls, std::span<const float> before, std::span<const float> after) {
+      seen.push_back({std::string(site), cls, {before.begin(), before.end()}, {after.begin(), after.end()}});
+    });
+    CHECK(prec.observing());
+    std::vector<float> a = values, g = values;
+    prec.round("fc/out", OpClass::matmul_output, a);
+    prec.round("fc/w_grad", OpClass::weight_grad, g);
+    REQUIRE(seen.size() == 2);
+    std::size_t compared = 0, mismatches = 0;
+    for (const auto& s : seen) {
+      CHECK(s.before == values);
+      for (std::size_t i = 0; i < values.size(); ++i, ++compared) {
+        // _Float16: the compiler's round-to-nearest-even binary16 conversion, independent of the bulk engine.
+        const float want = spec == "fp32" ? values[i] : static_cast<float>(static_cast<_Float16>(values[i]));
+        mismatches += std::memcmp(&s.after[i], &want, sizeof want) != 0;
+      }
+    }
+    std::printf("observer under %s: sites %s, %s; %zu values after rounding compared with _Float16, %zu mismatches\n",
+                spec.c_str(), seen[0].site.c_str(), seen[1].site.c_str(), compared, mismatches);
+    CHECK(seen[0].site == "fc/out");
+    CHECK(seen[1].cls == OpClass::weight_grad);
+    CHECK(mismatches == 0);
+    CHECK(a == seen[0].after);  // what the caller holds is what the observer saw
+    prec.observe({});
+    CHECK_FALSE(prec.observing());
+    prec.round("fc/out", OpClass::matmul_output, a);
+    CHECK(seen.size() == 2);
+  }
 }

@@ -10,10 +10,11 @@
 
 namespace mpsim::models {
 
-// `src` itself when the policy leaves `cls` in fp32 (no copy), else a copy in `scratch` rounded at `site`.
+// `src` itself when the policy leaves `cls` in fp32 (no copy), else a copy in `scratch` rounded at `site`
+// (also under fp32 while an observer taps the sites: the copy is then unchanged).
 inline const float* rounded_input(nn::Precision& prec, const std::string& site, nn::OpClass cls, const float* src,
                                   std::size_t n, std::vector<float>& scratch) {
-  if (!prec.rounds(cls)) return src;
+  if (!prec.rounds(cls) && !prec.observing()) return src;
   scratch.assign(src, src + n);
   prec.round(site, cls, std::span<float>(scratch.data(), n));
   return scratch.data();

@@ -195,6 +195,13 @@ void Precision::round(std::string_view site, OpClass cls, std::span<float> data)
     h->second.add(std::span<const float>(data.data(), data.size()));
   }
   const std::optional<Format>& fmt = policy_.format_of(cls);
+  if (observer_) {
+    if (!fmt) {
+      observer_(site, cls, data, data);
+      return;
+    }
+    observed_before_.assign(data.begin(), data.end());
+  }
   if (!fmt) return;
   auto it = stats_.find(std::string(site));
   if (it == stats_.end()) it = stats_.emplace(std::string(site), Stats{}).first;
@@ -203,6 +210,7 @@ void Precision::round(std::string_view site, OpClass cls, std::span<float> data)
   opt.index0 = sr_offset_;
   round_array(std::span<const float>(data.data(), data.size()), data, *fmt, policy_.rounding, &it->second, opt);
   if (policy_.rounding.mode == RoundingMode::stochastic) sr_offset_ += data.size();
+  if (observer_) observer_(site, cls, observed_before_, data);
 }
 
 }  // namespace mpsim::nn

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <span>
@@ -95,12 +96,23 @@ class Precision {
   std::uint64_t sr_offset() const { return sr_offset_; }
   void set_sr_offset(std::uint64_t o) { sr_offset_ = o; }
 
+  // A tap on every rounding site, for tools that record what one step computed (models/layer_dump.hpp):
+  // round() calls it with the values before and after rounding (the same values where the policy leaves
+  // `cls` in fp32). While one is set, the models' rounded_input() (sites.hpp) passes their inputs through
+  // round() under fp32 too, so every site is seen whatever the policy. Empty function: no tap.
+  using SiteObserver =
+      std::function<void(std::string_view site, OpClass cls, std::span<const float> before, std::span<const float> after)>;
+  void observe(SiteObserver f) { observer_ = std::move(f); }
+  bool observing() const { return static_cast<bool>(observer_); }
+
  private:
   PrecisionPolicy policy_;
   std::map<std::string, Stats> stats_;
   std::map<std::string, analysis::Log2Histogram> histograms_;
   bool capture_ = false;
   std::uint64_t sr_offset_ = 0;
+  SiteObserver observer_;
+  std::vector<float> observed_before_;
 };
 
 }  // namespace mpsim::nn

@@ -12,7 +12,7 @@
 #include <map>
 
 #include "mpsim/error.hpp"
-#include "mpsim/io/atomic_file.hpp"
+#include "mpsim/io/safetensors_writer.hpp"
 #include "mpsim/io/tensor_source.hpp"
 
 namespace mpsim::train {
@@ -45,31 +45,19 @@ void write_checkpoint(const std::filesystem::path& path, nlohmann::json header,
                       std::span<const CheckpointTensorView> tensors) {
   nlohmann::json names = nlohmann::json::array();
   std::uint32_t crc = crc32_init();
-  nlohmann::json st = nlohmann::json::object();
-  std::uint64_t offset = 0;
+  std::vector<io::SafetensorsView> views;
   for (const auto& t : tensors) {
     names.push_back(t.name);
-    const std::uint64_t bytes = t.values.size() * sizeof(float);
-    st[t.name] = {{"dtype", "F32"}, {"shape", {t.values.size()}}, {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
-    crc = crc32_update(crc, t.values.data(), bytes);
+    crc = crc32_update(crc, t.values.data(), t.values.size() * sizeof(float));
+    views.push_back({t.name, {}, t.values});
   }
   header["format"] = kFormat;
   header["schema"] = "mpsim-checkpoint-1";
   header["tensors"] = names;
   header["data_crc32"] = fmt::format("{:08x}", crc);
-  nlohmann::json metadata = nlohmann::json::object();
+  std::map<std::string, std::string> metadata;
   for (const auto& [key, value] : header.items()) metadata[key] = value.dump();
-  st["__metadata__"] = metadata;
-  std::string text = st.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned, as safetensors writes it
-  const std::uint64_t header_len = text.size();
-
-  io::AtomicFile file(path);
-  file.write(&header_len, sizeof header_len);
-  file.write(text);
-  for (const auto& t : tensors) file.write(t.values.data(), t.values.size() * sizeof(float));
-  file.commit();
+  io::write_safetensors(path, metadata, views);
 }
 
 Checkpoint read_checkpoint(const std::filesystem::path& path) {
