@@ -1,0 +1,436 @@
+"""GradientMonitor: what fp16, bf16 and fp8 would do to a PyTorch model's gradients, measured during training.
+
+    monitor = mpsim.torch.GradientMonitor(model, every=10, scaler=scaler, out="runs/torch1")
+    for batch in data:
+        loss = loss_fn(model(batch.x), batch.y)
+        scaler.scale(loss).backward()
+        monitor.step(loss)              # once per optimiser step, after backward (before or after scaler.step)
+        scaler.step(opt); scaler.update(); opt.zero_grad()
+    monitor.close()                     # writes run.json and underflow.json; removes the hooks
+
+On every `every`-th step (the first included) it counts, per layer:
+  * activation gradients: the gradient arriving at each module's output (a tensor hook on the output,
+    registered by a forward hook only on sampled steps, so the other steps pay for one Python call per
+    module; a full backward hook would wrap every forward in autograd nodes on every step). With the
+    emulation hooks (emulate.py) these are the values before they are rounded at MODULE/out_grad;
+  * weight gradients: each parameter's .grad when backward accumulates it (post-accumulate-grad hooks);
+  * optionally activations (the module outputs).
+Values are counted as backward produces them, so under a GradScaler they include the loss scale S, read
+from the scaler during backward: the shares below are "at the current loss scale", and scale windows and
+recommendations are given as absolute log2 loss scales (relative shifts + log2 S).
+For each format it reports the share of non-zero finite values that would underflow to zero, become
+subnormal or overflow (mpsim.UnderflowCounter: every power-of-two scale from one pass), the scale window
+with no overflow and the fewest underflows, and the recommended scale (largest 2^k with amax*2^k*margin <=
+max finite); log2 histograms (mpsim.Histogram) per site.
+
+Files under `out` (rank 0 only), in the schemas `mpsim train` writes, so the notebooks draw a PyTorch run
+with the simulator's drawing code:
+  steps.csv               one row per sampled step: step,loss,metric,scale,skipped,grad_norm,swallowed, then
+                          SITE:zero,SITE:subnormal,SITE:overflow per activation-gradient site in the first
+                          format (fractions of the non-zero finite values), SITE:zero@F ... for the other
+                          formats, and per format F the totals F:underflow, F:subnormal, F:overflow,
+                          F:recommended_log2_scale, F:window_lo, F:window_hi (activation gradients) and
+                          F:w_underflow, F:w_subnormal, F:w_overflow (weight gradients)
+  hist/step_NNNNNN.json   schema mpsim-train-hist-1: activation_grad / weight_grad (and activation) per site
+  run.json                schema mpsim-train-run-1 (sites, formats, histogram steps, run totals)
+  underflow.json          per format and site, the `mpsim underflow` report over every sampled step
+Under torch.distributed every rank counts its own data. With reduce="auto" (the default) each sampled
+step's counts are merged over the ranks (every rank must call step() on the same steps, as DDP does), so
+every rank's reports and totals are those of all ranks and rank 0 writes them; with reduce="never" nothing
+is exchanged during training and all_reduce() merges the run totals once, at the end.
+"""
+import csv
+import io
+import json
+import math
+import os
+from pathlib import Path
+
+import torch
+
+import mpsim
+
+from . import distributed as _dist
+from ._tensors import values_to_count
+
+DEFAULT_FORMATS = ("fp16", "bf16", "fp8_e4m3", "fp8_e5m2")
+KINDS = ("activation_grad", "weight_grad", "activation")
+# The scale windows are searched over loss scales 2^-128 .. 2^128: beyond them the scale itself is not a
+# finite float32 (what GradScaler keeps it in).
+SWEEP_LOG2 = 128
+
+
+class SiteCounts:
+    """Everything counted at one site: one underflow counter per format (each also holds the site's log2
+    histogram, so the values pass once per format and no histogram pass is added)."""
+
+    def __init__(self, formats, mode, counters=None):
+        self.counters = counters or {f: mpsim.UnderflowCounter(f, mode) for f in formats}
+
+    @property
+    def hist(self):
+        """The log2 histogram of the values seen (mpsim.Histogram)."""
+        return next(iter(self.counters.values())).histogram()
+
+    def add(self, values):
+        for c in self.counters.values():
+            c.add(values)
+
+    def merge(self, other):
+        for f, c in self.counters.items():
+            c.merge(other.counters[f])
+
+
+def _atomic_write(path, text):
+    """Writes text to path through a temporary file and a rename: a reader never sees half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _number(x):
+    """A CSV cell: empty for a missing value, integers as integers, other numbers as the shortest text
+    that reads back exactly (repr)."""
+    if x is None:
+        return ""
+    if isinstance(x, bool):
+        return str(int(x))
+    if isinstance(x, int):
+        return str(x)
+    return repr(float(x))
+
+
+def _flatten_tensors(out):
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)):
+        return [t for o in out for t in _flatten_tensors(o)]
+    return []
+
+
+class GradientMonitor:
+    """Per-layer gradient telemetry in low-precision formats; see the module docstring."""
+
+    def __init__(self, model, formats=DEFAULT_FORMATS, *, every=10, scaler=None, out=None, activations=False,
+                 activation_grads=True, weight_grads=True, modules=None, hist_every=1, mode="rne", margin=2.0,
+                 policy="pytorch fp32", reduce="auto", group=None):
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"GradientMonitor: expected a torch.nn.Module, got {type(model).__name__}")
+        if isinstance(formats, str):
+            formats = (formats,)
+        if not formats:
+            raise ValueError("GradientMonitor: formats is empty")
+        self.formats = tuple(mpsim.Format(f).name for f in formats)  # unknown names fail here, named
+        if int(every) < 1 or int(hist_every) < 0:
+            raise ValueError(f"GradientMonitor: every={every} must be >= 1 and hist_every={hist_every} >= 0")
+        if reduce not in ("auto", "never"):
+            raise ValueError(f"GradientMonitor: reduce={reduce!r} is not 'auto' or 'never'")
+        self.model = model
+        self.every = int(every)
+        self.hist_every = int(hist_every)
+        self.scaler = scaler
+        self.out = Path(out) if out is not None else None
+        self.mode = mode
+        self.margin = float(margin)
+        self.policy = policy
+        self.reduce = reduce
+        self.group = group
+        self.step_number = 1
+        self.last = None
+        self.totals = {k: {} for k in KINDS}  # every sampled step so far (this rank's with reduce="never")
+        self.merged_totals = None  # all_reduce()'s merge of every rank's totals
+        self._counts = {k: {} for k in KINDS}
+        self._scale = None
+        self._grad_norms = {}
+        self._sampling = True
+        self._hist_steps = []
+        self._rows = []
+        self._columns = None
+        self._handles = []
+        self._activation_sites = []  # as seen, sorted (a module with several outputs has SITE/outI_grad)
+
+        if modules is None:  # leaf modules with parameters of their own: the layers
+            modules = [(n, m) for n, m in model.named_modules()
+                       if not list(m.children()) and any(True for _ in m.parameters(recurse=False))]
+        else:
+            names = {id(m): n for n, m in model.named_modules()}
+            missing = [type(m).__name__ for m in modules if id(m) not in names]
+            if missing:
+                raise ValueError(f"GradientMonitor: modules {missing} are not part of {type(model).__name__}")
+            modules = [(names[id(m)], m) for m in modules]
+        if activation_grads or activations:
+            for name, m in modules:
+                site = name or type(m).__name__
+                self._handles.append(m.register_forward_hook(
+                    self._forward_hook(site, activation_grads, activations)))
+        if weight_grads:
+            for pname, p in model.named_parameters():
+                if p.requires_grad:
+                    mod, _, leaf = pname.rpartition(".")
+                    site = f"{mod}/{leaf}_grad" if mod else f"{leaf}_grad"
+                    self._handles.append(p.register_post_accumulate_grad_hook(self._weight_hook(site)))
+
+    # ---- hooks -------------------------------------------------------------------------------------
+    def _forward_hook(self, site, grads, activations):
+        def hook(module, inputs, output):
+            if not self._sampling or not torch.is_grad_enabled():
+                return None
+            tensors = _flatten_tensors(output)
+            for i, t in enumerate(tensors):
+                suffix = "" if len(tensors) == 1 else str(i)
+                if activations and t.is_floating_point():
+                    self.observe(f"{site}/out{suffix}", t, kind="activation")
+                if grads and t.requires_grad:
+                    t.register_hook(self._grad_hook(f"{site}/out{suffix}_grad"))
+            return None
+        return hook
+
+    def _grad_hook(self, site):
+        def hook(grad):
+            self.observe(site, grad, kind="activation_grad")
+        return hook
+
+    def _weight_hook(self, site):
+        def hook(param):
+            if self._sampling and param.grad is not None:
+                # With gradient accumulation the hook fires once per backward: the latest accumulated .grad
+                # replaces what an earlier micro-batch's backward counted.
+                self._counts["weight_grad"].pop(site, None)
+                self.observe(site, param.grad, kind="weight_grad")
+                self._grad_norms[site] = float(torch.linalg.vector_norm(param.grad.detach(), dtype=torch.float64))
+        return hook
+
+    # ---- counting ----------------------------------------------------------------------------------
+    def current_scale(self):
+        """The loss scale backward runs under: the GradScaler's when one is given and enabled, else 1."""
+        s = self.scaler
+        if s is None or not getattr(s, "is_enabled", lambda: True)():
+            return 1.0
+        return float(s.get_scale())
+
+    def observe(self, site, tensor, kind="activation_grad"):
+        """Counts tensor's values at `site` for this step (what the hooks call; also for tensors of your
+        own). Counts only on sampled steps; CPU float tensors (fp16 / bf16 are widened exactly)."""
+        if kind not in KINDS:
+            raise ValueError(f"observe: kind {kind!r} is not one of {', '.join(KINDS)}")
+        if not self._sampling:
+            return
+        if self._scale is None:
+            self._scale = self.current_scale()
+        values = values_to_count(tensor, f"{kind} {site}")
+        counts = self._counts[kind].get(site)
+        if counts is None:
+            counts = self._counts[kind][site] = SiteCounts(self.formats, self.mode)
+        counts.add(values)
+
+    @property
+    def sampling(self):
+        """True when the step in progress is counted."""
+        return self._sampling
+
+    def step(self, loss=None):
+        """Ends one optimiser step. On a sampled step: merges the ranks' counts (under torch.distributed),
+        returns this step's report (a dict; see summarize()) and writes its row, histograms and run.json;
+        on other steps returns None."""
+        result = None
+        if self._sampling:
+            if self.reduce == "auto" and _dist.active(self.group):
+                _dist.all_reduce_counts(self._counts, self.formats, self.mode, self.group)
+            scale = self._scale if self._scale is not None else self.current_scale()
+            if isinstance(loss, torch.Tensor):
+                loss = float(loss.detach())
+            result = self.summarize(self._counts, scale)
+            result.update(step=self.step_number, loss=loss)
+            # The unscaled global norm, as torch.nn.utils.clip_grad_norm_ after scaler.unscale_ (this rank's).
+            result["grad_norm"] = (math.sqrt(sum(n * n for n in self._grad_norms.values())) / scale
+                                   if self._grad_norms else None)
+            for kind, sites in self._counts.items():
+                for site, counts in sites.items():
+                    if site in self.totals[kind]:
+                        self.totals[kind][site].merge(counts)
+                    else:
+                        self.totals[kind][site] = counts
+            if self.reduce == "never":
+                self.merged_totals = None  # stale: all_reduce() again for the merge of every rank
+            self.last = result
+            if self.out is not None and _dist.rank(self.group) == 0:
+                self._write_step(result)
+        self._counts = {k: {} for k in KINDS}
+        self._scale = None
+        self._grad_norms = {}
+        self.step_number += 1
+        self._sampling = (self.step_number - 1) % self.every == 0
+        return result
+
+    # ---- reports -----------------------------------------------------------------------------------
+    def summarize(self, counts=None, scale=1.0):
+        """{"loss_scale", "skipped", "grad_norm", "formats": {F: {KIND: {"sites": {SITE: stats}, "total": stats,
+        "recommended_log2_scale", "window": [lo, hi] or None}}}} for counts (default: the run totals).
+        stats are mpsim.UnderflowCounter.underflow(0) at the values as counted (scale included), with the
+        fractions zero / subnormal / overflow of the non-zero finite values beside; log2 scales are absolute
+        (log2 of the loss scale that would give them)."""
+        counts = self.totals if counts is None else counts
+        log2_s = math.log2(scale) if scale > 0 else 0.0
+        out = {"loss_scale": scale, "formats": {}}
+        for f in self.formats:
+            per_kind = {}
+            for kind, sites in counts.items():
+                if not sites:
+                    continue
+                total = None
+                rows = {}
+                for site in sorted(sites):
+                    c = sites[site].counters[f]
+                    rows[site] = _stats(c)
+                    if total is None:
+                        total = mpsim.UnderflowCounter(f, self.mode)
+                    total.merge(c)
+                entry = {"sites": rows, "total": _stats(total)}
+                rec = total.recommend_scale(margin=self.margin)
+                entry["recommended_log2_scale"] = None if rec is None else rec["log2_scale"] + log2_s
+                # Over the absolute loss scales 2^-128 .. 2^128, whatever the scale the values carry.
+                shift = round(log2_s)
+                window = total.sweep(-SWEEP_LOG2 - shift, SWEEP_LOG2 - shift)["best_window"]
+                entry["window"] = (None if window is None else
+                                   [window["lo_log2_scale"] + log2_s, window["hi_log2_scale"] + log2_s])
+                per_kind[kind] = entry
+            out["formats"][f] = per_kind
+        wg = counts.get("weight_grad", {})
+        if wg:
+            nonfinite = 0
+            for c in wg.values():
+                h = c.hist
+                nonfinite += h.nan + h.pos_inf + h.neg_inf
+            out["skipped"] = nonfinite > 0  # GradScaler skips a step whose gradients hold inf or NaN
+        else:
+            out["skipped"] = None
+        return out
+
+    def _row(self, result):
+        seen = set(self._activation_sites)
+        for f in self.formats:
+            act = result["formats"][f].get("activation_grad")
+            seen.update(act["sites"] if act else ())
+        self._activation_sites = sorted(seen)
+        cols = {"step": result["step"], "loss": result["loss"], "metric": None, "scale": result["loss_scale"],
+                "skipped": None if result["skipped"] is None else int(result["skipped"]),
+                "grad_norm": result["grad_norm"], "swallowed": None}
+        for i, f in enumerate(self.formats):
+            act = result["formats"][f].get("activation_grad")
+            suffix = "" if i == 0 else f"@{f}"
+            for site in self._activation_sites:
+                st = act["sites"].get(site) if act else None
+                for key in ("zero", "subnormal", "overflow"):
+                    cols[f"{site}:{key}{suffix}"] = None if st is None else st[key]
+        for f in self.formats:
+            act = result["formats"][f].get("activation_grad")
+            for key, name in (("zero", "underflow"), ("subnormal", "subnormal"), ("overflow", "overflow")):
+                cols[f"{f}:{name}"] = act["total"][key] if act else None
+            cols[f"{f}:recommended_log2_scale"] = act["recommended_log2_scale"] if act else None
+            window = act["window"] if act else None
+            cols[f"{f}:window_lo"] = window[0] if window else None
+            cols[f"{f}:window_hi"] = window[1] if window else None
+            wg = result["formats"][f].get("weight_grad")
+            for key, name in (("zero", "w_underflow"), ("subnormal", "w_subnormal"), ("overflow", "w_overflow")):
+                cols[f"{f}:{name}"] = wg["total"][key] if wg else None
+        return cols
+
+    def _write_step(self, result):
+        row = self._row(result)
+        # A site first seen now (a module that did not run before) adds columns; the file is rewritten whole.
+        self._columns = (self._columns or []) + [c for c in row if c not in (self._columns or [])]
+        self._rows.append(row)
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(self._columns)
+        for r in self._rows:
+            w.writerow([_number(r.get(c)) for c in self._columns])
+        _atomic_write(self.out / "steps.csv", buf.getvalue())
+        sampled_index = (result["step"] - 1) // self.every
+        if self.hist_every and sampled_index % self.hist_every == 0:
+            self._write_hist(result)
+        self._write_run()
+
+    def _write_hist(self, result):
+        snap = {"step": result["step"], "model": type(self.model).__name__, "policy": self.policy,
+                "scaler": "none" if self.scaler is None else type(self.scaler).__name__,
+                "loss_scale": result["loss_scale"], "loss_divisor_log2": 0,
+                "note": "activation_grad (the gradient arriving at each module's output), weight_grad (each "
+                        "parameter's .grad as backward accumulated it) and activation: the values as PyTorch "
+                        "produced them, the loss scale included (mpsim.torch.GradientMonitor)",
+                "schema": "mpsim-train-hist-1", "mpsim_version": getattr(mpsim, "__version__", "")}
+        for kind, sites in self._counts.items():
+            if sites or kind != "activation":
+                snap[kind] = {s: json.loads(c.hist.to_json()) for s, c in sorted(sites.items())}
+        self._hist_steps.append(result["step"])
+        _atomic_write(self.out / "hist" / f"step_{result['step']:06d}.json", json.dumps(snap, indent=1) + "\n")
+
+    def _write_run(self):
+        run = {"schema": "mpsim-train-run-1", "mpsim_version": getattr(mpsim, "__version__", ""),
+               "config": {"model": type(self.model).__name__, "policy": self.policy, "formats": list(self.formats),
+                          "mode": self.mode, "every": self.every, "hist_every": self.hist_every,
+                          "margin": self.margin, "source": "mpsim.torch.GradientMonitor"},
+               "activation_grad_sites": self._activation_sites, "histogram_steps": self._hist_steps,
+               "steps_seen": self.step_number, "files": {"steps": "steps.csv", "histograms": "hist/step_NNNNNN.json",
+                                                         "underflow": "underflow.json"}}
+        _atomic_write(self.out / "run.json", json.dumps(run, indent=2) + "\n")
+
+    def report_json(self):
+        """Per format and kind, the JSON report `mpsim underflow --sweep` writes, one tensor per site, of the
+        run totals (every sampled step so far; every rank's after all_reduce()), the values as counted (loss
+        scale included)."""
+        totals = self.merged_totals if self.merged_totals is not None else self.totals
+        rep = {"schema": "mpsim-torch-underflow-1", "formats": {}}
+        for f in self.formats:
+            rep["formats"][f] = {
+                kind: json.loads(mpsim.underflow_report_json({site: c.counters[f] for site, c in sorted(sites.items())},
+                                                             margin=self.margin, sweep=True))
+                for kind, sites in totals.items() if sites}
+        return rep
+
+    def all_reduce(self, group=None):
+        """Merges every rank's run totals (one SUM all-reduce of the int64 counts, one MAX all-reduce for amax
+        and amin) into merged_totals, on every rank; rank 0 writes underflow.json from them. A collective:
+        every rank calls it. With reduce="auto" the totals are already merged step by step and nothing is
+        exchanged. Returns merged_totals ({kind: {site: SiteCounts}})."""
+        group = self.group if group is None else group
+        if self.reduce == "never" and _dist.active(group):
+            merged = {kind: dict(sites) for kind, sites in self.totals.items()}  # the local counters stay
+            _dist.all_reduce_counts(merged, self.formats, self.mode, group)
+        else:
+            merged = self.totals
+        self.merged_totals = merged
+        if self.out is not None and _dist.rank(group) == 0:
+            _atomic_write(self.out / "underflow.json", json.dumps(self.report_json(), indent=1) + "\n")
+        return merged
+
+    def remove(self):
+        """Removes the hooks (the model runs as if never monitored)."""
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+
+    def close(self):
+        """Removes the hooks and writes underflow.json and run.json (rank 0)."""
+        self.remove()
+        if self.out is not None and _dist.rank(self.group) == 0:
+            _atomic_write(self.out / "underflow.json", json.dumps(self.report_json(), indent=1) + "\n")
+            self._write_run()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _stats(counter):
+    """UnderflowCounter.underflow(0) (the TE-named statistics), with zero / subnormal / overflow beside: the
+    fractions of the non-zero finite values, from the counts (the simulator's steps.csv columns)."""
+    st = dict(counter.underflow(0))
+    nonzero_finite = st["numel"] - st["zero_num"] - st["nan_num"] - st["inf_num"]
+    for key, num in (("zero", "underflows_num"), ("subnormal", "subnormals_num"), ("overflow", "overflows_num")):
+        st[key] = st[num] / nonzero_finite if nonzero_finite else 0.0
+    return st
