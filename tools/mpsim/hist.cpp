@@ -44,13 +44,14 @@ void setup(CLI::App& app) {
     analysis::TidyCsv csv;
     auto entry = [&](const std::string& label, const analysis::RangeCounter& c) {
       nlohmann::json j = {{"tensor", label}};
-      j.update(analysis::range_stats_json(c.at_scale(k)));
-      j.update(analysis::amax_stats_json(c));
-      const auto h = c.histogram();
+      j.update(analysis::hist_stats_json(c, k));
+      const nlohmann::json hist = j["histogram"];
+      j.erase("histogram");
       csv.add_stats(label, f.name, o->scale, j);
+      const auto h = c.histogram();
       for (int n = h.lowest_nonempty(); n <= h.highest_nonempty(); ++n)
         if (h.count(n)) csv.add(label, f.name, o->scale, "bin_2^" + std::to_string(n), h.count(n));
-      j["histogram"] = h.to_json();
+      j["histogram"] = hist;
       return j;
     };
     for (const auto& r : results) {

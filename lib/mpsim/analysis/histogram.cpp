@@ -4,6 +4,7 @@
 #include <array>
 #include <bit>
 #include <cmath>
+#include <string>
 
 #include "mpsim/error.hpp"
 
@@ -189,6 +190,40 @@ Log2Histogram Log2Histogram::from_json(const nlohmann::json& j) {
   } catch (const nlohmann::json::exception& e) {
     throw Error(std::string("histogram JSON: ") + e.what());
   }
+}
+
+}  // namespace mpsim::analysis
+
+namespace mpsim::analysis {
+
+std::vector<std::int64_t> Log2Histogram::counts() const {
+  std::vector<std::int64_t> c(kCountsSize, 0);
+  c[0] = static_cast<std::int64_t>(zero);
+  c[1] = static_cast<std::int64_t>(nan);
+  c[2] = static_cast<std::int64_t>(neg_inf);
+  c[3] = static_cast<std::int64_t>(pos_inf);
+  for (int n = std::max(min_exp, kCountsMinExp); n <= std::min(max_exp, kCountsMaxExp); ++n)
+    c[static_cast<std::size_t>(4 + n - kCountsMinExp)] = static_cast<std::int64_t>(count(n));
+  return c;
+}
+
+Log2Histogram Log2Histogram::from_counts(std::span<const std::int64_t> c) {
+  if (c.size() != kCountsSize)
+    throw Error("histogram counts: " + std::to_string(c.size()) + " values, the layout has " + std::to_string(kCountsSize));
+  for (std::size_t i = 0; i < c.size(); ++i)
+    if (c[i] < 0) throw Error("histogram counts: value " + std::to_string(i) + " is negative (" + std::to_string(c[i]) + ")");
+  Log2Histogram h = make_float_histogram();
+  h.zero = static_cast<std::uint64_t>(c[0]);
+  h.nan = static_cast<std::uint64_t>(c[1]);
+  h.neg_inf = static_cast<std::uint64_t>(c[2]);
+  h.pos_inf = static_cast<std::uint64_t>(c[3]);
+  for (int n = kCountsMinExp; n <= kCountsMaxExp; ++n) {
+    const auto v = static_cast<std::uint64_t>(c[static_cast<std::size_t>(4 + n - kCountsMinExp)]);
+    if (v == 0) continue;
+    h.widen(std::min(n, h.min_exp), std::max(n, h.max_exp));
+    h.bins[static_cast<std::size_t>(n - h.min_exp)] = v;
+  }
+  return h;
 }
 
 }  // namespace mpsim::analysis

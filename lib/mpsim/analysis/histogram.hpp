@@ -47,6 +47,17 @@ struct Log2Histogram {
   nlohmann::json to_json() const;
   static Log2Histogram from_json(const nlohmann::json&);  // throws mpsim::Error on a malformed object
 
+  // Every counter in one fixed layout, whatever the range: {zero, nan, neg_inf, pos_inf, then the bins of
+  // double's binades 2^-1074 .. 2^1023} (kCountsSize values), so that histograms of several processes merge
+  // with one element-wise sum of int64 (torch.distributed.all_reduce). from_counts() rebuilds the float
+  // range (make_float_histogram) widened to the outermost non-empty bin: the histogram those counts came
+  // from, if it was float-ranged (every histogram add() builds from float or double values is). Throws
+  // mpsim::Error on a wrong size or a negative count.
+  static constexpr int kCountsMinExp = -1074, kCountsMaxExp = 1023;
+  static constexpr std::size_t kCountsSize = 4 + (kCountsMaxExp - kCountsMinExp + 1);
+  std::vector<std::int64_t> counts() const;
+  static Log2Histogram from_counts(std::span<const std::int64_t> counts);
+
   friend bool operator==(const Log2Histogram&, const Log2Histogram&) = default;
 };
 

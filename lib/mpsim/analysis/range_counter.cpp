@@ -453,3 +453,50 @@ Log2Histogram RangeCounter::histogram() const {
 }
 
 }  // namespace mpsim::analysis
+
+namespace mpsim::analysis {
+
+std::size_t RangeCounter::counts_size() const {
+  return static_cast<std::size_t>(2 * float_table_.keys * 4 + 2 * double_table_.keys * 4);
+}
+
+std::vector<std::int64_t> RangeCounter::counts() const {
+  std::vector<std::int64_t> c(counts_size(), 0);
+  std::size_t at = 0;
+  for (const Table* t : {&float_table_, &double_table_}) {
+    for (std::size_t i = 0; i < t->counts.size(); ++i) c[at + i] = static_cast<std::int64_t>(t->counts[i]);
+    at += static_cast<std::size_t>(2 * t->keys * 4);
+  }
+  return c;
+}
+
+RangeCounter RangeCounter::from_counts(const Format& target, const Rounding& rounding, std::span<const std::int64_t> c,
+                                       double amax, double amin_nonzero) {
+  RangeCounter r(target, rounding);
+  if (c.size() != r.counts_size())
+    throw Error("range counts for " + target.name + ": " + std::to_string(c.size()) + " values, the layout has " +
+                std::to_string(r.counts_size()));
+  std::size_t at = 0;
+  for (Table* t : {&r.float_table_, &r.double_table_}) {
+    const auto n = static_cast<std::size_t>(2 * t->keys * 4);
+    bool any = false;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (c[at + i] < 0)
+        throw Error("range counts for " + target.name + ": value " + std::to_string(at + i) + " is negative");
+      any = any || c[at + i] != 0;
+    }
+    // The double table stays unallocated while empty, as in a counter that never saw a double.
+    if (any || !t->counts.empty()) {
+      t->counts.assign(n, 0);
+      for (std::size_t i = 0; i < n; ++i) t->counts[i] = static_cast<std::uint64_t>(c[at + i]);
+    }
+    at += n;
+  }
+  if (!(amax >= 0) || !(amin_nonzero >= 0))
+    throw Error("range counts for " + target.name + ": amax and amin_nonzero must be non-negative numbers");
+  r.amax_ = amax;
+  r.amin_nonzero_ = amin_nonzero;
+  return r;
+}
+
+}  // namespace mpsim::analysis

@@ -70,6 +70,15 @@ class RangeCounter {
   double amin_nonzero() const { return amin_nonzero_; }  // smallest non-zero finite |x| (0 if none)
 
   const Format& format() const { return format_; }
+
+  // Every count in one fixed layout for this format and rounding (the float table, then the double table;
+  // counts_size() values), so that counters of several processes merge with one element-wise sum of int64
+  // and amax / amin_nonzero with a max / min (torch.distributed.all_reduce). from_counts() rebuilds the
+  // counter; throws mpsim::Error on a wrong size or a negative count.
+  std::vector<std::int64_t> counts() const;
+  std::size_t counts_size() const;
+  static RangeCounter from_counts(const Format& target, const Rounding& rounding, std::span<const std::int64_t> counts,
+                                  double amax, double amin_nonzero);
   const Rounding& rounding() const { return rounding_; }
 
   // The boundary binade of F (in the binade of x·S) and significand threshold of one transition,

@@ -65,6 +65,13 @@ nlohmann::json amax_stats_json(const RangeCounter& c) {
   return j;
 }
 
+nlohmann::json hist_stats_json(const RangeCounter& c, int log2_scale) {
+  nlohmann::json j = range_stats_json(c.at_scale(log2_scale));
+  j.update(amax_stats_json(c));
+  j["histogram"] = c.histogram().to_json();
+  return j;
+}
+
 nlohmann::json underflow_report_json(const std::string& tensor, const RangeCounter& c, const UnderflowOptions& o,
                                      bool with_sweep) {
   nlohmann::json j = {{"tensor", tensor},

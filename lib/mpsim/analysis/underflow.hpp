@@ -47,6 +47,10 @@ nlohmann::json range_stats_json(const RangeCounts&);
 // cur_amax, nonzero_amin and dynamic_range = log2(amax) - log2(nonzero_amin) (TE's definition).
 nlohmann::json amax_stats_json(const RangeCounter&);
 
+// One tensor's entry of `mpsim hist` without its label: range_stats_json at 2^log2_scale, amax_stats_json and
+// "histogram" (Log2Histogram::to_json of the values seen).
+nlohmann::json hist_stats_json(const RangeCounter&, int log2_scale);
+
 // The whole report of one tensor (schema in docs/analysis.md).
 nlohmann::json underflow_report_json(const std::string& tensor, const RangeCounter&, const UnderflowOptions&,
                                      bool with_sweep);

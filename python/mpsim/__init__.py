@@ -1,0 +1,217 @@
+"""mpsim: low-precision floating-point emulation and analysis, over the same C++ library as the `mpsim`
+command line (docs/python.md).
+
+    >>> import numpy as np, mpsim
+    >>> x = np.array([1.0, 1e-8, 70000.0], dtype=np.float32)
+    >>> mpsim.round(x, "fp16")
+    array([1.0e+00, 5.9604645e-08, inf], dtype=float32)
+
+Arrays are numpy arrays or CPU torch tensors of float32 / float64, any shape; the work runs in C++ with
+the GIL released, on the array's memory (no copy, except of a strided input, which is made contiguous).
+"""
+# The package's compiled half (_core) may lie in another directory of sys.path than these .py files (a
+# development tree: python/ beside build/python/, both put on sys.path by the venv's .pth): extend_path
+# joins every mpsim/ directory found on sys.path into this package.
+from pkgutil import extend_path
+
+__path__ = extend_path(__path__, __name__)
+
+import math as _math
+
+import numpy as _np
+
+from . import _core
+from ._core import (  # noqa: F401  (the public API)
+    Format,
+    Histogram,
+    UnderflowCounter,
+    block_formats,
+    formats,
+    hist_report_json,
+    is_block_format,
+    rounding_modes,
+    underflow_report_json,
+)
+
+__version__ = _core.__version__
+
+__all__ = [
+    "Format", "Histogram", "UnderflowCounter", "round", "encode", "decode", "decode_blocks", "formats",
+    "block_formats", "is_block_format", "rounding_modes", "hist_report_json", "underflow_report_json",
+]
+
+_FLOAT_DTYPES = (_np.float32, _np.float64)
+
+
+def _is_torch(x):
+    return type(x).__module__.split(".")[0] == "torch"
+
+
+def _prepare(x, name="x"):
+    """x as a contiguous CPU float32/float64 array or tensor (a strided one is copied), with its kind."""
+    if _is_torch(x):
+        if x.device.type != "cpu":
+            raise TypeError(f"{name} is a torch tensor on {x.device}; mpsim works on CPU tensors: pass {name}.cpu()")
+        if x.dtype not in (_torch().float32, _torch().float64):
+            raise TypeError(f"{name} has dtype {x.dtype}; mpsim rounds float32 and float64 tensors "
+                            f"(convert with {name}.float())")
+        if x.requires_grad:
+            x = x.detach()
+        return (x if x.is_contiguous() else x.contiguous()), "torch"
+    if not isinstance(x, _np.ndarray):
+        if hasattr(x, "__dlpack__") and not hasattr(x, "__array__"):
+            raise TypeError(f"{name}: {type(x).__name__} is not a numpy array or torch tensor")
+        x = _np.asarray(x)
+    if x.dtype not in _FLOAT_DTYPES:
+        if x.dtype.kind in "iub" or x.dtype == _np.float16:
+            raise TypeError(f"{name} has dtype {x.dtype}; mpsim rounds float32 and float64 arrays "
+                            f"(convert with {name}.astype(numpy.float32))")
+        raise TypeError(f"{name} has dtype {x.dtype}; mpsim rounds float32 and float64 arrays")
+    if not x.flags.c_contiguous:
+        x = _np.ascontiguousarray(x)
+    return x, "numpy"
+
+
+def _torch():
+    import torch
+    return torch
+
+
+def _empty(like, kind, dtype=None, shape=None):
+    shape = like.shape if shape is None else shape
+    if kind == "torch":
+        torch = _torch()
+        tdtype = like.dtype if dtype is None else {
+            _np.uint8: torch.uint8, _np.uint16: torch.uint16, _np.uint32: torch.uint32,
+            _np.float32: torch.float32, _np.float64: torch.float64}[dtype]
+        return torch.empty(tuple(shape), dtype=tdtype)
+    return _np.empty(shape, dtype=like.dtype if dtype is None else dtype)
+
+
+def _check_out(out, want_shape, name="out"):
+    if _is_torch(out):
+        if out.device.type != "cpu":
+            raise TypeError(f"{name} is a torch tensor on {out.device}; mpsim writes CPU tensors")
+        if not out.is_contiguous():
+            raise ValueError(f"{name} is not contiguous; mpsim writes in place only into contiguous tensors")
+    elif isinstance(out, _np.ndarray):
+        if not out.flags.c_contiguous:
+            raise ValueError(f"{name} is not C-contiguous; mpsim writes in place only into contiguous arrays")
+        if not out.flags.writeable:
+            raise ValueError(f"{name} is read-only")
+    else:
+        raise TypeError(f"{name} must be a numpy array or a torch tensor, not {type(out).__name__}")
+    if tuple(out.shape) != tuple(want_shape):
+        raise ValueError(f"{name} has shape {tuple(out.shape)}, expected {tuple(want_shape)}")
+
+
+def _format(fmt):
+    return fmt if isinstance(fmt, Format) else Format(fmt)
+
+
+def _row_len(shape):
+    return int(shape[-1]) if len(shape) else 1
+
+
+def round(x, fmt, mode="rne", *, seed=0, sr_bits=32, subnormals="keep", overflow="inf", like="ieee", daz=False,
+          out=None, stats=False, block=0, block_scale="floor", index0=0, threads=0):
+    """The values of x rounded to fmt, in x's dtype (simulate mode), as `mpsim round` computes them.
+
+    x: numpy array or CPU torch tensor, float32 or float64, any shape. fmt: a format name (every name the
+    command line takes: fp16, bf16, tf32, fp8_e4m3, ml_dtypes names, eXmY), a Format, or a block format
+    (mxfp8_e4m3 ... nvfp4; float32 only: the dequantized values, blocks along the last axis).
+    mode: rne, rtz, ru, rd, rna, rto, sr. seed / sr_bits: stochastic rounding (element i of the array uses
+    generator index index0 + i). subnormals: keep | flush; overflow: inf | saturate; like: ieee | x86 |
+    cuda-sm90 (the device's flushing rules); daz: subnormal inputs read as zero.
+    out: an array to write into (out=x rounds in place). stats=True returns (values, stats dict) with the
+    names of `mpsim round --stats-json`.
+    """
+    x, kind = _prepare(x)
+    if out is None:
+        out = _empty(x, kind)
+    else:
+        _check_out(out, x.shape)
+    if isinstance(fmt, str) and is_block_format(fmt):
+        if x.dtype not in (_np.float32,) and str(x.dtype) != "torch.float32":
+            raise TypeError(f"x has dtype {x.dtype}; block formats take float32")
+        if subnormals != "keep" or overflow != "inf" or like != "ieee":
+            raise ValueError(f"subnormals, overflow and like do not apply to {fmt}: its elements keep subnormals "
+                             "and saturate (OCP MX v1.0)")
+        st = _core.round_blocks_into(x, out, fmt, block, block_scale, _row_len(x.shape), mode, seed, sr_bits, daz,
+                                     stats)
+    else:
+        st = _core.round_into(x, out, _format(fmt), mode, seed, sr_bits, subnormals, overflow, like, daz, stats,
+                              index0, threads)
+    return (out, st) if stats else out
+
+
+def encode(x, fmt, mode="rne", *, seed=0, sr_bits=32, subnormals="keep", overflow="inf", like="ieee", daz=False,
+           out=None, stats=False, block=0, block_scale="floor", index0=0, threads=0):
+    """The encodings of x rounded to fmt: uint8 / uint16 / uint32 by the format's storage, x's shape
+    (viewable as the ml_dtypes type: mpsim.encode(x, "float8_e4m3fn").view(ml_dtypes.float8_e4m3fn)).
+
+    For a block format: (elements, scales) as uint8 arrays (scales: one per block along the last axis),
+    and for nvfp4 (elements, scales, tensor_scale). Options as mpsim.round; stats=True appends the stats.
+    """
+    x, kind = _prepare(x)
+    if isinstance(fmt, str) and is_block_format(fmt):
+        if subnormals != "keep" or overflow != "inf" or like != "ieee":
+            raise ValueError(f"subnormals, overflow and like do not apply to {fmt}: its elements keep subnormals "
+                             "and saturate (OCP MX v1.0)")
+        shape = tuple(x.shape)
+        row = _row_len(shape)
+        eff_block = block or (16 if fmt == "nvfp4" else 32)
+        scale_shape = (shape[:-1] if shape else ()) + (-(-row // eff_block),)
+        elements = _empty(x, kind, _np.uint8, shape)
+        scales = _empty(x, kind, _np.uint8, scale_shape)
+        tensor_scale, st = _core.encode_blocks_into(x, elements, scales, fmt, block, block_scale, row, mode, seed,
+                                                    sr_bits, daz, stats)
+        result = (elements, scales, tensor_scale) if fmt == "nvfp4" else (elements, scales)
+        return result + (st,) if stats else result
+    f = _format(fmt)
+    bits_dtype = {1: _np.uint8, 2: _np.uint16, 4: _np.uint32}.get(f.storage_bytes)
+    if bits_dtype is None:
+        raise ValueError(f"encode: {f.name} needs {f.storage_bits} bits; encode writes formats of up to 32 bits")
+    if out is None:
+        out = _empty(x, kind, bits_dtype)
+    else:
+        _check_out(out, x.shape)
+    st = _core.encode_into(x, out, f, mode, seed, sr_bits, subnormals, overflow, like, daz, stats, index0, threads)
+    return (out, st) if stats else out
+
+
+def decode(bits, fmt, dtype=_np.float32, *, out=None):
+    """The values of encodings (uint8 / uint16 / uint32, as mpsim.encode gives them, or an ml_dtypes array
+    viewed as its bits) of fmt, as float32 (default) or float64; exact."""
+    f = _format(fmt)
+    if isinstance(bits, _np.ndarray) and bits.dtype.kind == "V" or (
+            isinstance(bits, _np.ndarray) and bits.dtype.itemsize == f.storage_bytes and bits.dtype.kind not in "u"):
+        bits = bits.view({1: _np.uint8, 2: _np.uint16, 4: _np.uint32}[f.storage_bytes])
+    if _is_torch(bits):
+        if bits.device.type != "cpu":
+            raise TypeError(f"bits is a torch tensor on {bits.device}; mpsim works on CPU tensors")
+        kind = "torch"
+        bits = bits.contiguous()
+    else:
+        bits = _np.ascontiguousarray(bits)
+        kind = "numpy"
+    dtype = _np.dtype(dtype).type
+    if dtype not in _FLOAT_DTYPES:
+        raise TypeError(f"decode: dtype must be float32 or float64, not {_np.dtype(dtype).name}")
+    if out is None:
+        out = _empty(bits, kind, dtype)
+    else:
+        _check_out(out, bits.shape)
+    _core.decode_into(bits, out, f)
+    return out
+
+
+def decode_blocks(elements, scales, fmt, tensor_scale=1.0, *, block=0, block_scale="floor"):
+    """The float32 values of a block format's (elements, scales) as mpsim.encode gives them."""
+    elements = _np.ascontiguousarray(elements) if not _is_torch(elements) else elements.contiguous()
+    scales = _np.ascontiguousarray(scales) if not _is_torch(scales) else scales.contiguous()
+    kind = "torch" if _is_torch(elements) else "numpy"
+    out = _empty(elements, kind, _np.float32)
+    _core.decode_blocks_into(elements, scales, float(tensor_scale), out, fmt, block, block_scale,
+                             _row_len(elements.shape))
+    return out

@@ -1,0 +1,268 @@
+// mpsim._core's array functions: rounding, encoding and decoding numpy arrays and CPU torch tensors in
+// place, through the bulk engine (lib/mpsim/format/bulk.hpp) and the block quantizer (block.hpp). The
+// Python layer (python/mpsim/__init__.py) allocates the outputs and calls these with the GIL released.
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+#include <type_traits>
+
+#include "bindings.hpp"
+#include "mpsim/error.hpp"
+#include "mpsim/format/block.hpp"
+#include "mpsim/format/bulk.hpp"
+#include "mpsim/format/profile.hpp"
+
+namespace mpsim::python {
+namespace {
+
+nb::dict stats_dict(const Stats& s) {
+  // The names of `mpsim round --stats-json`.
+  nb::dict d;
+  d["count"] = s.count;
+  d["zero_in"] = s.zero_in;
+  d["nan"] = s.nan;
+  d["inf_in"] = s.inf_in;
+  d["exact"] = s.exact;
+  d["rounded"] = s.rounded;
+  d["underflow"] = s.underflow;
+  d["subnormal"] = s.subnormal;
+  d["overflow_num"] = s.overflow;
+  d["max_abs"] = s.max_abs;
+  d["min_abs_nonzero"] = s.min_abs_nonzero;
+  return d;
+}
+
+nb::dict block_stats_dict(const BlockStats& s, const BlockFormat& bf, float tensor_scale) {
+  // The names of `mpsim round --stats-json` for a block format (schema mpsim-round-block-1).
+  nb::dict d;
+  d["count"] = s.count;
+  d["nonzero"] = s.nonzero;
+  d["nan"] = s.nan_in;
+  d["inf_in"] = s.inf_in;
+  d["flushed"] = s.flushed;
+  d["subnormal"] = s.subnormal;
+  d["saturated"] = s.saturated;
+  d["blocks"] = s.blocks;
+  d["nan_blocks"] = s.nan_blocks;
+  nb::list scales;
+  for (const auto& [k, c] : s.scale_log2) scales.append(nb::make_tuple(k, c));
+  d["scale_log2"] = scales;
+  d["tensor_scale"] = tensor_scale;
+  d["block"] = bf.block;
+  return d;
+}
+
+// The device a `like` profile names, resolved for this format, rounding and input type: its flushing rules
+// adjust the pair, and its NaN rule fixes encodings afterwards (what `mpsim round --like` does).
+DeviceRounding resolve(const Format& fmt, const std::string& subnormals, const std::string& overflow,
+                       const std::string& mode, int sr_bits, std::uint64_t seed, bool daz, const std::string& like,
+                       bool double_input) {
+  const Format requested = format_with_options(fmt, subnormals, overflow);
+  const Rounding r = rounding_with_options(mode, sr_bits, seed, daz);
+  return resolve_profile(find_profile(like), requested, r, Operation::convert,
+                         double_input ? InputType::float64 : InputType::float32);
+}
+
+bool is_f64(const AnyArray& x) { return x.dtype() == nb::dtype<double>(); }
+
+void check_float_input(const AnyArray& x) {
+  check_layout(x, "x");
+  if (x.dtype() != nb::dtype<float>() && x.dtype() != nb::dtype<double>())
+    throw nb::type_error(("x has dtype " + dtype_name(x.dtype()) +
+                          "; mpsim rounds float32 and float64 arrays (convert others with .astype(numpy.float32) / "
+                          ".float())")
+                             .c_str());
+}
+
+// out[i] = round(x[i]) in x's dtype.
+nb::object round_values(const AnyArray& x, const WritableArray& out, const Format& fmt, const std::string& mode,
+                        std::uint64_t seed, int sr_bits, const std::string& subnormals, const std::string& overflow,
+                        const std::string& like, bool daz, bool want_stats, std::uint64_t index0, int threads) {
+  check_float_input(x);
+  const DeviceRounding device = resolve(fmt, subnormals, overflow, mode, sr_bits, seed, daz, like, is_f64(x));
+  BulkOptions opt;
+  opt.index0 = index0;
+  opt.threads = threads;
+  Stats stats;
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    const std::span<const T> in = input_span<T>(x, "x");
+    const std::span<T> o = output_span<T>(out, "out", in.size());
+    nb::gil_scoped_release release;
+    round_array(in, o, device.format, device.rounding, want_stats ? &stats : nullptr, opt);
+  };
+  if (is_f64(x)) run(double{});
+  else run(float{});
+  if (!want_stats) return nb::none();
+  return stats_dict(stats);
+}
+
+// out[i] = the encoding of round(x[i]) in the format's storage (uint8 / uint16 / uint32).
+nb::object encode_values(const AnyArray& x, const WritableArray& out, const Format& fmt, const std::string& mode,
+                         std::uint64_t seed, int sr_bits, const std::string& subnormals, const std::string& overflow,
+                         const std::string& like, bool daz, bool want_stats, std::uint64_t index0, int threads) {
+  check_float_input(x);
+  const DeviceRounding device = resolve(fmt, subnormals, overflow, mode, sr_bits, seed, daz, like, is_f64(x));
+  const Format& f = device.format;
+  if (f.storage_bits > 32)
+    throw nb::value_error(("encode: " + f.name + " needs " + std::to_string(f.storage_bits) +
+                           " bits; encode writes formats of up to 32 bits")
+                              .c_str());
+  BulkOptions opt;
+  opt.index0 = index0;
+  opt.threads = threads;
+  Stats stats;
+  Stats* sp = want_stats ? &stats : nullptr;
+  auto run = [&](auto in_tag, auto out_tag) {
+    using In = decltype(in_tag);
+    using Enc = decltype(out_tag);
+    const std::span<const In> in = input_span<In>(x, "x");
+    const std::span<Enc> o = output_span<Enc>(out, "out", in.size());
+    nb::gil_scoped_release release;
+    if constexpr (std::is_same_v<In, double> && std::is_same_v<Enc, std::uint32_t>) {
+      // The engine has no double -> uint32 path (as in `mpsim round --bits`): the statistics from a
+      // simulate pass, the encodings from the specification round_bits() itself.
+      if (sp) {
+        std::vector<double> scratch(in.size());
+        round_array(in, std::span<double>(scratch), f, device.rounding, sp, opt);
+      }
+      for (std::size_t i = 0; i < in.size(); ++i)
+        o[i] = static_cast<std::uint32_t>(round_bits(in[i], f, device.rounding, index0 + i));
+    } else {
+      round_array(in, o, f, device.rounding, sp, opt);
+    }
+    if (!device.is_plain())
+      for (std::size_t i = 0; i < in.size(); ++i) o[i] = static_cast<Enc>(device.convert_result(o[i], in[i]));
+  };
+  const int bytes = f.storage_bytes();
+  auto by_output = [&](auto in_tag) {
+    if (bytes == 1) run(in_tag, std::uint8_t{});
+    else if (bytes == 2) run(in_tag, std::uint16_t{});
+    else run(in_tag, std::uint32_t{});
+  };
+  if (is_f64(x)) by_output(double{});
+  else by_output(float{});
+  if (!want_stats) return nb::none();
+  return stats_dict(stats);
+}
+
+// out[i] = the value of encoding bits[i] (float32 or float64 output; exact for every format that fits).
+void decode_values(const AnyArray& bits, const WritableArray& out, const Format& fmt) {
+  check_layout(bits, "bits");
+  const int bytes = fmt.storage_bytes();
+  if (bytes > 4) throw nb::value_error(("decode: " + fmt.name + " encodings are wider than 32 bits").c_str());
+  auto run = [&](auto enc_tag) {
+    using Enc = decltype(enc_tag);
+    if (bits.dtype() != nb::dtype<Enc>())
+      throw nb::type_error(("bits has dtype " + dtype_name(bits.dtype()) + "; " + fmt.name + " encodings are " +
+                            dtype_name(nb::dtype<Enc>()))
+                               .c_str());
+    const std::span<const Enc> in = input_span<Enc>(bits, "bits");
+    if (out.dtype() == nb::dtype<double>()) {
+      const std::span<double> o = output_span<double>(out, "out", in.size());
+      nb::gil_scoped_release release;
+      for (std::size_t i = 0; i < in.size(); ++i) o[i] = decode(in[i], fmt);
+    } else {
+      const std::span<float> o = output_span<float>(out, "out", in.size());
+      if (fmt.exp_bits > 8 || fmt.man_bits > 23)
+        throw nb::value_error(("decode: " + fmt.name + " values do not all fit in float32; use dtype=numpy.float64")
+                                  .c_str());
+      nb::gil_scoped_release release;
+      decode_array(in, o, fmt);
+    }
+  };
+  if (bytes == 1) run(std::uint8_t{});
+  else if (bytes == 2) run(std::uint16_t{});
+  else run(std::uint32_t{});
+}
+
+BlockFormat block_format(const std::string& name, int block, const std::string& block_scale) {
+  return parse_block_format(name, block, parse_block_scale_rule(block_scale));
+}
+
+// Block formats, simulate mode: out = the dequantized values (float32; blocks along the last axis).
+nb::object round_blocks_values(const AnyArray& x, const WritableArray& out, const std::string& name, int block,
+                               const std::string& block_scale, std::size_t row_len, const std::string& mode,
+                               std::uint64_t seed, int sr_bits, bool daz, bool want_stats) {
+  const BlockFormat bf = block_format(name, block, block_scale);
+  const Rounding r = rounding_with_options(mode, sr_bits, seed, daz);
+  const std::span<const float> in = input_span<float>(x, "x");
+  const std::span<float> o = output_span<float>(out, "out", in.size());
+  BlockStats st;
+  BlockQuantized q;
+  {
+    nb::gil_scoped_release release;
+    // quantize + dequantize as `mpsim round --to <block format>` does (round_blocks is the same pair).
+    q = quantize_blocks(in, row_len, bf, r, want_stats ? &st : nullptr);
+    dequantize_blocks(q, row_len, bf, o);
+  }
+  if (!want_stats) return nb::none();
+  return block_stats_dict(st, bf, q.tensor_scale);
+}
+
+// Block formats, packed: element and scale encodings (uint8), and nvfp4's per-tensor scale.
+nb::object encode_blocks(const AnyArray& x, const WritableArray& elements, const WritableArray& scales,
+                         const std::string& name, int block, const std::string& block_scale, std::size_t row_len,
+                         const std::string& mode, std::uint64_t seed, int sr_bits, bool daz, bool want_stats) {
+  const BlockFormat bf = block_format(name, block, block_scale);
+  const Rounding r = rounding_with_options(mode, sr_bits, seed, daz);
+  const std::span<const float> in = input_span<float>(x, "x");
+  const std::span<std::uint8_t> e = output_span<std::uint8_t>(elements, "elements", in.size());
+  BlockStats st;
+  BlockQuantized q;
+  {
+    nb::gil_scoped_release release;
+    q = quantize_blocks(in, row_len, bf, r, want_stats ? &st : nullptr);
+  }
+  const std::span<std::uint8_t> s = output_span<std::uint8_t>(scales, "scales", q.scales.size());
+  std::copy(q.elements.begin(), q.elements.end(), e.begin());
+  std::copy(q.scales.begin(), q.scales.end(), s.begin());
+  nb::object stats = want_stats ? nb::object(block_stats_dict(st, bf, q.tensor_scale)) : nb::none();
+  return nb::make_tuple(q.tensor_scale, stats);
+}
+
+// Block formats: values from element and scale encodings.
+void decode_blocks(const AnyArray& elements, const AnyArray& scales, float tensor_scale, const WritableArray& out,
+                   const std::string& name, int block, const std::string& block_scale, std::size_t row_len) {
+  const BlockFormat bf = block_format(name, block, block_scale);
+  const std::span<const std::uint8_t> e = input_span<std::uint8_t>(elements, "elements");
+  const std::span<const std::uint8_t> s = input_span<std::uint8_t>(scales, "scales");
+  const std::span<float> o = output_span<float>(out, "out", e.size());
+  BlockQuantized q;
+  q.elements.assign(e.begin(), e.end());
+  q.scales.assign(s.begin(), s.end());
+  q.tensor_scale = tensor_scale;
+  const std::size_t row = row_len == 0 ? e.size() : row_len;
+  const std::size_t rows = row == 0 ? 0 : e.size() / row;
+  const std::size_t expected = rows * ((row + static_cast<std::size_t>(bf.block) - 1) / static_cast<std::size_t>(bf.block));
+  if (s.size() != expected)
+    throw nb::value_error(("scales has " + std::to_string(s.size()) + " elements; " + std::to_string(e.size()) +
+                           " elements in rows of " + std::to_string(row) + " need " + std::to_string(expected))
+                              .c_str());
+  nb::gil_scoped_release release;
+  dequantize_blocks(q, row_len, bf, o);
+}
+
+}  // namespace
+
+void bind_arrays(nb::module_& m) {
+  using namespace nb::literals;
+  m.def("round_into", &round_values, "x"_a, "out"_a, "fmt"_a, "mode"_a, "seed"_a, "sr_bits"_a, "subnormals"_a,
+        "overflow"_a, "like"_a, "daz"_a, "stats"_a, "index0"_a = 0, "threads"_a = 0,
+        "out[...] = the values of x rounded to fmt (x and out: contiguous CPU float32/float64 of one dtype).");
+  m.def("encode_into", &encode_values, "x"_a, "out"_a, "fmt"_a, "mode"_a, "seed"_a, "sr_bits"_a, "subnormals"_a,
+        "overflow"_a, "like"_a, "daz"_a, "stats"_a, "index0"_a = 0, "threads"_a = 0,
+        "out[...] = the encodings of x rounded to fmt (uint8/uint16/uint32 by the format's storage).");
+  m.def("decode_into", &decode_values, "bits"_a, "out"_a, "fmt"_a, "out[...] = the values of the encodings bits.");
+  m.def("round_blocks_into", &round_blocks_values, "x"_a, "out"_a, "name"_a, "block"_a, "block_scale"_a, "row_len"_a,
+        "mode"_a, "seed"_a, "sr_bits"_a, "daz"_a, "stats"_a);
+  m.def("encode_blocks_into", &encode_blocks, "x"_a, "elements"_a, "scales"_a, "name"_a, "block"_a, "block_scale"_a,
+        "row_len"_a, "mode"_a, "seed"_a, "sr_bits"_a, "daz"_a, "stats"_a);
+  m.def("decode_blocks_into", &decode_blocks, "elements"_a, "scales"_a, "tensor_scale"_a, "out"_a, "name"_a, "block"_a,
+        "block_scale"_a, "row_len"_a);
+}
+
+}  // namespace mpsim::python

@@ -1,0 +1,161 @@
+// mpsim._core: the module, its exceptions and the format descriptors (mpsim.Format, mpsim.formats()).
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "bindings.hpp"
+#include "mpsim/error.hpp"
+#include "mpsim/format/block.hpp"
+#include "mpsim/format/format.hpp"
+#include "mpsim/format/round.hpp"
+#include "mpsim/version.hpp"
+
+namespace mpsim::python {
+
+std::string dtype_name(nb::dlpack::dtype d) {
+  const auto code = static_cast<nb::dlpack::dtype_code>(d.code);
+  std::string kind = code == nb::dlpack::dtype_code::Int       ? "int"
+                     : code == nb::dlpack::dtype_code::UInt    ? "uint"
+                     : code == nb::dlpack::dtype_code::Float   ? "float"
+                     : code == nb::dlpack::dtype_code::Bfloat  ? "bfloat"
+                     : code == nb::dlpack::dtype_code::Complex ? "complex"
+                     : code == nb::dlpack::dtype_code::Bool    ? "bool"
+                                                               : "code" + std::to_string(d.code) + "_";
+  std::string name = kind + std::to_string(d.bits);
+  if (d.lanes != 1) name += "x" + std::to_string(d.lanes);
+  return name;
+}
+
+Format format_with_options(const Format& base, std::string_view subnormals, std::string_view overflow) {
+  Subnormals sub;
+  if (subnormals == "keep") sub = Subnormals::keep;
+  else if (subnormals == "flush") sub = Subnormals::flush;
+  else throw nb::value_error(("subnormals='" + std::string(subnormals) + "': unknown (known: keep, flush)").c_str());
+  Overflow ovf;
+  if (overflow == "inf") ovf = Overflow::to_inf;
+  else if (overflow == "saturate") ovf = Overflow::saturate;
+  else throw nb::value_error(("overflow='" + std::string(overflow) + "': unknown (known: inf, saturate)").c_str());
+  if (sub == base.subnormals && ovf == base.overflow) return base;
+  return with_options(base, sub, ovf);
+}
+
+Rounding rounding_with_options(std::string_view mode, int sr_bits, std::uint64_t seed, bool daz) {
+  Rounding r;
+  r.mode = parse_rounding_mode(mode);
+  r.sr_bits = sr_bits;
+  r.seed = seed;
+  r.input_subnormals = daz ? InputSubnormals::zero : InputSubnormals::keep;
+  validate(r);
+  if (sr_bits != 32 && r.mode != RoundingMode::stochastic)
+    throw nb::value_error("sr_bits applies only to mode='sr' (stochastic rounding)");
+  return r;
+}
+
+void bind_formats(nb::module_& m) {
+  nb::class_<Format>(m, "Format",
+                     "A binary floating-point format: Format('fp16'), Format('float8_e4m3fn'), Format('e5m10'), ...\n"
+                     "Every name the command line takes (mpsim.formats() lists the canonical ones).")
+      .def("__init__", [](Format* f, std::string_view name) { new (f) Format(parse_format(name)); }, nb::arg("name"))
+      .def_ro("name", &Format::name)
+      .def_ro("exp_bits", &Format::exp_bits)
+      .def_ro("man_bits", &Format::man_bits)
+      .def_ro("bias", &Format::bias)
+      .def_ro("precision", &Format::precision)
+      .def_ro("emin", &Format::emin)
+      .def_ro("emax", &Format::emax)
+      .def_ro("storage_bits", &Format::storage_bits)
+      .def_ro("max_finite", &Format::max_finite)
+      .def_ro("min_normal", &Format::min_normal)
+      .def_ro("min_subnormal", &Format::min_subnormal)
+      .def_ro("epsilon", &Format::epsilon)
+      .def_ro("unit_roundoff", &Format::unit_roundoff)
+      .def_ro("has_inf", &Format::has_inf)
+      .def_ro("has_sign", &Format::has_sign)
+      .def_ro("has_zero", &Format::has_zero)
+      .def_prop_ro("has_nan", &Format::has_nan)
+      .def_prop_ro("nan_encoding", [](const Format& f) { return std::string(to_string(f.nan)); })
+      .def_prop_ro("subnormals", [](const Format& f) { return std::string(to_string(f.subnormals)); })
+      .def_prop_ro("overflow", [](const Format& f) { return std::string(to_string(f.overflow)); })
+      .def_prop_ro("storage_bytes", &Format::storage_bytes)
+      .def(
+          "with_options",
+          [](const Format& f, std::string_view subnormals, std::string_view overflow) {
+            return format_with_options(f, subnormals, overflow);
+          },
+          nb::arg("subnormals") = "keep", nb::arg("overflow") = "inf",
+          "The same format with subnormal results kept or flushed and overflow to inf or saturating.")
+      .def("__eq__", [](const Format& a, const Format& b) { return a == b; }, nb::is_operator())
+      .def("__hash__",
+           [](const Format& f) {
+             return nb::hash(nb::make_tuple(f.exp_bits, f.man_bits, f.bias, f.has_inf, static_cast<int>(f.nan),
+                                            static_cast<int>(f.subnormals), static_cast<int>(f.overflow),
+                                            f.has_sign, f.has_zero));
+           })
+      .def("__repr__",
+           [](const Format& f) {
+             std::string s = "mpsim.Format('" + f.name + "')";
+             if (f.subnormals != Subnormals::keep || f.overflow != Overflow::to_inf)
+               s += ".with_options(subnormals='" + std::string(to_string(f.subnormals)) + "', overflow='" +
+                    (f.overflow == Overflow::saturate ? "saturate" : "inf") + "')";
+             return s;
+           })
+      .def("__getstate__", [](const Format& f) {
+        return nb::make_tuple(f.name, std::string(to_string(f.subnormals)),
+                              f.overflow == Overflow::saturate ? "saturate" : "inf");
+      })
+      .def("__setstate__", [](Format* f, const nb::tuple& t) {
+        new (f) Format(format_with_options(parse_format(nb::cast<std::string>(t[0])), nb::cast<std::string>(t[1]),
+                                           nb::cast<std::string>(t[2])));
+      });
+
+  m.def(
+      "formats",
+      [] {
+        std::vector<std::string> names;
+        for (const Format& f : named_formats()) names.push_back(f.name);
+        return names;
+      },
+      "The canonical names of the named element formats (Format(name) also takes aliases, ml_dtypes names "
+      "and custom eXmY).");
+  m.def(
+      "block_formats",
+      [] {
+        std::vector<std::string> names;
+        for (auto n : block_format_names()) names.emplace_back(n);
+        return names;
+      },
+      "The block format names mpsim.round and mpsim.encode take (mxfp8_e4m3, ..., nvfp4).");
+  m.def("is_block_format", [](std::string_view name) { return is_block_format_name(name); }, nb::arg("name"));
+  m.def("rounding_modes", [] {
+    std::vector<std::string> names;
+    for (auto mode : {RoundingMode::nearest_even, RoundingMode::toward_zero, RoundingMode::up, RoundingMode::down,
+                      RoundingMode::nearest_away, RoundingMode::to_odd, RoundingMode::stochastic})
+      names.emplace_back(short_name(mode));
+    return names;
+  });
+}
+
+}  // namespace mpsim::python
+
+NB_MODULE(_core, m) {
+  namespace nb = nanobind;
+  m.attr("__version__") = mpsim::kVersion;
+  // Bad input (an unknown format name, a malformed JSON, a shape that does not fit) is mpsim::Error in the
+  // library; in Python it is a ValueError carrying the same message.
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const mpsim::Error& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const nlohmann::json::exception& e) {
+      // Histogram.from_json on a malformed string.
+      PyErr_SetString(PyExc_ValueError, (std::string("malformed JSON: ") + e.what()).c_str());
+    }
+  });
+  mpsim::python::bind_formats(m);
+  mpsim::python::bind_arrays(m);
+  mpsim::python::bind_analysis(m);
+}

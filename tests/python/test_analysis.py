@@ -1,0 +1,139 @@
+"""mpsim.Histogram and mpsim.UnderflowCounter against `mpsim hist` / `mpsim underflow` on the same data (identical
+JSON apart from the fields named below), merging, `+`, pickling and the flat int64 counts round trip."""
+import json
+import pickle
+
+import numpy as np
+import pytest
+
+import mpsim
+
+RNG_SEED = 20261125
+
+# Fields of a tensor entry the command line adds from its read of the file and the counters do not hold:
+# the array's shape and dtype, and (underflow) the exact moments min, max, mean, std, l1_norm, l2_norm.
+FILE_ONLY_FIELDS = {"shape", "dtype", "min", "max", "mean", "std", "l1_norm", "l2_norm"}
+
+
+def gradients():
+    """Three tensors like activation gradients: log-normal magnitudes over many binades, zeros, a NaN, an inf."""
+    rng = np.random.default_rng(RNG_SEED)
+    a = (rng.standard_normal(5000) * np.exp(rng.normal(-12, 4, 5000))).astype(np.float32)
+    a[:50] = 0
+    a[60] = np.nan
+    a[61] = -np.inf
+    b = (rng.standard_normal((40, 30)) * 1e-6).astype(np.float32)
+    c = (rng.standard_normal(3000) * np.exp(rng.normal(-20, 6, 3000))).astype(np.float64)
+    return {"a": a, "b": b, "c": c}
+
+
+def strip(report):
+    for t in report["tensors"] + [report["total"]]:
+        for k in FILE_ONLY_FIELDS:
+            t.pop(k, None)
+    return report
+
+
+def labelled(report, names):
+    """The CLI labels a tensor of an .npz 'file.npz:name'; the counters are named by the caller."""
+    for t, n in zip(report["tensors"], names):
+        assert t["tensor"].endswith(":" + n)
+        t["tensor"] = n
+    return report
+
+
+@pytest.mark.parametrize("fmt,scale", [("fp16", 1.0), ("fp16", 1024.0), ("bf16", 1.0), ("fp8_e4m3", 0.5)])
+def test_hist_json_same_as_cli(cli, fmt, scale):
+    data = gradients()
+    want = labelled(strip(cli.report("hist", data, "--format", fmt, "--scale", scale)), data)
+    counters = {}
+    for name, x in data.items():
+        counters[name] = mpsim.UnderflowCounter(fmt)
+        counters[name].add(x)
+    got = strip(json.loads(mpsim.hist_report_json(counters, scale)))
+    assert got == want
+    for name, x in data.items():
+        h = mpsim.Histogram()
+        h.add(x)
+        entry = next(t for t in want["tensors"] if t["tensor"] == name)
+        assert json.loads(h.to_json()) == entry["histogram"]
+    print(f"hist {fmt} scale {scale}: {sum(x.size for x in data.values())} values in {len(data)} tensors, the "
+          f"JSON equal to `mpsim hist --json` apart from {sorted(FILE_ONLY_FIELDS)}")
+
+
+@pytest.mark.parametrize("fmt,mode,scale,sweep", [("fp16", "rne", 1.0, True), ("fp16", "rtz", 65536.0, False),
+                                                  ("bf16", "rne", 1.0, False), ("fp8_e5m2", "ru", 2.0**-4, True)])
+def test_underflow_json_same_as_cli(cli, fmt, mode, scale, sweep):
+    data = gradients()
+    opts = ["--format", fmt, "--mode", mode, "--scale", scale] + (["--sweep"] if sweep else [])
+    want = labelled(strip(cli.report("underflow", data, *opts)), data)
+    counters = {}
+    for name, x in data.items():
+        counters[name] = mpsim.UnderflowCounter(fmt, mode)
+        counters[name].add(x)
+    got = strip(json.loads(mpsim.underflow_report_json(counters, scale, sweep=sweep)))
+    assert got == want
+    one = strip(json.loads(counters["a"].report_json("a", scale, sweep=sweep)))
+    assert one["tensors"][0] == want["tensors"][0]
+    k = int(np.log2(scale))
+    u = counters["a"].underflow(k)
+    for key in ["underflows%", "underflows_num", "subnormals%", "overflows%", "numel", "cur_amax"]:
+        assert u[key] == want["tensors"][0][key]
+    assert counters["a"].recommend_scale(log2_scale=k) == want["tensors"][0]["recommended"]
+    if sweep:
+        assert counters["a"].sweep() == want["tensors"][0]["sweep"]
+    print(f"underflow {fmt} {mode} scale {scale} sweep {sweep}: JSON equal to `mpsim underflow --json` apart "
+          f"from {sorted(FILE_ONLY_FIELDS)}")
+
+
+def test_merge_add_pickle_counts():
+    data = gradients()
+    whole_c, whole_h = mpsim.UnderflowCounter("fp16"), mpsim.Histogram()
+    parts_c, parts_h = [], []
+    for x in data.values():
+        whole_c.add(x)
+        whole_h.add(x)
+        c, h = mpsim.UnderflowCounter("fp16"), mpsim.Histogram()
+        c.add(x)
+        h.add(x)
+        parts_c.append(c)
+        parts_h.append(h)
+    assert parts_c[0] + parts_c[1] + parts_c[2] == whole_c
+    assert parts_h[0] + parts_h[1] + parts_h[2] == whole_h
+    m = mpsim.UnderflowCounter("fp16")
+    for c in parts_c:
+        m.merge(c)
+    assert m == whole_c and m.total == sum(x.size for x in data.values())
+    assert pickle.loads(pickle.dumps(whole_c)) == whole_c
+    assert pickle.loads(pickle.dumps(whole_h)) == whole_h
+    # The all-reduce recipe: sum the int64 counts, max the amax, min the amin_nonzero.
+    summed = sum(c.counts_array() for c in parts_c)
+    assert summed.dtype == np.int64
+    rebuilt = mpsim.UnderflowCounter.from_counts_array("fp16", "rne", summed, max(c.amax for c in parts_c),
+                                                       min(c.amin_nonzero for c in parts_c))
+    assert rebuilt == whole_c
+    assert rebuilt.report_json("t", sweep=True) == whole_c.report_json("t", sweep=True)
+    hsum = sum(h.counts_array() for h in parts_h)
+    assert mpsim.Histogram.from_counts_array(hsum) == whole_h
+    assert mpsim.Histogram.from_json(whole_h.to_json()) == whole_h
+    assert whole_c.histogram() == whole_h
+    print(f"{len(parts_c)} counters / histograms merged by merge(), +, counts sums: equal to one fed everything "
+          f"({whole_c.total} values); pickles and JSON round trip")
+
+
+def test_analysis_bad_input():
+    c = mpsim.UnderflowCounter("fp16")
+    with pytest.raises(ValueError):
+        c.merge(mpsim.UnderflowCounter("bf16"))
+    with pytest.raises(ValueError):
+        mpsim.UnderflowCounter("fp16", "sr")
+    with pytest.raises(TypeError):
+        c.add(np.ones(3, np.int16))
+    with pytest.raises(ValueError):
+        mpsim.UnderflowCounter.from_counts_array("fp16", "rne", np.zeros(5, np.int64))
+    with pytest.raises(ValueError):
+        mpsim.Histogram.from_counts_array(-np.ones(2102, np.int64))
+    with pytest.raises(ValueError):
+        mpsim.Histogram.from_json("{")
+    with pytest.raises(ValueError):
+        mpsim.hist_report_json({"x": c}, 3.0)

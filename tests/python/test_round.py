@@ -1,0 +1,241 @@
+"""mpsim.round / encode / decode against numpy's and ml_dtypes' casts (where those are exact) and against the
+`mpsim round` command line on the same input, bit for bit; options, shapes, in-place output and bad input."""
+import numpy as np
+import pytest
+
+import ml_dtypes
+import ml_dtypes_check as mlc  # tests/format/ml_dtypes_check.py (conftest puts it on sys.path)
+import mpsim
+
+RNG_SEED = 20261125
+
+
+def edge_cases_f32():
+    """±0, float32 subnormals, fp16 / bf16 subnormals and ties, max finite and the overflow boundaries, inf, NaNs."""
+    vals = [0.0, -0.0, 1.0, -1.0, 2.0**-149, -(2.0**-149), 2.0**-126, 2.0**-24, 2.0**-25, 3 * 2.0**-26,
+            2.0**-14, 2.0**-14 - 2.0**-24, 1 + 2.0**-11, 1 + 3 * 2.0**-11, 1 + 2.0**-8, 1 + 3 * 2.0**-8,
+            65504.0, 65519.0, 65520.0, -65520.0, 65536.0, 448.0, 464.0, 57344.0, 61440.0, 3.0e38,
+            float(np.finfo(np.float32).max), np.inf, -np.inf]
+    x = np.array(vals, dtype=np.float32)
+    nan_bits = np.array([0x7FC00000, 0xFFC00000, 0x7F800001, 0xFF800001, 0x7FFFFFFF, 0x7FA00000, 0x7F802000],
+                        dtype=np.uint32).view(np.float32)
+    return np.concatenate([x, nan_bits])
+
+
+def sample_f32(n=1 << 16):
+    rng = np.random.default_rng(RNG_SEED)
+    bits = rng.integers(0, 1 << 32, n, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    logu = np.exp(rng.uniform(np.log(2.0**-30), np.log(2.0**20), n)).astype(np.float32)
+    return np.concatenate([edge_cases_f32(), bits, logu, -logu])
+
+
+def same_bits_or_both_nan(got_bits, want_bits, got_vals, want_vals):
+    """Mismatches: encodings differ, unless both are NaN of the same sign (NaN payloads: docs/formats.md)."""
+    diff = got_bits != want_bits
+    nan_ok = np.isnan(got_vals) & np.isnan(want_vals) & (np.signbit(got_vals) == np.signbit(want_vals))
+    return diff & ~nan_ok
+
+
+def test_fp16_rne_matches_numpy():
+    x = sample_f32()
+    got = mpsim.encode(x, "fp16")
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = x.astype(np.float16)
+    bad = same_bits_or_both_nan(got, want.view(np.uint16), got.view(np.float16), want)
+    vals = mpsim.round(x, "fp16")
+    bad_vals = ~((vals == want.astype(np.float32)) | (np.isnan(vals) & np.isnan(want)))
+    print(f"fp16 rne vs numpy astype(float16): {x.size} inputs, {int(bad.sum())} encoding mismatches, "
+          f"{int(bad_vals.sum())} value mismatches")
+    assert bad.sum() == 0 and bad_vals.sum() == 0
+    assert np.array_equal(np.signbit(vals), np.signbit(want.astype(np.float32)))
+
+
+@pytest.mark.parametrize("name", mlc.TYPES)
+def test_ml_dtypes_types_match(name):
+    """Every ml_dtypes element type mpsim names: the structured inputs of ml_dtypes_check (every value,
+    every midpoint and its neighbours, log-uniform and random bits, specials), known differences apart."""
+    t = getattr(ml_dtypes, name)
+    x, _, _ = mlc.structured_inputs(t, np.random.default_rng(RNG_SEED))
+    x = np.concatenate([x, edge_cases_f32()])
+    got = mpsim.encode(x, name)
+    bad, known, payload, first, _ = mlc.compare(name, x, got, t)
+    print(f"{name}: {x.size} inputs through mpsim.encode vs ml_dtypes, {bad} mismatches, {known} known "
+          f"differences, {payload} NaN payload differences; first bad at {list(first)}")
+    assert bad == 0
+
+
+FORMATS = ["fp16", "bf16", "tf32", "fp8_e4m3", "fp8_e5m2", "float6_e2m3fn", "float4_e2m1fn", "float8_e8m0fnu",
+           "e6m9"]
+MODES = ["rne", "rtz", "ru", "rd", "rna", "rto", "sr"]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_same_as_cli_every_mode(cli, fmt):
+    """Values, encodings and the Stats of the same pass, as `mpsim round` (float32 input)."""
+    x = sample_f32(1 << 12)
+    checked = 0
+    for mode in MODES:
+        opts = ["--to", fmt, "--mode", mode]
+        kw = {}
+        if mode == "sr":
+            opts += ["--seed", "7", "--sr-bits", "8"]
+            kw = {"seed": 7, "sr_bits": 8}
+        want_vals, want_stats = cli.round(x, *opts, stats=True)
+        got_vals, got_stats = mpsim.round(x, fmt, mode, stats=True, **kw)
+        assert got_vals.dtype == want_vals.dtype and got_vals.shape == want_vals.shape
+        assert np.array_equal(got_vals.view(np.uint32), want_vals.view(np.uint32)), (fmt, mode)
+        for k, v in got_stats.items():
+            assert want_stats[k] == v, (fmt, mode, k)
+        if fmt != "e6m9":  # 16 bits: --bits writes uint16 as encode does
+            want_bits, _ = cli.round(x, *opts, "--bits")
+            got_bits = mpsim.encode(x, fmt, mode, **kw)
+            assert got_bits.dtype == want_bits.dtype and np.array_equal(got_bits, want_bits), (fmt, mode)
+        checked += x.size
+    print(f"{fmt}: {checked} float32 inputs over modes {MODES} through mpsim.round/encode and `mpsim round`: "
+          "0 mismatches")
+
+
+@pytest.mark.parametrize("opts,kw", [
+    (["--subnormals", "flush"], {"subnormals": "flush"}),
+    (["--overflow", "saturate"], {"overflow": "saturate"}),
+    (["--like", "x86"], {"like": "x86"}),
+    (["--like", "cuda-sm90"], {"like": "cuda-sm90"}),
+    (["--daz"], {"daz": True}),
+])
+@pytest.mark.parametrize("fmt", ["fp16", "bf16", "fp8_e4m3", "fp8_e5m2"])
+def test_options_same_as_cli(cli, fmt, opts, kw):
+    x = sample_f32(1 << 12)
+    want_vals, want_stats = cli.round(x, "--to", fmt, *opts, stats=True)
+    got_vals, got_stats = mpsim.round(x, fmt, stats=True, **kw)
+    assert np.array_equal(got_vals.view(np.uint32), want_vals.view(np.uint32))
+    assert all(want_stats[k] == v for k, v in got_stats.items())
+    want_bits, _ = cli.round(x, "--to", fmt, "--bits", *opts)
+    assert np.array_equal(mpsim.encode(x, fmt, **kw), want_bits)
+    print(f"{fmt} {kw}: {x.size} inputs, values, encodings and stats as `mpsim round`")
+
+
+@pytest.mark.parametrize("fmt", ["fp16", "bf16", "fp8_e5m2", "e11m30"])
+def test_float64_same_as_cli(cli, fmt):
+    rng = np.random.default_rng(RNG_SEED)
+    with np.errstate(invalid="ignore"):  # signalling NaNs widened to float64
+        edges = edge_cases_f32().astype(np.float64)
+    x = np.concatenate([rng.integers(0, 1 << 63, 1 << 12, dtype=np.uint64).view(np.float64),
+                        np.exp(rng.uniform(-40, 40, 1 << 12)), edges])
+    for mode in ["rne", "rto", "sr"]:
+        want, _ = cli.round(x, "--to", fmt, "--mode", mode)
+        got = mpsim.round(x, fmt, mode)
+        assert got.dtype == np.float64 and np.array_equal(got.view(np.uint64), want.view(np.uint64)), (fmt, mode)
+        if fmt != "e11m30":
+            want_bits, _ = cli.round(x, "--to", fmt, "--mode", mode, "--bits")
+            assert np.array_equal(mpsim.encode(x, fmt, mode), want_bits), (fmt, mode)
+    print(f"{fmt}: {x.size} float64 inputs x 3 modes as `mpsim round`")
+
+
+@pytest.mark.parametrize("name", ["mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4_e2m1", "nvfp4"])
+def test_block_formats_same_as_cli(cli, name):
+    rng = np.random.default_rng(RNG_SEED)
+    x = (rng.standard_normal((8, 100)) * np.exp(rng.uniform(-20, 20, (8, 1)))).astype(np.float32)
+    x[3, 5] = np.nan
+    for mode, kw, extra in [("rne", {}, []), ("sr", {"seed": 3}, ["--seed", "3"])]:
+        want, want_stats = cli.round(x, "--to", name, "--mode", mode, *extra, stats=True)
+        got, got_stats = mpsim.round(x, name, mode, stats=True, **kw)
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (name, mode)
+        for k in ["count", "nonzero", "nan", "inf_in", "flushed", "subnormal", "saturated", "blocks", "nan_blocks"]:
+            assert got_stats[k] == want_stats[k], (name, mode, k)
+        # nvfp4 with a NaN in the tensor: a NaN tensor scale, which the CLI's JSON writes as null.
+        ts = got_stats["tensor_scale"]
+        assert (want_stats["tensor_scale"] is None) if np.isnan(ts) else ts == want_stats["tensor_scale"]
+        assert [list(p) for p in got_stats["scale_log2"]] == want_stats["scale_log2"]
+        want_npz, _ = cli.round(x, "--to", name, "--mode", mode, *extra, "--bits")
+        enc = mpsim.encode(x, name, mode, **kw)
+        assert np.array_equal(enc[0], want_npz["elements"]) and np.array_equal(enc[1], want_npz["scales"])
+        if name == "nvfp4":
+            assert np.float32(enc[2]).view(np.uint32) == want_npz["tensor_scale"].view(np.uint32)[0]
+        back = mpsim.decode_blocks(*enc[:2], name, *(enc[2:] if name == "nvfp4" else ()))
+        assert np.array_equal(back.view(np.uint32), want.view(np.uint32))
+    print(f"{name}: {x.size} values x 2 modes, dequantized values, encodings and stats as `mpsim round`")
+
+
+def test_decode_inverts_encode():
+    x = sample_f32(1 << 12)
+    with np.errstate(invalid="ignore"):  # signalling NaNs widened to float64
+        x64 = x.astype(np.float64)
+    for f in mpsim.formats():
+        fmt = mpsim.Format(f)
+        if fmt.storage_bits > 32:
+            continue
+        bits = mpsim.encode(x64, f)
+        v64 = mpsim.decode(bits, f, np.float64)
+        r64 = mpsim.round(x64, f)
+        ok = (v64 == r64) | (np.isnan(v64) & np.isnan(r64))
+        assert ok.all(), f
+        if fmt.exp_bits <= 8:
+            v32 = mpsim.decode(bits, f)
+            assert v32.dtype == np.float32
+            r32 = mpsim.round(x, f)
+            assert (((v32 == r32) | (np.isnan(v32) & np.isnan(r32)))).all(), f
+    print(f"decode(encode(x)) == round(x) for {len(mpsim.formats())} formats, {x.size} inputs each")
+
+
+def test_shapes_inplace_and_strided():
+    x = sample_f32(1 << 10)[: 3 * 4 * 80].reshape(3, 4, 80)
+    flat = mpsim.round(x.ravel(), "bf16")
+    got = mpsim.round(x, "bf16")
+    assert got.shape == x.shape and np.array_equal(got.ravel().view(np.uint32), flat.view(np.uint32))
+    # A strided view is copied to a contiguous one first: same values as its contiguous copy.
+    view = x[:, ::2, ::3]
+    assert np.array_equal(mpsim.round(view, "fp16").view(np.uint32),
+                          mpsim.round(np.ascontiguousarray(view), "fp16").view(np.uint32))
+    y = x.copy()
+    r = mpsim.round(y, "bf16", out=y)
+    assert r is y and np.array_equal(y.view(np.uint32), got.view(np.uint32))
+    assert mpsim.round(np.zeros((0, 5), np.float32), "fp16").shape == (0, 5)
+    assert mpsim.round(np.float32(1 + 2.0**-11), "fp16") == np.float32(1.0)
+    assert mpsim.encode(np.array(65520.0, np.float32), "fp16") == 0x7C00
+    print("shapes (3-D, 0-d, empty), strided input, out= in place: as the flat contiguous call")
+
+
+def test_bad_input_raises():
+    x = np.ones(8, np.float32)
+    cases = [
+        (TypeError, lambda: mpsim.round(np.ones(8, np.int32), "fp16")),
+        (TypeError, lambda: mpsim.round(np.ones(8, np.float16), "fp16")),
+        (ValueError, lambda: mpsim.round(x, "fp17")),
+        (ValueError, lambda: mpsim.round(x, "fp16", "nearest-sideways")),
+        (ValueError, lambda: mpsim.round(x, "fp16", sr_bits=8)),
+        (ValueError, lambda: mpsim.round(x, "fp16", "sr", sr_bits=40)),
+        (ValueError, lambda: mpsim.round(x, "fp16", subnormals="drop")),
+        (ValueError, lambda: mpsim.round(x, "fp16", overflow="wrap")),
+        (ValueError, lambda: mpsim.round(x, "fp16", like="tpu")),
+        (ValueError, lambda: mpsim.round(x, "fp16", out=np.ones(7, np.float32))),
+        (ValueError, lambda: mpsim.round(x, "fp16", out=np.ones(16, np.float32)[::2])),
+        (TypeError, lambda: mpsim.round(x, "fp16", out=np.ones(8, np.float64))),
+        (ValueError, lambda: mpsim.round(x, "mxfp8_e4m3", overflow="saturate")),
+        (ValueError, lambda: mpsim.encode(x, "fp64")),
+        (TypeError, lambda: mpsim.decode(np.ones(8, np.uint8), "fp16")),
+        (ValueError, lambda: mpsim.decode(np.ones(8, np.uint16), "e11m4")),
+        (ValueError, lambda: mpsim.round(x, "fp64")),
+    ]
+    for i, (exc, call) in enumerate(cases):
+        with pytest.raises(exc) as info:
+            call()
+        print(f"case {i}: {exc.__name__}: {info.value}")
+        assert str(info.value)
+
+
+def test_format_objects():
+    want = {"fp16": np.float16, "bf16": ml_dtypes.bfloat16, "fp8_e4m3": ml_dtypes.float8_e4m3fn,
+            "fp8_e5m2": ml_dtypes.float8_e5m2, "float6_e2m3fn": ml_dtypes.float6_e2m3fn}
+    for name, t in want.items():
+        f = mpsim.Format(name)
+        fi = ml_dtypes.finfo(t)
+        assert (f.max_finite, f.min_normal, f.min_subnormal) == (float(fi.max), float(fi.smallest_normal),
+                                                                  float(fi.smallest_subnormal)), name
+        assert f.man_bits == fi.nmant and f.exp_bits == fi.nexp, name
+    assert mpsim.Format("float8_e4m3fn") == mpsim.Format("fp8_e4m3")
+    import pickle
+    f = mpsim.Format("bf16").with_options(subnormals="flush")
+    assert pickle.loads(pickle.dumps(f)) == f and f != mpsim.Format("bf16")
+    assert all(mpsim.Format(n).name == n for n in mpsim.formats())
+    assert "nvfp4" in mpsim.block_formats()
+    print(f"Format constants of {len(want)} formats equal ml_dtypes.finfo; {len(mpsim.formats())} names parse")
