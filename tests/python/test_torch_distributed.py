@@ -113,8 +113,8 @@ def test_two_gloo_ranks_merge_to_the_concatenated_data(tmp_path):
         assert sorted(got) == sorted(want), name
         counts = sum(int(v.sum()) for k, v in want.items() if k.endswith("counts"))
         bad = [k for k in want if not np.array_equal(got[k], want[k])]
-        print(f"{name}: {len(want) // 2} counters (sites x formats), {counts} counts compared, "
-              f"{len(bad)} differ from one process fed the concatenated data")
+        print(f"{name}: {len(want) // 2} counters (sites x formats) holding {counts} counts, all compared: "
+              f"{len(bad)} counters differ from one process fed the concatenated data")
         assert not bad, bad[:3]
     # The files rank 0 wrote equal the single process's: histograms bin for bin, the CSV rows, the report.
     for step in range(1, STEPS + 1):

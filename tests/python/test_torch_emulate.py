@@ -137,7 +137,11 @@ def small_gradient_run(scaler, steps=3):
     monitor = mt.GradientMonitor(model, formats=["fp16"], every=1, scaler=scaler)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     captured = []
-    model[2].register_forward_hook(lambda m, i, o: o.register_hook(lambda g: captured.append(g.clone())))
+
+    def capture(module, inputs, output):
+        output.register_hook(lambda g: captured.append(g.clone()))
+
+    model[2].register_forward_hook(capture)
     rows = []
     for _ in range(steps):
         captured.clear()

@@ -44,6 +44,7 @@ import io
 import json
 import math
 import os
+import weakref
 from pathlib import Path
 
 import torch
@@ -100,6 +101,14 @@ def _number(x):
     if isinstance(x, int):
         return str(x)
     return repr(float(x))
+
+
+def _grad_hook(ref, site):
+    def hook(grad):
+        mon = ref()
+        if mon is not None:
+            mon.observe(site, grad, kind="activation_grad")
+    return hook
 
 
 def _flatten_tensors(out):
@@ -173,33 +182,36 @@ class GradientMonitor:
                     self._handles.append(p.register_post_accumulate_grad_hook(self._weight_hook(site)))
 
     # ---- hooks -------------------------------------------------------------------------------------
+    # The hooks the model holds reach the monitor through a weak reference: the model does not keep a
+    # monitor (and its counters) alive, and a monitor that is dropped leaves hooks that do nothing.
     def _forward_hook(self, site, grads, activations):
+        ref = weakref.ref(self)
+
         def hook(module, inputs, output):
-            if not self._sampling or not torch.is_grad_enabled():
+            mon = ref()
+            if mon is None or not mon._sampling or not torch.is_grad_enabled():
                 return None
             tensors = _flatten_tensors(output)
             for i, t in enumerate(tensors):
                 suffix = "" if len(tensors) == 1 else str(i)
                 if activations and t.is_floating_point():
-                    self.observe(f"{site}/out{suffix}", t, kind="activation")
+                    mon.observe(f"{site}/out{suffix}", t, kind="activation")
                 if grads and t.requires_grad:
-                    t.register_hook(self._grad_hook(f"{site}/out{suffix}_grad"))
+                    t.register_hook(_grad_hook(ref, f"{site}/out{suffix}_grad"))
             return None
         return hook
 
-    def _grad_hook(self, site):
-        def hook(grad):
-            self.observe(site, grad, kind="activation_grad")
-        return hook
-
     def _weight_hook(self, site):
+        ref = weakref.ref(self)
+
         def hook(param):
-            if self._sampling and param.grad is not None:
+            mon = ref()
+            if mon is not None and mon._sampling and param.grad is not None:
                 # With gradient accumulation the hook fires once per backward: the latest accumulated .grad
                 # replaces what an earlier micro-batch's backward counted.
-                self._counts["weight_grad"].pop(site, None)
-                self.observe(site, param.grad, kind="weight_grad")
-                self._grad_norms[site] = float(torch.linalg.vector_norm(param.grad.detach(), dtype=torch.float64))
+                mon._counts["weight_grad"].pop(site, None)
+                mon.observe(site, param.grad, kind="weight_grad")
+                mon._grad_norms[site] = float(torch.linalg.vector_norm(param.grad.detach(), dtype=torch.float64))
         return hook
 
     # ---- counting ----------------------------------------------------------------------------------
@@ -430,7 +442,7 @@ def _stats(counter):
     """UnderflowCounter.underflow(0) (the TE-named statistics), with zero / subnormal / overflow beside: the
     fractions of the non-zero finite values, from the counts (the simulator's steps.csv columns)."""
     st = dict(counter.underflow(0))
-    nonzero_finite = st["numel"] - st["zero_num"] - st["nan_num"] - st["inf_num"]
+    nonzero_finite = st["nonzero_finite_num"]
     for key, num in (("zero", "underflows_num"), ("subnormal", "subnormals_num"), ("overflow", "overflows_num")):
         st[key] = st[num] / nonzero_finite if nonzero_finite else 0.0
     return st
