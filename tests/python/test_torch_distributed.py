@@ -58,7 +58,8 @@ def worker(rank, init_file, out):
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
     out = Path(out)
     # Step by step (reduce="auto"): every rank's reports are already the merge; rank 0 writes the files.
-    auto = mt.GradientMonitor(nn.Linear(1, 1), formats=FORMATS, every=1, out=out / "auto", weight_grads=False)
+    auto = mt.GradientMonitor(nn.Linear(1, 1), formats=FORMATS, every=1, hist_every=1, out=out / "auto",
+                              weight_grads=False)
     feed(auto, [rank])
     auto.close()
     if rank == 0:
@@ -103,7 +104,8 @@ def test_two_gloo_ranks_merge_to_the_concatenated_data(tmp_path):
     mp.spawn(worker, args=(str(tmp_path / "init"), str(tmp_path)), nprocs=WORLD, join=True)
 
     # The reference: one process, no torch.distributed, fed both ranks' shards.
-    ref = mt.GradientMonitor(nn.Linear(1, 1), formats=FORMATS, every=1, out=tmp_path / "single", weight_grads=False)
+    ref = mt.GradientMonitor(nn.Linear(1, 1), formats=FORMATS, every=1, hist_every=1, out=tmp_path / "single",
+                             weight_grads=False)
     feed(ref, range(WORLD))
     ref.close()
     dump_totals(ref.totals, tmp_path / "single_totals.npz")

@@ -212,6 +212,33 @@ def test_skipped_step_is_the_one_gradscaler_skips():
     assert scales_after == [2.0**8, 2.0**7, 2.0**7]
 
 
+def test_best_window_equals_the_sweeps():
+    """The monitor's window search against UnderflowCounter.sweep()'s best window (the C++ sweep over every
+    scale): log-uniform data of random spans, some with zeros and infinities, every format, four ranges."""
+    import random
+
+    import mpsim
+    from mpsim.torch.monitor import best_window
+
+    rng = random.Random(7)
+    compared = 0
+    for seed in range(12):
+        lo_exp = rng.uniform(-60, 10)
+        x = log_uniform(3000, lo_exp, lo_exp + rng.uniform(0, 70), seed=100 + seed)
+        if seed % 3 == 0:
+            x[:5] = 0.0
+            x[5] = float("inf")
+        for fmt in TORCH_DTYPE:
+            c = mpsim.UnderflowCounter(fmt)
+            c.add(x)
+            for lo, hi in [(-128, 128), (-8, 32), (-20, -10), (30, 60)]:
+                w = c.sweep(lo, hi)["best_window"]
+                want = None if w is None else (w["lo_log2_scale"], w["hi_log2_scale"])
+                assert best_window(c, lo, hi) == want, (seed, fmt, lo, hi)
+                compared += 1
+    print(f"best_window: {compared} (data, format, range) cases, every one equal to the sweep's best window")
+
+
 def test_bad_input_names_the_tensor():
     model = mlp()
     monitor = mt.GradientMonitor(model, formats=["fp16"])

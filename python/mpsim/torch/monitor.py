@@ -13,7 +13,9 @@ On every `every`-th step (the first included) it counts, per layer:
     registered by a forward hook only on sampled steps, so the other steps pay for one Python call per
     module; a full backward hook would wrap every forward in autograd nodes on every step). With the
     emulation hooks (emulate.py) these are the values before they are rounded at MODULE/out_grad;
-  * weight gradients: each parameter's .grad when backward accumulates it (post-accumulate-grad hooks);
+  * weight gradients: each parameter's .grad when backward has accumulated it (post-accumulate-grad
+    hooks; with gradient accumulation the last backward's .grad; under DDP this rank's own gradient, as
+    the hooks run before DDP averages it);
   * optionally activations (the module outputs).
 Values are counted as backward produces them, so under a GradScaler they include the loss scale S, read
 from the scaler during backward: the shares below are "at the current loss scale", and scale windows and
@@ -24,7 +26,8 @@ with no overflow and the fewest underflows, and the recommended scale (largest 2
 max finite); log2 histograms (mpsim.Histogram) per site.
 
 Files under `out` (rank 0 only), in the schemas `mpsim train` writes, so the notebooks draw a PyTorch run
-with the simulator's drawing code:
+with the simulator's drawing code; written on every `hist_every`-th sampled step (default 10: with
+every=10, steps 1, 101, 201, ...), by flush() and by close():
   steps.csv               one row per sampled step: step,loss,metric,scale,skipped,grad_norm,swallowed, then
                           SITE:zero,SITE:subnormal,SITE:overflow per activation-gradient site in the first
                           format (fractions of the non-zero finite values), SITE:zero@F ... for the other
@@ -65,8 +68,13 @@ class SiteCounts:
     """Everything counted at one site: one underflow counter per format (each also holds the site's log2
     histogram, so the values pass once per format and no histogram pass is added)."""
 
-    def __init__(self, formats, mode, counters=None):
-        self.counters = counters or {f: mpsim.UnderflowCounter(f, mode) for f in formats}
+    def __init__(self, formats, mode, counters=None, empty=None):
+        if counters is None:
+            # Copies of empty counters (the sum of an empty counter with itself) are ten times quicker to make
+            # than new ones, which first find the format's rounding thresholds.
+            counters = ({f: empty[f] + empty[f] for f in formats} if empty is not None
+                        else {f: mpsim.UnderflowCounter(f, mode) for f in formats})
+        self.counters = counters
 
     @property
     def hist(self):
@@ -123,7 +131,7 @@ class GradientMonitor:
     """Per-layer gradient telemetry in low-precision formats; see the module docstring."""
 
     def __init__(self, model, formats=DEFAULT_FORMATS, *, every=10, scaler=None, out=None, activations=False,
-                 activation_grads=True, weight_grads=True, modules=None, hist_every=1, mode="rne", margin=2.0,
+                 activation_grads=True, weight_grads=True, modules=None, hist_every=10, mode="rne", margin=2.0,
                  policy="pytorch fp32", reduce="auto", group=None):
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"GradientMonitor: expected a torch.nn.Module, got {type(model).__name__}")
@@ -132,6 +140,7 @@ class GradientMonitor:
         if not formats:
             raise ValueError("GradientMonitor: formats is empty")
         self.formats = tuple(mpsim.Format(f).name for f in formats)  # unknown names fail here, named
+        self._empty = {f: mpsim.UnderflowCounter(f, mode) for f in self.formats}
         if int(every) < 1 or int(hist_every) < 0:
             raise ValueError(f"GradientMonitor: every={every} must be >= 1 and hist_every={hist_every} >= 0")
         if reduce not in ("auto", "never"):
@@ -211,7 +220,7 @@ class GradientMonitor:
                 # replaces what an earlier micro-batch's backward counted.
                 mon._counts["weight_grad"].pop(site, None)
                 mon.observe(site, param.grad, kind="weight_grad")
-                mon._grad_norms[site] = float(torch.linalg.vector_norm(param.grad.detach(), dtype=torch.float64))
+                mon._grad_norms[site] = float(torch.linalg.vector_norm(param.grad.detach()))
         return hook
 
     # ---- counting ----------------------------------------------------------------------------------
@@ -234,7 +243,7 @@ class GradientMonitor:
         values = values_to_count(tensor, f"{kind} {site}")
         counts = self._counts[kind].get(site)
         if counts is None:
-            counts = self._counts[kind][site] = SiteCounts(self.formats, self.mode)
+            counts = self._counts[kind][site] = SiteCounts(self.formats, self.mode, empty=self._empty)
         counts.add(values)
 
     @property
@@ -304,9 +313,8 @@ class GradientMonitor:
                 entry["recommended_log2_scale"] = None if rec is None else rec["log2_scale"] + log2_s
                 # Over the absolute loss scales 2^-128 .. 2^128, whatever the scale the values carry.
                 shift = round(log2_s)
-                window = total.sweep(-SWEEP_LOG2 - shift, SWEEP_LOG2 - shift)["best_window"]
-                entry["window"] = (None if window is None else
-                                   [window["lo_log2_scale"] + log2_s, window["hi_log2_scale"] + log2_s])
+                window = best_window(total, -SWEEP_LOG2 - shift, SWEEP_LOG2 - shift)
+                entry["window"] = None if window is None else [window[0] + log2_s, window[1] + log2_s]
                 per_kind[kind] = entry
             out["formats"][f] = per_kind
         wg = counts.get("weight_grad", {})
@@ -354,15 +362,24 @@ class GradientMonitor:
         # A site first seen now (a module that did not run before) adds columns; the file is rewritten whole.
         self._columns = (self._columns or []) + [c for c in row if c not in (self._columns or [])]
         self._rows.append(row)
+        sampled_index = (result["step"] - 1) // self.every
+        if self.hist_every and sampled_index % self.hist_every == 0:
+            # Files are written on histogram steps (and by flush() and close()): a sampled step then costs
+            # no file system work, which on a loaded machine takes milliseconds per file.
+            self._write_hist(result)
+            self.flush()
+
+    def flush(self):
+        """Writes steps.csv (every sampled step so far) and run.json now (rank 0; also done on histogram
+        steps and by close())."""
+        if self.out is None or _dist.rank(self.group) != 0:
+            return
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
-        w.writerow(self._columns)
+        w.writerow(self._columns or ["step", "loss", "metric", "scale", "skipped", "grad_norm", "swallowed"])
         for r in self._rows:
             w.writerow([_number(r.get(c)) for c in self._columns])
         _atomic_write(self.out / "steps.csv", buf.getvalue())
-        sampled_index = (result["step"] - 1) // self.every
-        if self.hist_every and sampled_index % self.hist_every == 0:
-            self._write_hist(result)
         self._write_run()
 
     def _write_hist(self, result):
@@ -425,17 +442,74 @@ class GradientMonitor:
         self._handles = []
 
     def close(self):
-        """Removes the hooks and writes underflow.json and run.json (rank 0)."""
+        """Removes the hooks and writes underflow.json, steps.csv and run.json (rank 0)."""
         self.remove()
         if self.out is not None and _dist.rank(self.group) == 0:
             _atomic_write(self.out / "underflow.json", json.dumps(self.report_json(), indent=1) + "\n")
-            self._write_run()
+            self.flush()
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _last_true(pred, lo, hi, guess):
+    """The largest k in [lo, hi] with pred(k), for pred true up to some k and false after it, pred(lo)
+    true: a galloping search from guess (a few evaluations when the guess is close), then bisection."""
+    g = min(max(guess, lo), hi)
+    if pred(g):
+        a, b, step = g, hi + 1, 1  # b: the first k known false (hi + 1 stands for "none in range")
+        while a + step <= hi:
+            if not pred(a + step):
+                b = a + step
+                break
+            a, step = a + step, 2 * step
+        else:
+            if a < hi and not pred(hi):
+                b = hi
+            elif a < hi:
+                return hi
+    else:
+        a, b, step = lo, g, 1
+        while b - step > lo:
+            if pred(b - step):
+                a = b - step
+                break
+            b, step = b - step, 2 * step
+    while b - a > 1:
+        m = (a + b) // 2
+        a, b = (m, b) if pred(m) else (a, m)
+    return a
+
+
+def best_window(counter, lo, hi):
+    """(k_lo, k_hi): the scales 2^k, lo <= k <= hi, at which nothing overflows and underflow is least, or
+    None when every one overflows; what UnderflowCounter.sweep(lo, hi)["best_window"] gives (the sweep of
+    lib/mpsim/analysis/underflow.hpp), found from counts at a few single scales instead of the whole sweep
+    (hi - lo + 1 rows: milliseconds per call). Overflow only rises and underflow only falls as k grows, so
+    k_hi is the largest k without overflow and k_lo the smallest k whose underflow equals that at k_hi; the
+    searches start where amax and the smallest non-zero magnitude put the format's edges."""
+    memo = {}
+
+    def at(k):
+        if k not in memo:
+            st = counter.underflow(k)
+            memo[k] = (st["overflows_num"], st["underflows_num"])
+        return memo[k]
+
+    if at(lo)[0] > 0:
+        return None
+    fmt = counter.format
+    amax, amin = counter.amax, counter.amin_nonzero
+    guess_hi = math.floor(math.log2(fmt.max_finite / amax)) if amax > 0 else hi
+    k_hi = _last_true(lambda k: at(k)[0] == 0, lo, hi, guess_hi)
+    least = at(k_hi)[1]
+    if at(lo)[1] == least:
+        return lo, k_hi
+    guess_lo = math.ceil(math.log2(fmt.min_subnormal / amin)) - 1 if amin > 0 else lo
+    return _last_true(lambda k: at(k)[1] > least, lo, k_hi, guess_lo) + 1, k_hi
 
 
 def _stats(counter):
