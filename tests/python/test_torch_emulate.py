@@ -134,7 +134,7 @@ def small_gradient_run(scaler, steps=3):
     torch.manual_seed(4)
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
     emulation = mt.emulate(model, "fp16")
-    monitor = mt.GradientMonitor(model, formats=["fp16"], every=1, scaler=scaler)
+    monitor = mt.GradientMonitor(model, formats=["fp16"], every=1, scaler=scaler, emulation=emulation)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     captured = []
 
@@ -160,6 +160,16 @@ def small_gradient_run(scaler, steps=3):
         torch_flushed = float(((g.half() == 0) & nz).sum()) / max(int(nz.sum()), 1)
         rows.append((report["formats"]["fp16"]["activation_grad"]["sites"]["2/out_grad"]["zero"], torch_flushed,
                      report["loss_scale"]))
+    # The monitor counted every backward rounding site before the rounding, on every step: its underflow
+    # counts (mpsim.UnderflowCounter) equal what the roundings themselves reported (mpsim.round's stats).
+    sites = [s for s in emulation.sites if s.endswith(("/out_grad", "/in_grad")) and emulation.sites[s].calls]
+    for site in sites:
+        counted = monitor.totals["activation_grad"][site].counters["fp16"].underflow(0)
+        rounded = emulation.stats()[site]
+        assert (counted["underflows_num"], counted["subnormals_num"], counted["numel"]) == \
+            (rounded["underflow"], rounded["subnormal"], rounded["count"]), site
+    print(f"monitor and emulation agree at {sites}: underflow "
+          f"{[emulation.stats()[s]['underflow'] for s in sites]} of {[emulation.stats()[s]['count'] for s in sites]}")
     stats = emulation.stats()["2/out_grad"]
     emulation.remove()
     monitor.close()

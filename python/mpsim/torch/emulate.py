@@ -56,9 +56,14 @@ class RoundingSite:
         self._overflow = overflow
         self.calls = 0
         self.totals = {}
+        # Callables (site name, tensor) shown every tensor before it is rounded: GradientMonitor counts the
+        # gradients at the rounding sites, as the simulator counts them, through these.
+        self.observers = []
 
     def __call__(self, x):
         check_float_tensor(x, self.name)
+        for observe in self.observers:
+            observe(self.name, x)
         seed = _mix64(_mix64((self._seed & _MASK64) ^ _mix64(self._index)) ^ self.calls)
         self.calls += 1
         y, stats = mpsim.round(x.contiguous(), self.fmt, self.mode, seed=seed, sr_bits=self._sr_bits,
@@ -105,6 +110,11 @@ class Emulation:
     def __init__(self, modules, sites):
         self._modules = modules
         self.sites = sites  # name -> RoundingSite
+
+    @property
+    def modules(self):
+        """The modules whose forward is emulated."""
+        return list(self._modules)
 
     def stats(self):
         """Per site, the sums of what its roundings did (mpsim.round's stats: count, underflow, subnormal,

@@ -111,6 +111,15 @@ def _number(x):
     return repr(float(x))
 
 
+def _site_observer(ref):
+    def observe(site, grad):
+        mon = ref()
+        if mon is not None:
+            mon.observe(site, grad, kind="activation_grad")
+    observe.monitor = ref
+    return observe
+
+
 def _grad_hook(ref, site):
     def hook(grad):
         mon = ref()
@@ -132,7 +141,7 @@ class GradientMonitor:
 
     def __init__(self, model, formats=DEFAULT_FORMATS, *, every=10, scaler=None, out=None, activations=False,
                  activation_grads=True, weight_grads=True, modules=None, hist_every=10, mode="rne", margin=2.0,
-                 policy="pytorch fp32", reduce="auto", group=None):
+                 policy=None, reduce="auto", group=None, emulation=None):
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"GradientMonitor: expected a torch.nn.Module, got {type(model).__name__}")
         if isinstance(formats, str):
@@ -152,7 +161,7 @@ class GradientMonitor:
         self.out = Path(out) if out is not None else None
         self.mode = mode
         self.margin = float(margin)
-        self.policy = policy
+        self.policy = policy or ("pytorch, emulated (mpsim.torch.emulate)" if emulation else "pytorch")
         self.reduce = reduce
         self.group = group
         self.step_number = 1
@@ -167,6 +176,8 @@ class GradientMonitor:
         self._rows = []
         self._columns = None
         self._handles = []
+        self._observed_sites = []  # emulation sites this monitor observes
+        self._ref = weakref.ref(self)
         self._activation_sites = []  # as seen, sorted (a module with several outputs has SITE/outI_grad)
 
         if modules is None:  # leaf modules with parameters of their own: the layers
@@ -178,11 +189,25 @@ class GradientMonitor:
             if missing:
                 raise ValueError(f"GradientMonitor: modules {missing} are not part of {type(model).__name__}")
             modules = [(names[id(m)], m) for m in modules]
+        emulated = set()
+        if emulation is not None:
+            # The gradients at the emulation's rounding sites, before they are rounded (MODULE/out_grad: what
+            # arrives at the output; MODULE/in_grad: the input's gradient the GEMM computed), as the simulator
+            # counts its sites; the output hooks below would see the out_grad values once more.
+            emulated = {id(m) for m in emulation.modules}
+            ref = self._ref
+            for site in emulation.sites.values():
+                if activation_grads and site.name.endswith(("/out_grad", "/in_grad")):
+                    site.observers.append(_site_observer(ref))
+                    self._observed_sites.append(site)
         if activation_grads or activations:
             for name, m in modules:
                 site = name or type(m).__name__
+                grads_here = activation_grads and id(m) not in emulated
+                if not (grads_here or activations):
+                    continue
                 self._handles.append(m.register_forward_hook(
-                    self._forward_hook(site, activation_grads, activations)))
+                    self._forward_hook(site, grads_here, activations)))
         if weight_grads:
             for pname, p in model.named_parameters():
                 if p.requires_grad:
@@ -440,6 +465,9 @@ class GradientMonitor:
         for h in self._handles:
             h.remove()
         self._handles = []
+        for site in self._observed_sites:
+            site.observers[:] = [o for o in site.observers if getattr(o, "monitor", None) is not self._ref]
+        self._observed_sites = []
 
     def close(self):
         """Removes the hooks and writes underflow.json, steps.csv and run.json (rank 0)."""
