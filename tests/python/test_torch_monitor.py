@@ -259,3 +259,23 @@ def test_bad_input_names_the_tensor():
     assert report["formats"]["fp16"]["activation_grad"]["sites"]["half"]["numel"] == 2
     monitor.close()
     assert not math.isnan(report["loss_scale"])
+
+
+def test_readme_example_runs(tmp_path, capsys):
+    """examples/pytorch_monitor.py (the README's example) runs and writes what it says it writes."""
+    import runpy
+
+    argv = sys.argv
+    sys.argv = ["pytorch_monitor.py", str(tmp_path / "run")]
+    try:
+        runpy.run_path(str(ROOT / "examples" / "pytorch_monitor.py"), run_name="__main__")
+    finally:
+        sys.argv = argv
+    out = capsys.readouterr().out
+    print(out)
+    for name in ("steps.csv", "run.json", "underflow.json", "hist/step_000001.json"):
+        assert (tmp_path / "run" / name).exists(), name
+    rows = list(csv.DictReader(open(tmp_path / "run" / "steps.csv")))
+    assert [int(r["step"]) for r in rows] == [1, 11, 21, 31, 41]
+    assert all(float(r["scale"]) == 65536.0 for r in rows)  # GradScaler's default init_scale, no growth yet
+    assert "fp8_e5m2" in out
