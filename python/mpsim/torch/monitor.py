@@ -287,7 +287,7 @@ class GradientMonitor:
             scale = self._scale if self._scale is not None else self.current_scale()
             if isinstance(loss, torch.Tensor):
                 loss = float(loss.detach())
-            result = self.summarize(self._counts, scale)
+            result = self.summarize(self._counts, scale, site_kinds=("activation_grad", "activation"))
             result.update(step=self.step_number, loss=loss)
             # The unscaled global norm, as torch.nn.utils.clip_grad_norm_ after scaler.unscale_ (this rank's).
             result["grad_norm"] = (math.sqrt(sum(n * n for n in self._grad_norms.values())) / scale
@@ -311,12 +311,14 @@ class GradientMonitor:
         return result
 
     # ---- reports -----------------------------------------------------------------------------------
-    def summarize(self, counts=None, scale=1.0):
-        """{"loss_scale", "skipped", "grad_norm", "formats": {F: {KIND: {"sites": {SITE: stats}, "total": stats,
-        "recommended_log2_scale", "window": [lo, hi] or None}}}} for counts (default: the run totals).
-        stats are mpsim.UnderflowCounter.underflow(0) at the values as counted (scale included), with the
-        fractions zero / subnormal / overflow of the non-zero finite values beside; log2 scales are absolute
-        (log2 of the loss scale that would give them)."""
+    def summarize(self, counts=None, scale=1.0, site_kinds=KINDS):
+        """{"loss_scale", "skipped", "formats": {F: {KIND: {"sites": {SITE: stats}, "total": stats,
+        "recommended_log2_scale", "window": [lo, hi] or None}}}} for counts (default: the run totals, whose
+        values carry the scales of their steps: pass scale when it did not change). stats are
+        mpsim.UnderflowCounter.underflow(0) at the values as counted (scale included), with the fractions
+        zero / subnormal / overflow of the non-zero finite values beside; log2 scales are absolute (log2 of
+        the loss scale that would give them). Per-site stats for the kinds in site_kinds only (step() leaves
+        out the weight gradients': half a sampled step's cost; summarize() of the totals has them)."""
         counts = self.totals if counts is None else counts
         log2_s = math.log2(scale) if scale > 0 else 0.0
         out = {"loss_scale": scale, "formats": {}}
@@ -329,7 +331,8 @@ class GradientMonitor:
                 rows = {}
                 for site in sorted(sites):
                     c = sites[site].counters[f]
-                    rows[site] = _stats(c)
+                    if kind in site_kinds:
+                        rows[site] = _stats(c)
                     if total is None:
                         total = mpsim.UnderflowCounter(f, self.mode)
                     total.merge(c)
