@@ -287,7 +287,7 @@ class GradientMonitor:
             scale = self._scale if self._scale is not None else self.current_scale()
             if isinstance(loss, torch.Tensor):
                 loss = float(loss.detach())
-            result = self.summarize(self._counts, scale, site_kinds=("activation_grad", "activation"))
+            result = self.summarize(self._counts, scale, detail_kinds=("activation_grad", "activation"))
             result.update(step=self.step_number, loss=loss)
             # The unscaled global norm, as torch.nn.utils.clip_grad_norm_ after scaler.unscale_ (this rank's).
             result["grad_norm"] = (math.sqrt(sum(n * n for n in self._grad_norms.values())) / scale
@@ -311,14 +311,15 @@ class GradientMonitor:
         return result
 
     # ---- reports -----------------------------------------------------------------------------------
-    def summarize(self, counts=None, scale=1.0, site_kinds=KINDS):
+    def summarize(self, counts=None, scale=1.0, detail_kinds=KINDS):
         """{"loss_scale", "skipped", "formats": {F: {KIND: {"sites": {SITE: stats}, "total": stats,
         "recommended_log2_scale", "window": [lo, hi] or None}}}} for counts (default: the run totals, whose
         values carry the scales of their steps: pass scale when it did not change). stats are
         mpsim.UnderflowCounter.underflow(0) at the values as counted (scale included), with the fractions
         zero / subnormal / overflow of the non-zero finite values beside; log2 scales are absolute (log2 of
-        the loss scale that would give them). Per-site stats for the kinds in site_kinds only (step() leaves
-        out the weight gradients': half a sampled step's cost; summarize() of the totals has them)."""
+        the loss scale that would give them). Per-site stats, window and recommendation for the kinds in
+        detail_kinds only, the others get their total (step() details the activations and their gradients:
+        the weight gradients' details would double a sampled step's cost; summarize() of the totals has them)."""
         counts = self.totals if counts is None else counts
         log2_s = math.log2(scale) if scale > 0 else 0.0
         out = {"loss_scale": scale, "formats": {}}
@@ -331,12 +332,15 @@ class GradientMonitor:
                 rows = {}
                 for site in sorted(sites):
                     c = sites[site].counters[f]
-                    if kind in site_kinds:
+                    if kind in detail_kinds:
                         rows[site] = _stats(c)
                     if total is None:
                         total = mpsim.UnderflowCounter(f, self.mode)
                     total.merge(c)
                 entry = {"sites": rows, "total": _stats(total)}
+                if kind not in detail_kinds:
+                    per_kind[kind] = entry
+                    continue
                 rec = total.recommend_scale(margin=self.margin)
                 entry["recommended_log2_scale"] = None if rec is None else rec["log2_scale"] + log2_s
                 # Over the absolute loss scales 2^-128 .. 2^128, whatever the scale the values carry.
