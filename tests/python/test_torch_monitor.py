@@ -156,6 +156,20 @@ def test_files_every_n_steps_in_the_simulators_schema(tmp_path):
           f"{sorted(report['formats'])}")
 
 
+def test_steps_csv_appends_rows_and_grows_columns(tmp_path):
+    monitor = mt.GradientMonitor(nn.Linear(1, 1), formats=["fp16"], every=1, hist_every=1, out=tmp_path)
+    for step, sites in enumerate([["a"], ["a", "late"], ["a"], ["a"]], start=1):
+        for site in sites:
+            monitor.observe(site, torch.full((4,), 2.0**-20 * step))
+        monitor.step()
+    monitor.close()
+    rows = list(csv.DictReader(open(tmp_path / "steps.csv")))
+    assert [r["step"] for r in rows] == ["1", "2", "3", "4"]
+    assert [r["late:subnormal"] for r in rows] == ["", "1.0", "", ""]  # 2^-19 is an fp16 subnormal
+    assert all(r["a:subnormal"] == "1.0" for r in rows)
+    print(f"steps.csv: {len(rows)} rows; the site first seen at step 2 has its columns in the header")
+
+
 def run_with_scale(scaler, inject_nan_at=None):
     """Three sampled steps of the MLP on fixed data (no optimiser step: the weights stay as they are),
     under `scaler` (None: no scaling). Returns the reports and the grad norms torch computes."""

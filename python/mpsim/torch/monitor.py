@@ -175,6 +175,7 @@ class GradientMonitor:
         self._hist_steps = []
         self._rows = []
         self._columns = None
+        self._csv_columns, self._csv_rows = None, 0  # what steps.csv holds
         self._handles = []
         self._observed_sites = []  # emulation sites this monitor observes
         self._ref = weakref.ref(self)
@@ -403,15 +404,26 @@ class GradientMonitor:
 
     def flush(self):
         """Writes steps.csv (every sampled step so far) and run.json now (rank 0; also done on histogram
-        steps and by close())."""
+        steps and by close()). Rows are appended to the file this monitor wrote; it is rewritten whole
+        (through a temporary file and a rename) only when a new site adds columns, so a long run's flushes
+        cost what their new rows cost."""
         if self.out is None or _dist.rank(self.group) != 0:
             return
+        columns = self._columns or ["step", "loss", "metric", "scale", "skipped", "grad_norm", "swallowed"]
+        path = self.out / "steps.csv"
+        whole = columns != self._csv_columns or not path.exists()
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
-        w.writerow(self._columns or ["step", "loss", "metric", "scale", "skipped", "grad_norm", "swallowed"])
-        for r in self._rows:
-            w.writerow([_number(r.get(c)) for c in self._columns])
-        _atomic_write(self.out / "steps.csv", buf.getvalue())
+        if whole:
+            w.writerow(columns)
+        for r in self._rows[0 if whole else self._csv_rows:]:
+            w.writerow([_number(r.get(c)) for c in columns])
+        if whole:
+            _atomic_write(path, buf.getvalue())
+        else:
+            with open(path, "a") as f:
+                f.write(buf.getvalue())
+        self._csv_columns, self._csv_rows = list(columns), len(self._rows)
         self._write_run()
 
     def _write_hist(self, result):
