@@ -260,6 +260,8 @@ def test_bad_input_names_the_tensor():
         monitor.observe("mine", torch.ones(3, dtype=torch.int32))
     with pytest.raises(ValueError, match=r"activation_grad mine: a tensor on meta"):
         monitor.observe("mine", torch.ones(3, device="meta"))
+    with pytest.raises(ValueError, match=r"activation_grad mine: a torch.sparse_coo tensor"):
+        monitor.observe("mine", torch.ones(3).to_sparse())
     with pytest.raises(TypeError, match=r"expected a torch.Tensor, got list"):
         monitor.observe("mine", [1.0])
     with pytest.raises(ValueError, match="every=0"):
@@ -269,8 +271,10 @@ def test_bad_input_names_the_tensor():
     with pytest.raises(Exception, match="fp99"):
         mt.GradientMonitor(model, formats=["fp99"])
     monitor.observe("half", torch.tensor([1.0, 2.0**-20], dtype=torch.float16))  # fp16 widens exactly
+    monitor.observe("strided", torch.arange(12.0).reshape(3, 4).t())  # not contiguous: counted from a copy
     report = monitor.step()
     assert report["formats"]["fp16"]["activation_grad"]["sites"]["half"]["numel"] == 2
+    assert report["formats"]["fp16"]["activation_grad"]["sites"]["strided"]["numel"] == 12
     monitor.close()
     assert not math.isnan(report["loss_scale"])
 
