@@ -63,12 +63,6 @@ RangeCounter make_counter(const nb::handle& fmt, const std::string& mode) {
   return RangeCounter(format_of(fmt), Rounding::of(m));
 }
 
-int log2_of_scale(double scale) {
-  int e = 0;
-  if (!(scale > 0) || !std::isfinite(scale) || std::frexp(scale, &e) != 0.5)
-    throw nb::value_error(("scale=" + std::to_string(scale) + ": must be a positive power of two").c_str());
-  return e - 1;
-}
 
 // The report of `mpsim <command>` over named counters ({"tensors": [...], "total": ..., "failed": []} with
 // its schema tag), each entry made by `entry(label, counter)`.
@@ -104,11 +98,10 @@ std::vector<std::pair<std::string, const RangeCounter*>> named_counters(const nb
   return named;
 }
 
-nlohmann::json hist_report(const nb::dict& counters, double scale) {
+nlohmann::json hist_report(const nb::dict& counters, int k) {
   const auto named = named_counters(counters);
   const RangeCounter& first = *named.front().second;
-  const int k = log2_of_scale(scale);
-  const nlohmann::json header = {{"format", first.format().name}, {"scale", scale}, {"log2_scale", k}};
+  const nlohmann::json header = {{"format", first.format().name}, {"scale", std::ldexp(1.0, k)}, {"log2_scale", k}};
   return report_over("hist", named, first, header, [&](const std::string& label, const RangeCounter& c) {
     nlohmann::json j = {{"tensor", label}};
     j.update(analysis::hist_stats_json(c, k));
@@ -116,17 +109,17 @@ nlohmann::json hist_report(const nb::dict& counters, double scale) {
   });
 }
 
-nlohmann::json underflow_report(const nb::dict& counters, double scale, double margin, bool with_sweep) {
+nlohmann::json underflow_report(const nb::dict& counters, int log2_scale, double margin, bool with_sweep) {
   const auto named = named_counters(counters);
   const RangeCounter& first = *named.front().second;
   analysis::UnderflowOptions uo;
-  uo.log2_scale = log2_of_scale(scale);
+  uo.log2_scale = log2_scale;
   if (!(margin >= 1) || !std::isfinite(margin))
     throw nb::value_error(("margin=" + std::to_string(margin) + ": must be at least 1").c_str());
   uo.margin = margin;
   const nlohmann::json header = {{"format", first.format().name},
                                  {"rounding", std::string(ieee_name(first.rounding().mode))},
-                                 {"scale", scale},
+                                 {"scale", std::ldexp(1.0, log2_scale)},
                                  {"log2_scale", uo.log2_scale},
                                  {"margin", margin}};
   return report_over("underflow", named, first, header, [&](const std::string& label, const RangeCounter& c) {
@@ -251,21 +244,21 @@ void bind_analysis(nb::module_& m) {
           "Every scale 2^lo .. 2^hi: {'rows': [...], 'largest_safe_log2_scale', 'best_window'} as in the report.")
       .def(
           "report_json",
-          [](const RangeCounter& c, const std::string& tensor, double scale, double margin, bool with_sweep) {
+          [](const RangeCounter& c, const std::string& tensor, int log2_scale, double margin, bool with_sweep) {
             nb::dict d;
             d[tensor.c_str()] = nb::cast(c, nb::rv_policy::reference);
-            return underflow_report(d, scale, margin, with_sweep).dump(2) + "\n";
+            return underflow_report(d, log2_scale, margin, with_sweep).dump(2) + "\n";
           },
-          "tensor"_a = "tensor", "scale"_a = 1.0, "margin"_a = 2.0, "sweep"_a = false,
+          "tensor"_a = "tensor", "log2_scale"_a = 0, "margin"_a = 2.0, "sweep"_a = false,
           "The JSON report `mpsim underflow` writes, for these values as one tensor.")
       .def(
           "hist_json",
-          [](const RangeCounter& c, const std::string& tensor, double scale) {
+          [](const RangeCounter& c, const std::string& tensor, int log2_scale) {
             nb::dict d;
             d[tensor.c_str()] = nb::cast(c, nb::rv_policy::reference);
-            return hist_report(d, scale).dump(2) + "\n";
+            return hist_report(d, log2_scale).dump(2) + "\n";
           },
-          "tensor"_a = "tensor", "scale"_a = 1.0, "The JSON report `mpsim hist` writes, for these values as one tensor.")
+          "tensor"_a = "tensor", "log2_scale"_a = 0, "The JSON report `mpsim hist` writes, for these values as one tensor.")
       .def("counts_array", [](const RangeCounter& c) { return to_numpy(c.counts()); },
            "Every count in one fixed layout (int64) for this format and mode: counters of several processes merge "
            "with one sum of these arrays (and a max of amax, a min of amin_nonzero).")
@@ -299,14 +292,14 @@ void bind_analysis(nb::module_& m) {
                "', total=" + std::to_string(c.total()) + ")";
       });
 
-  m.def("hist_report_json", [](const nb::dict& counters, double scale) { return hist_report(counters, scale).dump(2) + "\n"; },
-        "counters"_a, "scale"_a = 1.0,
+  m.def("hist_report_json", [](const nb::dict& counters, int log2_scale) { return hist_report(counters, log2_scale).dump(2) + "\n"; },
+        "counters"_a, "log2_scale"_a = 0,
         "The JSON `mpsim hist` writes, for {tensor name: UnderflowCounter} (one format and mode).");
   m.def("underflow_report_json",
-        [](const nb::dict& counters, double scale, double margin, bool with_sweep) {
-          return underflow_report(counters, scale, margin, with_sweep).dump(2) + "\n";
+        [](const nb::dict& counters, int log2_scale, double margin, bool with_sweep) {
+          return underflow_report(counters, log2_scale, margin, with_sweep).dump(2) + "\n";
         },
-        "counters"_a, "scale"_a = 1.0, "margin"_a = 2.0, "sweep"_a = false,
+        "counters"_a, "log2_scale"_a = 0, "margin"_a = 2.0, "sweep"_a = false,
         "The JSON `mpsim underflow` writes, for {tensor name: UnderflowCounter} (one format and mode).");
 }
 

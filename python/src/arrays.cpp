@@ -5,6 +5,7 @@
 #include <nanobind/stl/tuple.h>
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 #include <vector>
 #include <type_traits>
@@ -246,6 +247,21 @@ void decode_blocks(const AnyArray& elements, const AnyArray& scales, float tenso
   dequantize_blocks(q, row_len, bf, o);
 }
 
+// scripts/bench_python.py: the C++ bulk call itself (round_array into a preallocated array), timed in C++, best
+// of `repeats`, so the Python call's overhead can be measured against it in the same process.
+double time_round_array(const AnyArray& x, const WritableArray& out, const Format& fmt, int repeats) {
+  const std::span<const float> in = input_span<float>(x, "x");
+  const std::span<float> o = output_span<float>(out, "out", in.size());
+  nb::gil_scoped_release release;
+  double best = 1e300;
+  for (int i = 0; i < std::max(repeats, 1); ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    round_array(in, o, fmt);
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
 }  // namespace
 
 void bind_arrays(nb::module_& m) {
@@ -263,6 +279,8 @@ void bind_arrays(nb::module_& m) {
         "row_len"_a, "mode"_a, "seed"_a, "sr_bits"_a, "daz"_a, "stats"_a);
   m.def("decode_blocks_into", &decode_blocks, "elements"_a, "scales"_a, "tensor_scale"_a, "out"_a, "name"_a, "block"_a,
         "block_scale"_a, "row_len"_a);
+  m.def("_time_round_array", &time_round_array, "x"_a, "out"_a, "fmt"_a, "repeats"_a,
+        "Benchmark support: the best time of the C++ call round_array(x, out, fmt), float32, nearest-even.");
 }
 
 }  // namespace mpsim::python

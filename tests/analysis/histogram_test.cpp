@@ -178,3 +178,29 @@ TEST_CASE("merging gives the histogram of the union; JSON round-trips", "[histog
   const auto j = hu.to_json();
   CHECK(j.at("total").get<std::uint64_t>() == u.size());
 }
+
+TEST_CASE("counts(): the flat int64 layout sums like the histograms and rebuilds them", "[histogram]") {
+  // Two streams, one of floats and one of doubles beyond float's range, as two processes would hold them.
+  std::mt19937 g(11);
+  std::vector<float> a(20000);
+  for (auto& x : a) x = std::bit_cast<float>(static_cast<std::uint32_t>(g()));
+  std::vector<double> b = {1e-300, -1e300, 0.0, std::numeric_limits<double>::infinity(), 3.0, 1e-320};
+  Log2Histogram ha = make_float_histogram(), hb = make_float_histogram(), whole = make_float_histogram();
+  ha.add(a);
+  hb.add(b);
+  whole.add(a);
+  whole.add(b);
+  const auto ca = ha.counts(), cb = hb.counts();
+  REQUIRE(ca.size() == Log2Histogram::kCountsSize);
+  std::vector<std::int64_t> sum(ca.size());
+  for (std::size_t i = 0; i < sum.size(); ++i) sum[i] = ca[i] + cb[i];
+  const Log2Histogram rebuilt = Log2Histogram::from_counts(sum);
+  // The element-wise sum is the merged histogram, range included (float range widened to 2^-1064 .. 2^996).
+  CHECK(rebuilt == whole);
+  CHECK(Log2Histogram::from_counts(ca) == ha);
+  CHECK(rebuilt.total() == a.size() + b.size());
+  CHECK(rebuilt.min_exp == -1064);
+  CHECK_THROWS(Log2Histogram::from_counts(std::vector<std::int64_t>(5, 0)));
+  sum[7] = -1;
+  CHECK_THROWS(Log2Histogram::from_counts(sum));
+}

@@ -368,3 +368,43 @@ TEST_CASE("the AVX2 pair loop: rare significands, blocks with special values, in
   WARN("range counter pair loop vs scalar: " << checks << " (data, format, mode) cases, mismatches " << bad);
   CHECK(bad == 0);
 }
+
+TEST_CASE("counts(): the flat int64 layout sums like the counters and rebuilds them", "[range_counter]") {
+  // A counter per "process", merged through their count vectors (sum) and amax / amin (max / min), must
+  // answer every scale as one counter fed everything, and as the brute force.
+  for (const Format& f : {fp16(), fp8_e4m3(), bf16()}) {
+    const Rounding r = Rounding::of(RoundingMode::toward_zero);
+    const auto a = log_uniform(5000, 1, -40, 20);
+    std::vector<double> b(300);
+    for (std::size_t i = 0; i < b.size(); ++i) b[i] = std::ldexp(1.0 + double(i) / 300, -60 + int(i % 100));
+    RangeCounter ca(f, r), cb(f, r), whole(f, r);
+    ca.add(a);
+    cb.add(b);
+    whole.add(a);
+    whole.add(b);
+    const auto va = ca.counts(), vb = cb.counts();
+    REQUIRE(va.size() == ca.counts_size());
+    std::vector<std::int64_t> sum(va.size());
+    for (std::size_t i = 0; i < sum.size(); ++i) sum[i] = va[i] + vb[i];
+    const RangeCounter merged = RangeCounter::from_counts(f, r, sum, std::max(ca.amax(), cb.amax()),
+                                                          std::min(ca.amin_nonzero(), cb.amin_nonzero()));
+    std::vector<double> all(a.begin(), a.end());
+    all.insert(all.end(), b.begin(), b.end());
+    for (int k = -8; k <= 32; ++k) {
+      const Brute want = brute(all, f, r, k);
+      INFO(f.name << " scale 2^" << k);
+      CHECK(same(merged.at_scale(k), want));
+      CHECK(same(whole.at_scale(k), want));
+    }
+    CHECK(merged.histogram() == whole.histogram());
+    CHECK(merged.amax() == whole.amax());
+    CHECK(merged.amin_nonzero() == whole.amin_nonzero());
+    CHECK(merged.counts() == whole.counts());
+    // A float-only counter rebuilds without a double table, as it was.
+    CHECK(RangeCounter::from_counts(f, r, va, ca.amax(), ca.amin_nonzero()).histogram() == ca.histogram());
+  }
+  CHECK_THROWS(RangeCounter::from_counts(fp16(), {}, std::vector<std::int64_t>(3, 0), 0, 0));
+  std::vector<std::int64_t> bad(RangeCounter(fp16()).counts_size(), 0);
+  bad[5] = -2;
+  CHECK_THROWS(RangeCounter::from_counts(fp16(), {}, bad, 0, 0));
+}

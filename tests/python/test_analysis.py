@@ -50,8 +50,10 @@ def test_hist_json_same_as_cli(cli, fmt, scale):
     for name, x in data.items():
         counters[name] = mpsim.UnderflowCounter(fmt)
         counters[name].add(x)
-    got = strip(json.loads(mpsim.hist_report_json(counters, scale)))
+    got = strip(json.loads(mpsim.hist_report_json(counters, int(np.log2(scale)))))
     assert got == want
+    one = strip(json.loads(counters["b"].hist_json("b", int(np.log2(scale)))))
+    assert one["tensors"][0] == want["tensors"][1]
     for name, x in data.items():
         h = mpsim.Histogram()
         h.add(x)
@@ -71,11 +73,11 @@ def test_underflow_json_same_as_cli(cli, fmt, mode, scale, sweep):
     for name, x in data.items():
         counters[name] = mpsim.UnderflowCounter(fmt, mode)
         counters[name].add(x)
-    got = strip(json.loads(mpsim.underflow_report_json(counters, scale, sweep=sweep)))
-    assert got == want
-    one = strip(json.loads(counters["a"].report_json("a", scale, sweep=sweep)))
-    assert one["tensors"][0] == want["tensors"][0]
     k = int(np.log2(scale))
+    got = strip(json.loads(mpsim.underflow_report_json(counters, k, sweep=sweep)))
+    assert got == want
+    one = strip(json.loads(counters["a"].report_json("a", k, sweep=sweep)))
+    assert one["tensors"][0] == want["tensors"][0]
     u = counters["a"].underflow(k)
     for key in ["underflows%", "underflows_num", "subnormals%", "overflows%", "numel", "cur_amax"]:
         assert u[key] == want["tensors"][0][key]
@@ -136,4 +138,4 @@ def test_analysis_bad_input():
     with pytest.raises(ValueError):
         mpsim.Histogram.from_json("{")
     with pytest.raises(ValueError):
-        mpsim.hist_report_json({"x": c}, 3.0)
+        mpsim.hist_report_json({}, 0)

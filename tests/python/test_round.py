@@ -174,6 +174,10 @@ def test_decode_inverts_encode():
             assert v32.dtype == np.float32
             r32 = mpsim.round(x, f)
             assert (((v32 == r32) | (np.isnan(v32) & np.isnan(r32)))).all(), f
+    # An ml_dtypes array is decoded from its encodings.
+    with np.errstate(over="ignore", invalid="ignore"):
+        e4 = x.astype(ml_dtypes.float8_e4m3fn)
+    assert np.array_equal(mpsim.decode(e4, "float8_e4m3fn"), e4.astype(np.float32), equal_nan=True)
     print(f"decode(encode(x)) == round(x) for {len(mpsim.formats())} formats, {x.size} inputs each")
 
 

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""The Python module against the C++ bulk call and the Python casts, in one process (./run bench runs it).
+
+2^26 float32 values (log-uniform magnitudes over 2^-30..2^20 with random signs, the data of bench_round and
+bench_cli.py) are rounded, each job timed in the same run, interleaved, the median of --repeats:
+  C++ round_array(x, out, fp16)             the bulk engine itself, timed in C++ (mpsim._core._time_round_array)
+  mpsim.round(x, "fp16", out=y)             the Python call into a preallocated array (target <= 1.2x the above)
+  mpsim.round(x, "fp16")                    allocating its result, as astype does
+  x.astype(np.float16)                      numpy
+  mpsim.encode(x, "fp8_e4m3")               vs ml_dtypes x.astype(float8_e4m3fn)
+  mpsim.round(t, "fp16") / t.to(float16)    torch CPU tensors, where torch is importable
+  np.copyto(y, x)                           a memory copy, the floor
+Every mpsim result is checked against its baseline (bit for bit, as the tests do) before it is timed.
+Writes a CSV with --csv. The machine may be shared: ratios from the same run are what to read.
+"""
+import argparse
+import csv
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import mpsim
+
+try:
+    import ml_dtypes
+except ImportError:
+    ml_dtypes = None
+try:
+    import torch
+except ImportError:
+    torch = None
+
+
+def log_uniform(n, seed):
+    rng = np.random.default_rng(seed)
+    mag = np.exp2(rng.uniform(-30.0, 20.0, n)).astype(np.float32)
+    return np.where(rng.integers(0, 2, n) == 1, -mag, mag)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--log2-n", type=int, default=26)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--csv", default=None)
+    a = ap.parse_args()
+    n = 1 << a.log2_n
+    x = log_uniform(n, 1)
+    y = np.empty_like(x)
+    fp16 = mpsim.Format("fp16")
+
+    np.seterr(over="ignore")  # numpy's float16 cast warns on values beyond 65504 (they become inf, as in mpsim)
+    # Correctness first: what is timed must be what the tests check.
+    assert np.array_equal(mpsim.round(x, "fp16"), x.astype(np.float16).astype(np.float32))
+    if ml_dtypes is not None:
+        assert np.array_equal(mpsim.encode(x, "fp8_e4m3"), x.astype(ml_dtypes.float8_e4m3fn).view(np.uint8))
+    jobs = {
+        "memcpy np.copyto(y, x)": lambda: np.copyto(y, x),
+        "C++ round_array fp16 (bulk call)": lambda: mpsim._core._time_round_array(x, y, fp16, 1),
+        "mpsim.round(x, 'fp16', out=y)": lambda: mpsim.round(x, "fp16", out=y),
+        "mpsim.round(x, 'fp16')": lambda: mpsim.round(x, "fp16"),
+        "mpsim.encode(x, 'fp16')": lambda: mpsim.encode(x, "fp16"),
+        "numpy x.astype(float16)": lambda: x.astype(np.float16),
+        "mpsim.encode(x, 'fp8_e4m3')": lambda: mpsim.encode(x, "fp8_e4m3"),
+    }
+    if ml_dtypes is not None:
+        jobs["ml_dtypes x.astype(float8_e4m3fn)"] = lambda: x.astype(ml_dtypes.float8_e4m3fn)
+    if torch is not None:
+        t = torch.from_numpy(x)
+        ty = torch.empty_like(t)
+        assert torch.equal(mpsim.round(t, "fp16"), t.to(torch.float16).float())
+        jobs["mpsim.round(t, 'fp16', out=ty) torch"] = lambda: mpsim.round(t, "fp16", out=ty)
+        jobs["torch t.to(float16)"] = lambda: t.to(torch.float16)
+        jobs["mpsim.encode(t, 'fp16') torch"] = lambda: mpsim.encode(t, "fp16")
+
+    times = {k: [] for k in jobs}
+    for _ in range(a.repeats):
+        for name, job in jobs.items():
+            t0 = time.perf_counter()
+            r = job()
+            dt = time.perf_counter() - t0
+            # The C++ job reports its own time (the call alone, no Python around it).
+            times[name].append(r if name.startswith("C++") else dt)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    base = med["C++ round_array fp16 (bulk call)"]
+    copy = med["memcpy np.copyto(y, x)"]
+    print(f"2^{a.log2_n} float32 log-uniform values, median of {a.repeats}; threads: mpsim {os.cpu_count()} "
+          f"(engine default), torch {torch.get_num_threads() if torch else '-'}")
+    print(f"{'job':42s} {'seconds':>9s} {'x C++ call':>11s} {'x memcpy':>9s} {'Mvalues/s':>10s}")
+    rows = []
+    for k, v in med.items():
+        rows.append([k, v, v / base, v / copy, n / v / 1e6])
+        print(f"{k:42s} {v:9.4f} {v / base:11.2f} {v / copy:9.1f} {n / v / 1e6:10.0f}")
+    if a.csv:
+        with open(a.csv, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["job", "seconds", "ratio_to_cpp_call", "ratio_to_memcpy", "mvalues_per_s"])
+            w.writerows(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
