@@ -6,13 +6,14 @@
         scaler.scale(loss).backward()
         monitor.step(loss)              # once per optimiser step, after backward (before or after scaler.step)
         scaler.step(opt); scaler.update(); opt.zero_grad()
-    monitor.close()                     # writes run.json and underflow.json; removes the hooks
+    monitor.close()                     # writes steps.csv, run.json, underflow.json; removes the hooks
 
 On every `every`-th step (the first included) it counts, per layer:
   * activation gradients: the gradient arriving at each module's output (a tensor hook on the output,
     registered by a forward hook only on sampled steps, so the other steps pay for one Python call per
-    module; a full backward hook would wrap every forward in autograd nodes on every step). With the
-    emulation hooks (emulate.py) these are the values before they are rounded at MODULE/out_grad;
+    module; a full backward hook would wrap every forward in autograd nodes on every step). Given the
+    emulation hooks (emulation=, emulate.py), the gradients at their backward rounding sites instead,
+    MODULE/out_grad and MODULE/in_grad, before they are rounded;
   * weight gradients: each parameter's .grad when backward has accumulated it (post-accumulate-grad
     hooks; with gradient accumulation the last backward's .grad; under DDP this rank's own gradient, as
     the hooks run before DDP averages it);
@@ -35,8 +36,9 @@ every=10, steps 1, 101, 201, ...), by flush() and by close():
                           F:recommended_log2_scale, F:window_lo, F:window_hi (activation gradients) and
                           F:w_underflow, F:w_subnormal, F:w_overflow (weight gradients)
   hist/step_NNNNNN.json   schema mpsim-train-hist-1: activation_grad / weight_grad (and activation) per site
-  run.json                schema mpsim-train-run-1 (sites, formats, histogram steps, run totals)
-  underflow.json          per format and site, the `mpsim underflow` report over every sampled step
+  run.json                schema mpsim-train-run-1 (configuration, sites, histogram steps)
+  underflow.json          per format and kind, the `mpsim underflow` report of every site over every
+                          sampled step
 Under torch.distributed every rank counts its own data. With reduce="auto" (the default) each sampled
 step's counts are merged over the ranks (every rank must call step() on the same steps, as DDP does), so
 every rank's reports and totals are those of all ranks and rank 0 writes them; with reduce="never" nothing
@@ -70,8 +72,8 @@ class SiteCounts:
 
     def __init__(self, formats, mode, counters=None, empty=None):
         if counters is None:
-            # Copies of empty counters (the sum of an empty counter with itself) are ten times quicker to make
-            # than new ones, which first find the format's rounding thresholds.
+            # Copies of empty counters (the sum of an empty counter with itself) are about ten times quicker to
+            # make than new ones, which first find the format's rounding thresholds.
             counters = ({f: empty[f] + empty[f] for f in formats} if empty is not None
                         else {f: mpsim.UnderflowCounter(f, mode) for f in formats})
         self.counters = counters
@@ -112,6 +114,7 @@ def _number(x):
 
 
 def _site_observer(ref):
+    """(site, gradient) -> counted as an activation gradient by the monitor behind ref, if it still lives."""
     def observe(site, grad):
         mon = ref()
         if mon is not None:
@@ -121,11 +124,8 @@ def _site_observer(ref):
 
 
 def _grad_hook(ref, site):
-    def hook(grad):
-        mon = ref()
-        if mon is not None:
-            mon.observe(site, grad, kind="activation_grad")
-    return hook
+    observe = _site_observer(ref)
+    return lambda grad: observe(site, grad)
 
 
 def _flatten_tensors(out):
@@ -279,8 +279,9 @@ class GradientMonitor:
 
     def step(self, loss=None):
         """Ends one optimiser step. On a sampled step: merges the ranks' counts (under torch.distributed),
-        returns this step's report (a dict; see summarize()) and writes its row, histograms and run.json;
-        on other steps returns None."""
+        adds them to the totals, keeps the step's steps.csv row, writes the files on histogram steps and
+        returns this step's report (a dict: summarize()'s, with step, loss and grad_norm); on other steps
+        returns None."""
         result = None
         if self._sampling:
             if self.reduce == "auto" and _dist.active(self.group):
