@@ -6,8 +6,9 @@ command line (docs/python.md).
     >>> mpsim.round(x, "fp16")
     array([ 1.,  0., inf], dtype=float32)
 
-Arrays are numpy arrays or CPU torch tensors of float32 / float64, any shape; the work runs in C++ with
-the GIL released, on the array's memory (no copy, except of a strided input, which is made contiguous).
+Arrays are numpy arrays or CPU torch tensors of float32 / float64 (float16 / bfloat16 too, widened to float32),
+any shape; the work runs in C++ with the GIL released, on the array's own memory (a strided input is made
+contiguous first, a float16 / bfloat16 one widened: those two are copies).
 """
 # The package's compiled half (_core) may lie in another directory of sys.path than these .py files (a
 # development tree: python/ beside build/python/, both put on sys.path by the venv's .pth): extend_path
@@ -47,14 +48,27 @@ def _is_torch(x):
     return type(x).__module__.split(".")[0] == "torch"
 
 
-def _prepare(x, name="x"):
-    """x as a contiguous CPU float32/float64 array or tensor (a strided one is copied), with its kind."""
+def _half_name(x):
+    """'fp16' / 'bf16' for a float16 array or tensor, an ml_dtypes bfloat16 array or a bfloat16 tensor."""
+    if _is_torch(x):
+        torch = _torch()
+        return {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(x.dtype)
+    if isinstance(x, _np.ndarray):
+        return "fp16" if x.dtype == _np.float16 else "bf16" if x.dtype.name == "bfloat16" else None
+    return None
+
+
+def _prepare(x, name="x", widen=False):
+    """x as a contiguous CPU float32/float64 array or tensor (a strided one is copied), with its kind. With
+    widen, float16 / bfloat16 input is widened to float32 first (exact)."""
+    if widen and _half_name(x) is not None:
+        x = x.float() if _is_torch(x) else x.astype(_np.float32)
     if _is_torch(x):
         if x.device.type != "cpu":
             raise TypeError(f"{name} is a torch tensor on {x.device}; mpsim works on CPU tensors: pass {name}.cpu()")
         if x.dtype not in (_torch().float32, _torch().float64):
-            raise TypeError(f"{name} has dtype {x.dtype}; mpsim rounds float32 and float64 tensors "
-                            f"(convert with {name}.float())")
+            raise TypeError(f"{name} has dtype {x.dtype}; mpsim rounds float16, bfloat16, float32 and float64 "
+                            f"tensors (convert with {name}.float())")
         if x.requires_grad:
             x = x.detach()
         return (x if x.is_contiguous() else x.contiguous()), "torch"
@@ -63,10 +77,10 @@ def _prepare(x, name="x"):
             raise TypeError(f"{name}: {type(x).__name__} is not a numpy array or torch tensor")
         x = _np.asarray(x)
     if x.dtype not in _FLOAT_DTYPES:
-        if x.dtype.kind in "iub" or x.dtype == _np.float16:
-            raise TypeError(f"{name} has dtype {x.dtype}; mpsim rounds float32 and float64 arrays "
-                            f"(convert with {name}.astype(numpy.float32))")
-        raise TypeError(f"{name} has dtype {x.dtype}; mpsim rounds float32 and float64 arrays")
+        if x.dtype.kind in "iub":
+            raise TypeError(f"{name} has dtype {x.dtype}; mpsim rounds float16, bfloat16, float32 and float64 "
+                            f"arrays (convert with {name}.astype(numpy.float32))")
+        raise TypeError(f"{name} has dtype {x.dtype}; mpsim rounds float16, bfloat16, float32 and float64 arrays")
     if not x.flags.c_contiguous:
         x = _np.ascontiguousarray(x)
     return x, "numpy"
@@ -125,7 +139,14 @@ def round(x, fmt, mode="rne", *, seed=0, sr_bits=32, subnormals="keep", overflow
     cuda-sm90 (the device's flushing rules); daz: subnormal inputs read as zero.
     out: an array to write into (out=x rounds in place). stats=True returns (values, stats dict) with the
     names of `mpsim round --stats-json`.
+    float16 / bfloat16 input (numpy float16, ml_dtypes bfloat16, torch half / bfloat16): rounded as its exact
+    float32 values, the result stored back in x's dtype, which every value of fmt must fit (as `mpsim round`
+    does for float16 files).
     """
+    half = _half_name(x)
+    if half is not None:
+        return _round_half(x, half, fmt, mode, out, stats, seed=seed, sr_bits=sr_bits, subnormals=subnormals,
+                           overflow=overflow, like=like, daz=daz, index0=index0, threads=threads)
     x, kind = _prepare(x)
     if out is None:
         out = _empty(x, kind)
@@ -145,6 +166,27 @@ def round(x, fmt, mode="rne", *, seed=0, sr_bits=32, subnormals="keep", overflow
     return (out, st) if stats else out
 
 
+def _round_half(x, half, fmt, mode, out, stats, **options):
+    if isinstance(fmt, str) and is_block_format(fmt):
+        raise TypeError(f"x has dtype {x.dtype}; block formats take float32")
+    f, h = _format(fmt), Format(half)
+    if not (f.man_bits <= h.man_bits and f.emax <= h.emax and f.emin - f.man_bits >= h.emin - h.man_bits):
+        raise ValueError(f"x is {x.dtype} but {f.name} values do not all fit in {half}, so the rounded values "
+                         f"cannot be stored in x's dtype; convert x to float32 first")
+    wide, _ = _prepare(x, widen=True)
+    values, st = round(wide, f, mode, stats=True, **options)
+    # Every value of f is one of `half`: this encoding is exact, not a second rounding.
+    result = encode(values, half).view(x.dtype)
+    if out is not None:
+        _check_out(out, x.shape)
+        if _is_torch(out):
+            out.copy_(result)
+        else:
+            out[...] = result
+        result = out
+    return (result, st) if stats else result
+
+
 def encode(x, fmt, mode="rne", *, seed=0, sr_bits=32, subnormals="keep", overflow="inf", like="ieee", daz=False,
            out=None, stats=False, block=0, block_scale="floor", index0=0, threads=0):
     """The encodings of x rounded to fmt: uint8 / uint16 / uint32 by the format's storage, x's shape
@@ -152,8 +194,9 @@ def encode(x, fmt, mode="rne", *, seed=0, sr_bits=32, subnormals="keep", overflo
 
     For a block format: (elements, scales) as uint8 arrays (scales: one per block along the last axis),
     and for nvfp4 (elements, scales, tensor_scale). Options as mpsim.round; stats=True appends the stats.
+    float16 / bfloat16 input is encoded from its exact float32 values.
     """
-    x, kind = _prepare(x)
+    x, kind = _prepare(x, widen=True)
     if isinstance(fmt, str) and is_block_format(fmt):
         if subnormals != "keep" or overflow != "inf" or like != "ieee":
             raise ValueError(f"subnormals, overflow and like do not apply to {fmt}: its elements keep subnormals "

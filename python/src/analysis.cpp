@@ -31,9 +31,14 @@ Int64Array to_numpy(std::vector<std::int64_t>&& v) {
 
 nb::object json_loads(const nlohmann::json& j) { return nb::module_::import_("json").attr("loads")(j.dump()); }
 
-// Adds a float32 / float64 array of any shape (contiguous, on the CPU) with the GIL released.
+// Adds a float32 / float64 array or tensor of any shape with the GIL released. The package's own checks come
+// first (mpsim._prepare, python/mpsim/__init__.py): a tensor on another device or of another dtype is named
+// in a TypeError, a strided one is made contiguous, one that requires grad is detached, float16 / bfloat16
+// ones are widened to float32 (exact).
 template <class Counter>
-void add_array(Counter& c, const AnyArray& x) {
+void add_array(Counter& c, nb::handle obj) {
+  const nb::object prepared = nb::module_::import_("mpsim").attr("_prepare")(obj, "x", true)[0];
+  const auto x = nb::cast<AnyArray>(prepared);
   check_layout(x, "x");
   if (x.dtype() == nb::dtype<float>()) {
     const auto s = input_span<float>(x, "x");
@@ -136,7 +141,7 @@ void bind_analysis(nb::module_& m) {
                             "Counts of values by binade (bin n: 2^n <= |x| < 2^(n+1)), zeros, NaN, -inf and +inf "
                             "apart: the bins of `mpsim hist`.")
       .def("__init__", [](Log2Histogram* h) { new (h) Log2Histogram(analysis::make_float_histogram()); })
-      .def("add", [](Log2Histogram& h, const AnyArray& x) { add_array(h, x); }, "x"_a,
+      .def("add", [](Log2Histogram& h, nb::handle x) { add_array(h, x); }, "x"_a,
            "Counts every element of a float32/float64 array or tensor.")
       .def(
           "merge", [](Log2Histogram& h, const Log2Histogram& o) -> Log2Histogram& { return h += o; }, "other"_a,
@@ -186,7 +191,7 @@ void bind_analysis(nb::module_& m) {
                            "would underflow to zero, become subnormal or overflow in a format (`mpsim underflow`).")
       .def("__init__", [](RangeCounter* c, nb::handle fmt, const std::string& mode) { new (c) RangeCounter(make_counter(fmt, mode)); },
            "fmt"_a = "fp16", "mode"_a = "rne")
-      .def("add", [](RangeCounter& c, const AnyArray& x) { add_array(c, x); }, "x"_a,
+      .def("add", [](RangeCounter& c, nb::handle x) { add_array(c, x); }, "x"_a,
            "Counts every element of a float32/float64 array or tensor.")
       .def(
           "merge", [](RangeCounter& c, const RangeCounter& o) -> RangeCounter& { return c += o; }, "other"_a,

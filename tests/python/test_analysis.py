@@ -131,6 +131,12 @@ def test_analysis_bad_input():
         mpsim.UnderflowCounter("fp16", "sr")
     with pytest.raises(TypeError):
         c.add(np.ones(3, np.int16))
+    # A strided view is counted as its contiguous copy.
+    v = np.arange(64, dtype=np.float32).reshape(8, 8)[:, ::3]
+    h1, h2 = mpsim.Histogram(), mpsim.Histogram()
+    h1.add(v)
+    h2.add(np.ascontiguousarray(v))
+    assert h1 == h2 and h1.total == v.size
     with pytest.raises(ValueError):
         mpsim.UnderflowCounter.from_counts_array("fp16", "rne", np.zeros(5, np.int64))
     with pytest.raises(ValueError):

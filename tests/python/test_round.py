@@ -203,7 +203,9 @@ def test_bad_input_raises():
     x = np.ones(8, np.float32)
     cases = [
         (TypeError, lambda: mpsim.round(np.ones(8, np.int32), "fp16")),
-        (TypeError, lambda: mpsim.round(np.ones(8, np.float16), "fp16")),
+        (TypeError, lambda: mpsim.round(np.ones(8, np.complex64), "fp16")),
+        (ValueError, lambda: mpsim.round(np.ones(8, np.float16), "bf16")),
+        (TypeError, lambda: mpsim.round(np.ones(8, np.float16), "mxfp8_e4m3")),
         (ValueError, lambda: mpsim.round(x, "fp17")),
         (ValueError, lambda: mpsim.round(x, "fp16", "nearest-sideways")),
         (ValueError, lambda: mpsim.round(x, "fp16", sr_bits=8)),
@@ -243,3 +245,24 @@ def test_format_objects():
     assert all(mpsim.Format(n).name == n for n in mpsim.formats())
     assert "nvfp4" in mpsim.block_formats()
     print(f"Format constants of {len(want)} formats equal ml_dtypes.finfo; {len(mpsim.formats())} names parse")
+
+
+@pytest.mark.parametrize("fmt", ["fp16", "fp8_e4m3", "fp8_e5m2", "float6_e3m2fn"])
+def test_float16_input_same_as_cli(cli, fmt):
+    """float16 arrays: rounded as their float32 values, stored back as float16 (`mpsim round` on a float16 file)."""
+    x = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)  # every float16
+    for mode, kw, extra in [("rne", {}, []), ("rd", {}, []), ("sr", {"seed": 9}, ["--seed", "9"])]:
+        want, want_stats = cli.round(x, "--to", fmt, "--mode", mode, *extra, stats=True)
+        got, got_stats = mpsim.round(x, fmt, mode, stats=True, **kw)
+        assert got.dtype == np.float16 and np.array_equal(got.view(np.uint16), want.view(np.uint16)), (fmt, mode)
+        assert all(want_stats[k] == v for k, v in got_stats.items())
+        assert np.array_equal(mpsim.encode(x, fmt, mode, **kw), cli.round(x, "--to", fmt, "--mode", mode, *extra,
+                                                                          "--bits")[0])
+    # ml_dtypes bfloat16 arrays: the same values as rounding their float32 widening, stored as bfloat16.
+    b = x.astype(np.float32).astype(ml_dtypes.bfloat16)
+    if fmt != "fp16":
+        got = mpsim.round(b, fmt)
+        assert got.dtype == b.dtype
+        want = mpsim.encode(mpsim.round(b.astype(np.float32), fmt), "bf16")
+        assert np.array_equal(got.view(np.uint16), want)
+    print(f"{fmt}: all {x.size} float16 values x 3 modes as `mpsim round` on a float16 .npy")

@@ -45,6 +45,10 @@ def test_tensor_in_place_views_and_grad():
     assert torch.equal(mpsim.round(t, "fp16"), t.contiguous().half().float())
     w = x.clone().requires_grad_(True)
     assert torch.equal(mpsim.round(w, "fp16"), x.half().float())
+    hw, hs = mpsim.Histogram(), mpsim.Histogram()
+    hw.add(w)       # requires grad: detached
+    hs.add(t)       # strided: made contiguous
+    assert hw == hs
     h = mpsim.Histogram()
     h.add(x)
     hn = mpsim.Histogram()
@@ -59,12 +63,40 @@ def test_tensor_in_place_views_and_grad():
 
 def test_tensor_bad_input():
     meta = torch.empty(8, device="meta")  # a tensor that is not in CPU memory, as a CUDA one
-    for call in [lambda: mpsim.round(meta, "fp16"), lambda: mpsim.round(torch.ones(8, dtype=torch.float16), "fp16"),
+    for call in [lambda: mpsim.round(meta, "fp16"), lambda: mpsim.round(torch.ones(8, dtype=torch.complex64), "fp16"),
                  lambda: mpsim.round(torch.ones(8, dtype=torch.int32), "fp16")]:
         with pytest.raises(TypeError) as info:
             call()
         print("TypeError:", info.value)
     with pytest.raises(ValueError):
         mpsim.round(torch.ones(8), "fp16", out=torch.ones(16)[::2])
-    with pytest.raises((TypeError, ValueError)):
+    with pytest.raises(TypeError):
         mpsim.Histogram().add(meta)
+    with pytest.raises(TypeError):
+        mpsim.UnderflowCounter("fp16").add(torch.ones(4, dtype=torch.int8))
+
+
+def test_half_and_bfloat16_tensors():
+    """float16 / bfloat16 tensors: rounded as their exact float32 values, returned in their own dtype."""
+    x = sample()
+    for dtype, fmt, low in [(torch.float16, "fp8_e5m2", torch.float8_e5m2), (torch.bfloat16, "fp8_e4m3", None),
+                            (torch.bfloat16, "bf16", None)]:
+        h = x.to(dtype)
+        got = mpsim.round(h, fmt)
+        assert got.dtype == dtype
+        want = mpsim.round(h.float(), fmt).to(dtype)  # exact: every value of fmt is one of dtype
+        nan = torch.isnan(want)  # torch's cast writes its own NaN pattern
+        assert torch.equal(torch.isnan(got), nan)
+        assert torch.equal(got.view(torch.int16)[~nan], want.view(torch.int16)[~nan])
+        if low is not None:
+            ref = h.to(low).to(dtype)
+            nan = torch.isnan(ref)
+            assert torch.equal(got[~nan], ref[~nan]) and bool(torch.isnan(got[nan]).all())
+        y = h.clone()
+        mpsim.round(y, fmt, out=y)
+        assert torch.equal(y.view(torch.int16), got.view(torch.int16))
+        c1, c2 = mpsim.UnderflowCounter("fp16"), mpsim.UnderflowCounter("fp16")
+        c1.add(h)
+        c2.add(h.float())
+        assert c1 == c2
+        print(f"{dtype} tensor to {fmt}: {h.numel()} values as rounding its float32 widening")
