@@ -116,6 +116,30 @@ def test_hooks_see_what_autograd_computes(tmp_path):
           f"bin for bin equal to numpy's binning of the tensors captured with plain hooks")
 
 
+def test_modules_with_several_outputs():
+    """An LSTM returns (output, (h, c)); a module may return a dict: each tensor is a site of its own."""
+
+    class Two(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x):
+            y = self.lin(x)
+            return {"a": y, "b": 2 * y}
+
+    torch.manual_seed(1)
+    lstm, two = nn.LSTM(4, 3, batch_first=True), Two()
+    monitor = mt.GradientMonitor(nn.ModuleList([lstm, two]), formats=["fp16"], every=1, modules=[lstm, two])
+    out, (h, c) = lstm(torch.randn(2, 5, 4))
+    d = two(torch.randn(2, 4))
+    (out.sum() + h.sum() + c.sum() + d["a"].sum() + d["b"].sum()).backward()
+    sites = monitor.step()["formats"]["fp16"]["activation_grad"]["sites"]
+    print(f"sites of several-output modules: {sorted(sites)}")
+    assert sorted(sites) == ["0/out.0_grad", "0/out.1.0_grad", "0/out.1.1_grad", "1/out.a_grad", "1/out.b_grad"]
+    assert sites["0/out.0_grad"]["numel"] == out.numel() and sites["1/out.b_grad"]["numel"] == 8
+
+
 def test_files_every_n_steps_in_the_simulators_schema(tmp_path):
     model = mlp()
     monitor = mt.GradientMonitor(model, every=3, out=tmp_path, hist_every=2)

@@ -50,6 +50,7 @@ import json
 import math
 import os
 import weakref
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -128,12 +129,18 @@ def _grad_hook(ref, site):
     return lambda grad: observe(site, grad)
 
 
-def _flatten_tensors(out):
+def _output_tensors(out, name=""):
+    """(suffix, tensor) for every tensor in a module's output: "" for a lone tensor, "." and the index or key
+    path for tuples, lists and dicts (an LSTM's (output, (h, c)) gives .0, .1.0, .1.1)."""
     if isinstance(out, torch.Tensor):
-        return [out]
+        return [(name, out)]
     if isinstance(out, (tuple, list)):
-        return [t for o in out for t in _flatten_tensors(o)]
-    return []
+        items = enumerate(out)
+    elif isinstance(out, Mapping):
+        items = out.items()
+    else:
+        return []
+    return [t for k, o in items for t in _output_tensors(o, f"{name}.{k}")]
 
 
 class GradientMonitor:
@@ -179,7 +186,7 @@ class GradientMonitor:
         self._handles = []
         self._observed_sites = []  # emulation sites this monitor observes
         self._ref = weakref.ref(self)
-        self._activation_sites = []  # as seen, sorted (a module with several outputs has SITE/outI_grad)
+        self._activation_sites = []  # as seen, sorted (a module with several outputs: SITE/out.I_grad)
 
         if modules is None:  # leaf modules with parameters of their own: the layers
             modules = [(n, m) for n, m in model.named_modules()
@@ -226,9 +233,7 @@ class GradientMonitor:
             mon = ref()
             if mon is None or not mon._sampling or not torch.is_grad_enabled():
                 return None
-            tensors = _flatten_tensors(output)
-            for i, t in enumerate(tensors):
-                suffix = "" if len(tensors) == 1 else str(i)
+            for suffix, t in _output_tensors(output):
                 if activations and t.is_floating_point():
                     mon.observe(f"{site}/out{suffix}", t, kind="activation")
                 if grads and t.requires_grad:
