@@ -114,7 +114,7 @@ def test_options_same_as_cli(cli, fmt, opts, kw):
     print(f"{fmt} {kw}: {x.size} inputs, values, encodings and stats as `mpsim round`")
 
 
-@pytest.mark.parametrize("fmt", ["fp16", "bf16", "fp8_e5m2", "e11m30"])
+@pytest.mark.parametrize("fmt", ["fp16", "bf16", "tf32", "fp8_e5m2", "e11m30"])
 def test_float64_same_as_cli(cli, fmt):
     rng = np.random.default_rng(RNG_SEED)
     with np.errstate(invalid="ignore"):  # signalling NaNs widened to float64
@@ -126,8 +126,10 @@ def test_float64_same_as_cli(cli, fmt):
         got = mpsim.round(x, fmt, mode)
         assert got.dtype == np.float64 and np.array_equal(got.view(np.uint64), want.view(np.uint64)), (fmt, mode)
         if fmt != "e11m30":
-            want_bits, _ = cli.round(x, "--to", fmt, "--mode", mode, "--bits")
-            assert np.array_equal(mpsim.encode(x, fmt, mode), want_bits), (fmt, mode)
+            want_bits, want_stats = cli.round(x, "--to", fmt, "--mode", mode, "--bits", stats=True)
+            got_bits, got_stats = mpsim.encode(x, fmt, mode, stats=True)
+            assert got_bits.dtype == want_bits.dtype and np.array_equal(got_bits, want_bits), (fmt, mode)
+            assert all(want_stats[k] == v for k, v in got_stats.items()), (fmt, mode)
     print(f"{fmt}: {x.size} float64 inputs x 3 modes as `mpsim round`")
 
 
