@@ -1,0 +1,15 @@
+"""mpsim inside PyTorch training (docs/torch.md).
+
+  GradientMonitor  per-layer activation / weight gradient telemetry in fp16, bf16, fp8: underflow,
+                   subnormal and overflow shares at the current loss scale, the safe scale window, log2
+                   histograms; steps.csv and hist/*.json in the schemas `mpsim train` writes
+  emulate          run an fp32 model as if under torch.autocast in a chosen format and rounding mode
+                   (mpsim.round at every cast autocast would make, forward and backward)
+  GradientMonitor.all_reduce  merge the counts of every torch.distributed rank
+
+CPU tensors only (float32 / float64; the monitor widens fp16 / bf16 exactly).
+"""
+from .emulate import Emulation, RoundingSite, emulate
+from .monitor import DEFAULT_FORMATS, GradientMonitor
+
+__all__ = ["DEFAULT_FORMATS", "Emulation", "GradientMonitor", "RoundingSite", "emulate"]

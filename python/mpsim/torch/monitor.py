@@ -1,0 +1,575 @@
+"""GradientMonitor: what fp16, bf16 and fp8 would do to a PyTorch model's gradients, measured during training.
+
+    monitor = mpsim.torch.GradientMonitor(model, every=10, scaler=scaler, out="runs/torch1")
+    for batch in data:
+        loss = loss_fn(model(batch.x), batch.y)
+        scaler.scale(loss).backward()
+        monitor.step(loss)              # once per optimiser step, after backward (before or after scaler.step)
+        scaler.step(opt); scaler.update(); opt.zero_grad()
+    monitor.close()                     # writes steps.csv, run.json, underflow.json; removes the hooks
+
+On every `every`-th step (the first included) it counts, per layer:
+  * activation gradients: the gradient arriving at each module's output (a tensor hook on the output,
+    registered by a forward hook only on sampled steps, so the other steps pay for one Python call per
+    module; a full backward hook would wrap every forward in autograd nodes on every step). Given the
+    emulation hooks (emulation=, emulate.py), the gradients at their backward rounding sites instead,
+    MODULE/out_grad and MODULE/in_grad, before they are rounded;
+  * weight gradients: each parameter's .grad when backward has accumulated it (post-accumulate-grad
+    hooks; with gradient accumulation the last backward's .grad; under DDP this rank's own gradient, as
+    the hooks run before DDP averages it);
+  * optionally activations (the module outputs).
+Values are counted as backward produces them, so under a GradScaler they include the loss scale S, read
+from the scaler during backward: the shares below are "at the current loss scale", and scale windows and
+recommendations are given as absolute log2 loss scales (relative shifts + log2 S).
+For each format it reports the share of non-zero finite values that would underflow to zero, become
+subnormal or overflow (mpsim.UnderflowCounter: every power-of-two scale from one pass), the scale window
+with no overflow and the fewest underflows, and the recommended scale (largest 2^k with amax*2^k*margin <=
+max finite); log2 histograms (mpsim.Histogram) per site.
+
+Files under `out` (rank 0 only), in the schemas `mpsim train` writes, so the notebooks draw a PyTorch run
+with the simulator's drawing code; written on every `hist_every`-th sampled step (default 10: with
+every=10, steps 1, 101, 201, ...), by flush() and by close():
+  steps.csv               one row per sampled step: step,loss,metric,scale,skipped,grad_norm,swallowed, then
+                          SITE:zero,SITE:subnormal,SITE:overflow per activation-gradient site in the first
+                          format (fractions of the non-zero finite values), SITE:zero@F ... for the other
+                          formats, and per format F the totals F:underflow, F:subnormal, F:overflow,
+                          F:recommended_log2_scale, F:window_lo, F:window_hi (activation gradients) and
+                          F:w_underflow, F:w_subnormal, F:w_overflow (weight gradients)
+  hist/step_NNNNNN.json   schema mpsim-train-hist-1: activation_grad / weight_grad (and activation) per site
+  run.json                schema mpsim-train-run-1 (configuration, sites, histogram steps)
+  underflow.json          per format and kind, the `mpsim underflow` report of every site over every
+                          sampled step
+Under torch.distributed every rank counts its own data. With reduce="auto" (the default) each sampled
+step's counts are merged over the ranks (every rank must call step() on the same steps, as DDP does), so
+every rank's reports and totals are those of all ranks and rank 0 writes them; with reduce="never" nothing
+is exchanged during training and all_reduce() merges the run totals once, at the end.
+"""
+import csv
+import io
+import json
+import math
+import os
+import weakref
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+
+import mpsim
+
+from . import distributed as _dist
+from ._tensors import values_to_count
+
+DEFAULT_FORMATS = ("fp16", "bf16", "fp8_e4m3", "fp8_e5m2")
+KINDS = ("activation_grad", "weight_grad", "activation")
+# The scale windows are searched over loss scales 2^-128 .. 2^128: beyond them the scale itself is not a
+# finite float32 (what GradScaler keeps it in).
+SWEEP_LOG2 = 128
+
+
+class SiteCounts:
+    """Everything counted at one site: one underflow counter per format (each also holds the site's log2
+    histogram, so the values pass once per format and no histogram pass is added)."""
+
+    def __init__(self, formats, mode, counters=None, empty=None):
+        if counters is None:
+            # Copies of empty counters (the sum of an empty counter with itself) are about ten times quicker to
+            # make than new ones, which first find the format's rounding thresholds.
+            counters = ({f: empty[f] + empty[f] for f in formats} if empty is not None
+                        else {f: mpsim.UnderflowCounter(f, mode) for f in formats})
+        self.counters = counters
+
+    @property
+    def hist(self):
+        """The log2 histogram of the values seen (mpsim.Histogram)."""
+        return next(iter(self.counters.values())).histogram()
+
+    def add(self, values):
+        for c in self.counters.values():
+            c.add(values)
+
+    def merge(self, other):
+        for f, c in self.counters.items():
+            c.merge(other.counters[f])
+
+
+def _atomic_write(path, text):
+    """Writes text to path through a temporary file and a rename: a reader never sees half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _number(x):
+    """A CSV cell: empty for a missing value, integers as integers, other numbers as the shortest text
+    that reads back exactly (repr)."""
+    if x is None:
+        return ""
+    if isinstance(x, bool):
+        return str(int(x))
+    if isinstance(x, int):
+        return str(x)
+    return repr(float(x))
+
+
+def _site_observer(ref):
+    """(site, gradient) -> counted as an activation gradient by the monitor behind ref, if it still lives."""
+    def observe(site, grad):
+        mon = ref()
+        if mon is not None:
+            mon.observe(site, grad, kind="activation_grad")
+    observe.monitor = ref
+    return observe
+
+
+def _grad_hook(ref, site):
+    observe = _site_observer(ref)
+    return lambda grad: observe(site, grad)
+
+
+def _output_tensors(out, name=""):
+    """(suffix, tensor) for every tensor in a module's output: "" for a lone tensor, "." and the index or key
+    path for tuples, lists and dicts (an LSTM's (output, (h, c)) gives .0, .1.0, .1.1)."""
+    if isinstance(out, torch.Tensor):
+        return [(name, out)]
+    if isinstance(out, (tuple, list)):
+        items = enumerate(out)
+    elif isinstance(out, Mapping):
+        items = out.items()
+    else:
+        return []
+    return [t for k, o in items for t in _output_tensors(o, f"{name}.{k}")]
+
+
+class GradientMonitor:
+    """Per-layer gradient telemetry in low-precision formats; see the module docstring."""
+
+    def __init__(self, model, formats=DEFAULT_FORMATS, *, every=10, scaler=None, out=None, activations=False,
+                 activation_grads=True, weight_grads=True, modules=None, hist_every=10, mode="rne", margin=2.0,
+                 policy=None, reduce="auto", group=None, emulation=None):
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"GradientMonitor: expected a torch.nn.Module, got {type(model).__name__}")
+        if isinstance(formats, str):
+            formats = (formats,)
+        if not formats:
+            raise ValueError("GradientMonitor: formats is empty")
+        self.formats = tuple(mpsim.Format(f).name for f in formats)  # unknown names fail here, named
+        self._empty = {f: mpsim.UnderflowCounter(f, mode) for f in self.formats}
+        if int(every) < 1 or int(hist_every) < 0:
+            raise ValueError(f"GradientMonitor: every={every} must be >= 1 and hist_every={hist_every} >= 0")
+        if reduce not in ("auto", "never"):
+            raise ValueError(f"GradientMonitor: reduce={reduce!r} is not 'auto' or 'never'")
+        self.model = model
+        self.every = int(every)
+        self.hist_every = int(hist_every)
+        self.scaler = scaler
+        self.out = Path(out) if out is not None else None
+        self.mode = mode
+        self.margin = float(margin)
+        self.policy = policy or ("pytorch, emulated (mpsim.torch.emulate)" if emulation else "pytorch")
+        self.reduce = reduce
+        self.group = group
+        self.step_number = 1
+        self.last = None
+        self.totals = {k: {} for k in KINDS}  # every sampled step so far (this rank's with reduce="never")
+        self.merged_totals = None  # all_reduce()'s merge of every rank's totals
+        self._counts = {k: {} for k in KINDS}
+        self._scale = None
+        self._grad_norms = {}
+        self._sampling = True
+        self._hist_steps = []
+        self._rows = []
+        self._columns = None
+        self._csv_columns, self._csv_rows = None, 0  # what steps.csv holds
+        self._handles = []
+        self._observed_sites = []  # emulation sites this monitor observes
+        self._ref = weakref.ref(self)
+        self._activation_sites = []  # as seen, sorted (a module with several outputs: SITE/out.I_grad)
+
+        if modules is None:  # leaf modules with parameters of their own: the layers
+            modules = [(n, m) for n, m in model.named_modules()
+                       if not list(m.children()) and any(True for _ in m.parameters(recurse=False))]
+        else:
+            names = {id(m): n for n, m in model.named_modules()}
+            missing = [type(m).__name__ for m in modules if id(m) not in names]
+            if missing:
+                raise ValueError(f"GradientMonitor: modules {missing} are not part of {type(model).__name__}")
+            modules = [(names[id(m)], m) for m in modules]
+        emulated = set()
+        if emulation is not None:
+            # The gradients at the emulation's rounding sites, before they are rounded (MODULE/out_grad: what
+            # arrives at the output; MODULE/in_grad: the input's gradient the GEMM computed), as the simulator
+            # counts its sites; the output hooks below would see the out_grad values once more.
+            emulated = {id(m) for m in emulation.modules}
+            ref = self._ref
+            for site in emulation.sites.values():
+                if activation_grads and site.name.endswith(("/out_grad", "/in_grad")):
+                    site.observers.append(_site_observer(ref))
+                    self._observed_sites.append(site)
+        if activation_grads or activations:
+            for name, m in modules:
+                site = name or type(m).__name__
+                grads_here = activation_grads and id(m) not in emulated
+                if not (grads_here or activations):
+                    continue
+                self._handles.append(m.register_forward_hook(
+                    self._forward_hook(site, grads_here, activations)))
+        if weight_grads:
+            for pname, p in model.named_parameters():
+                if p.requires_grad:
+                    mod, _, leaf = pname.rpartition(".")
+                    site = f"{mod}/{leaf}_grad" if mod else f"{leaf}_grad"
+                    self._handles.append(p.register_post_accumulate_grad_hook(self._weight_hook(site)))
+
+    # ---- hooks -------------------------------------------------------------------------------------
+    # The hooks the model holds reach the monitor through a weak reference: the model does not keep a
+    # monitor (and its counters) alive, and a monitor that is dropped leaves hooks that do nothing.
+    def _forward_hook(self, site, grads, activations):
+        ref = weakref.ref(self)
+
+        def hook(module, inputs, output):
+            mon = ref()
+            if mon is None or not mon._sampling or not torch.is_grad_enabled():
+                return None
+            for suffix, t in _output_tensors(output):
+                if activations and t.is_floating_point():
+                    mon.observe(f"{site}/out{suffix}", t, kind="activation")
+                if grads and t.requires_grad:
+                    t.register_hook(_grad_hook(ref, f"{site}/out{suffix}_grad"))
+            return None
+        return hook
+
+    def _weight_hook(self, site):
+        ref = weakref.ref(self)
+
+        def hook(param):
+            mon = ref()
+            if mon is not None and mon._sampling and param.grad is not None:
+                # With gradient accumulation the hook fires once per backward: the latest accumulated .grad
+                # replaces what an earlier micro-batch's backward counted.
+                mon._counts["weight_grad"].pop(site, None)
+                mon.observe(site, param.grad, kind="weight_grad")
+                mon._grad_norms[site] = float(torch.linalg.vector_norm(param.grad.detach()))
+        return hook
+
+    # ---- counting ----------------------------------------------------------------------------------
+    def current_scale(self):
+        """The loss scale backward runs under: the GradScaler's when one is given and enabled, else 1."""
+        s = self.scaler
+        if s is None or not getattr(s, "is_enabled", lambda: True)():
+            return 1.0
+        return float(s.get_scale())
+
+    def observe(self, site, tensor, kind="activation_grad"):
+        """Counts tensor's values at `site` for this step (what the hooks call; also for tensors of your
+        own). Counts only on sampled steps; CPU float tensors (fp16 / bf16 are widened exactly)."""
+        if kind not in KINDS:
+            raise ValueError(f"observe: kind {kind!r} is not one of {', '.join(KINDS)}")
+        if not self._sampling:
+            return
+        if self._scale is None:
+            self._scale = self.current_scale()
+        values = values_to_count(tensor, f"{kind} {site}")
+        counts = self._counts[kind].get(site)
+        if counts is None:
+            counts = self._counts[kind][site] = SiteCounts(self.formats, self.mode, empty=self._empty)
+        counts.add(values)
+
+    @property
+    def sampling(self):
+        """True when the step in progress is counted."""
+        return self._sampling
+
+    def step(self, loss=None):
+        """Ends one optimiser step. On a sampled step: merges the ranks' counts (under torch.distributed),
+        adds them to the totals, keeps the step's steps.csv row, writes the files on histogram steps and
+        returns this step's report (a dict: summarize()'s, with step, loss and grad_norm); on other steps
+        returns None."""
+        result = None
+        if self._sampling:
+            if self.reduce == "auto" and _dist.active(self.group):
+                _dist.all_reduce_counts(self._counts, self.formats, self.mode, self.group)
+            scale = self._scale if self._scale is not None else self.current_scale()
+            if isinstance(loss, torch.Tensor):
+                loss = float(loss.detach())
+            result = self.summarize(self._counts, scale, detail_kinds=("activation_grad", "activation"))
+            result.update(step=self.step_number, loss=loss)
+            # The unscaled global norm, as torch.nn.utils.clip_grad_norm_ after scaler.unscale_ (this rank's).
+            result["grad_norm"] = (math.sqrt(sum(n * n for n in self._grad_norms.values())) / scale
+                                   if self._grad_norms else None)
+            for kind, sites in self._counts.items():
+                for site, counts in sites.items():
+                    if site in self.totals[kind]:
+                        self.totals[kind][site].merge(counts)
+                    else:
+                        self.totals[kind][site] = counts
+            if self.reduce == "never":
+                self.merged_totals = None  # stale: all_reduce() again for the merge of every rank
+            self.last = result
+            if self.out is not None and _dist.rank(self.group) == 0:
+                self._write_step(result)
+        self._counts = {k: {} for k in KINDS}
+        self._scale = None
+        self._grad_norms = {}
+        self.step_number += 1
+        self._sampling = (self.step_number - 1) % self.every == 0
+        return result
+
+    # ---- reports -----------------------------------------------------------------------------------
+    def summarize(self, counts=None, scale=1.0, detail_kinds=KINDS):
+        """{"loss_scale", "skipped", "formats": {F: {KIND: {"sites": {SITE: stats}, "total": stats,
+        "recommended_log2_scale", "window": [lo, hi] or None}}}} for counts (default: the run totals, whose
+        values carry the scales of their steps: pass scale when it did not change). stats are
+        mpsim.UnderflowCounter.underflow(0) at the values as counted (scale included), with the fractions
+        zero / subnormal / overflow of the non-zero finite values beside; log2 scales are absolute (log2 of
+        the loss scale that would give them). Per-site stats, window and recommendation for the kinds in
+        detail_kinds only, the others get their total (step() details the activations and their gradients:
+        the weight gradients' details would double a sampled step's cost; summarize() of the totals has them)."""
+        counts = self.totals if counts is None else counts
+        log2_s = math.log2(scale) if scale > 0 else 0.0
+        out = {"loss_scale": scale, "formats": {}}
+        for f in self.formats:
+            per_kind = {}
+            for kind, sites in counts.items():
+                if not sites:
+                    continue
+                total = None
+                rows = {}
+                for site in sorted(sites):
+                    c = sites[site].counters[f]
+                    if kind in detail_kinds:
+                        rows[site] = _stats(c)
+                    if total is None:
+                        total = mpsim.UnderflowCounter(f, self.mode)
+                    total.merge(c)
+                entry = {"sites": rows, "total": _stats(total)}
+                if kind not in detail_kinds:
+                    per_kind[kind] = entry
+                    continue
+                rec = total.recommend_scale(margin=self.margin)
+                entry["recommended_log2_scale"] = None if rec is None else rec["log2_scale"] + log2_s
+                # Over the absolute loss scales 2^-128 .. 2^128, whatever the scale the values carry.
+                shift = round(log2_s)
+                window = best_window(total, -SWEEP_LOG2 - shift, SWEEP_LOG2 - shift)
+                entry["window"] = None if window is None else [window[0] + log2_s, window[1] + log2_s]
+                per_kind[kind] = entry
+            out["formats"][f] = per_kind
+        wg = counts.get("weight_grad", {})
+        if wg:
+            nonfinite = 0
+            for c in wg.values():
+                h = c.hist
+                nonfinite += h.nan + h.pos_inf + h.neg_inf
+            out["skipped"] = nonfinite > 0  # GradScaler skips a step whose gradients hold inf or NaN
+        else:
+            out["skipped"] = None
+        return out
+
+    def _row(self, result):
+        seen = set(self._activation_sites)
+        for f in self.formats:
+            act = result["formats"][f].get("activation_grad")
+            seen.update(act["sites"] if act else ())
+        self._activation_sites = sorted(seen)
+        cols = {"step": result["step"], "loss": result["loss"], "metric": None, "scale": result["loss_scale"],
+                "skipped": None if result["skipped"] is None else int(result["skipped"]),
+                "grad_norm": result["grad_norm"], "swallowed": None}
+        for i, f in enumerate(self.formats):
+            act = result["formats"][f].get("activation_grad")
+            suffix = "" if i == 0 else f"@{f}"
+            for site in self._activation_sites:
+                st = act["sites"].get(site) if act else None
+                for key in ("zero", "subnormal", "overflow"):
+                    cols[f"{site}:{key}{suffix}"] = None if st is None else st[key]
+        for f in self.formats:
+            act = result["formats"][f].get("activation_grad")
+            for key, name in (("zero", "underflow"), ("subnormal", "subnormal"), ("overflow", "overflow")):
+                cols[f"{f}:{name}"] = act["total"][key] if act else None
+            cols[f"{f}:recommended_log2_scale"] = act["recommended_log2_scale"] if act else None
+            window = act["window"] if act else None
+            cols[f"{f}:window_lo"] = window[0] if window else None
+            cols[f"{f}:window_hi"] = window[1] if window else None
+            wg = result["formats"][f].get("weight_grad")
+            for key, name in (("zero", "w_underflow"), ("subnormal", "w_subnormal"), ("overflow", "w_overflow")):
+                cols[f"{f}:{name}"] = wg["total"][key] if wg else None
+        return cols
+
+    def _write_step(self, result):
+        row = self._row(result)
+        # A site first seen now (a module that did not run before) adds columns; the file is rewritten whole.
+        self._columns = (self._columns or []) + [c for c in row if c not in (self._columns or [])]
+        self._rows.append(row)
+        sampled_index = (result["step"] - 1) // self.every
+        if self.hist_every and sampled_index % self.hist_every == 0:
+            # Files are written on histogram steps (and by flush() and close()): a sampled step then costs
+            # no file system work, which on a loaded machine takes milliseconds per file.
+            self._write_hist(result)
+            self.flush()
+
+    def flush(self):
+        """Writes steps.csv (every sampled step so far) and run.json now (rank 0; also done on histogram
+        steps and by close()). Rows are appended to the file this monitor wrote; it is rewritten whole
+        (through a temporary file and a rename) only when a new site adds columns, so a long run's flushes
+        cost what their new rows cost."""
+        if self.out is None or _dist.rank(self.group) != 0:
+            return
+        columns = self._columns or ["step", "loss", "metric", "scale", "skipped", "grad_norm", "swallowed"]
+        path = self.out / "steps.csv"
+        whole = columns != self._csv_columns or not path.exists()
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        if whole:
+            w.writerow(columns)
+        for r in self._rows[0 if whole else self._csv_rows:]:
+            w.writerow([_number(r.get(c)) for c in columns])
+        if whole:
+            _atomic_write(path, buf.getvalue())
+        else:
+            with open(path, "a") as f:
+                f.write(buf.getvalue())
+        self._csv_columns, self._csv_rows = list(columns), len(self._rows)
+        self._write_run()
+
+    def _write_hist(self, result):
+        snap = {"step": result["step"], "model": type(self.model).__name__, "policy": self.policy,
+                "scaler": "none" if self.scaler is None else type(self.scaler).__name__,
+                "loss_scale": result["loss_scale"], "loss_divisor_log2": 0,
+                "note": "activation_grad (the gradient arriving at each module's output), weight_grad (each "
+                        "parameter's .grad as backward accumulated it) and activation: the values as PyTorch "
+                        "produced them, the loss scale included (mpsim.torch.GradientMonitor)",
+                "schema": "mpsim-train-hist-1", "mpsim_version": getattr(mpsim, "__version__", "")}
+        for kind, sites in self._counts.items():
+            if sites or kind != "activation":
+                snap[kind] = {s: json.loads(c.hist.to_json()) for s, c in sorted(sites.items())}
+        self._hist_steps.append(result["step"])
+        _atomic_write(self.out / "hist" / f"step_{result['step']:06d}.json", json.dumps(snap, indent=1) + "\n")
+
+    def _write_run(self):
+        run = {"schema": "mpsim-train-run-1", "mpsim_version": getattr(mpsim, "__version__", ""),
+               "config": {"model": type(self.model).__name__, "policy": self.policy, "formats": list(self.formats),
+                          "mode": self.mode, "every": self.every, "hist_every": self.hist_every,
+                          "margin": self.margin, "source": "mpsim.torch.GradientMonitor"},
+               "activation_grad_sites": self._activation_sites, "histogram_steps": self._hist_steps,
+               "steps_seen": self.step_number, "files": {"steps": "steps.csv", "histograms": "hist/step_NNNNNN.json",
+                                                         "underflow": "underflow.json"}}
+        _atomic_write(self.out / "run.json", json.dumps(run, indent=2) + "\n")
+
+    def report_json(self):
+        """Per format and kind, the JSON report `mpsim underflow --sweep` writes, one tensor per site, of the
+        run totals (every sampled step so far; every rank's after all_reduce()), the values as counted (loss
+        scale included)."""
+        totals = self.merged_totals if self.merged_totals is not None else self.totals
+        rep = {"schema": "mpsim-torch-underflow-1", "formats": {}}
+        for f in self.formats:
+            rep["formats"][f] = {
+                kind: json.loads(mpsim.underflow_report_json({site: c.counters[f] for site, c in sorted(sites.items())},
+                                                             margin=self.margin, sweep=True))
+                for kind, sites in totals.items() if sites}
+        return rep
+
+    def all_reduce(self, group=None):
+        """Merges every rank's run totals (one SUM all-reduce of the int64 counts, one MAX all-reduce for amax
+        and amin) into merged_totals, on every rank; rank 0 writes underflow.json from them. A collective:
+        every rank calls it. With reduce="auto" the totals are already merged step by step and nothing is
+        exchanged. Returns merged_totals ({kind: {site: SiteCounts}})."""
+        group = self.group if group is None else group
+        if self.reduce == "never" and _dist.active(group):
+            merged = {kind: dict(sites) for kind, sites in self.totals.items()}  # the local counters stay
+            _dist.all_reduce_counts(merged, self.formats, self.mode, group)
+        else:
+            merged = self.totals
+        self.merged_totals = merged
+        if self.out is not None and _dist.rank(group) == 0:
+            _atomic_write(self.out / "underflow.json", json.dumps(self.report_json(), indent=1) + "\n")
+        return merged
+
+    def remove(self):
+        """Removes the hooks (the model runs as if never monitored)."""
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        for site in self._observed_sites:
+            site.observers[:] = [o for o in site.observers if getattr(o, "monitor", None) is not self._ref]
+        self._observed_sites = []
+
+    def close(self):
+        """Removes the hooks and writes underflow.json, steps.csv and run.json (rank 0)."""
+        self.remove()
+        if self.out is not None and _dist.rank(self.group) == 0:
+            _atomic_write(self.out / "underflow.json", json.dumps(self.report_json(), indent=1) + "\n")
+            self.flush()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _last_true(pred, lo, hi, guess):
+    """The largest k in [lo, hi] with pred(k), for pred true up to some k and false after it, pred(lo)
+    true: a galloping search from guess (a few evaluations when the guess is close), then bisection."""
+    g = min(max(guess, lo), hi)
+    if pred(g):
+        a, b, step = g, hi + 1, 1  # b: the first k known false (hi + 1 stands for "none in range")
+        while a + step <= hi:
+            if not pred(a + step):
+                b = a + step
+                break
+            a, step = a + step, 2 * step
+        else:
+            if a < hi and not pred(hi):
+                b = hi
+            elif a < hi:
+                return hi
+    else:
+        a, b, step = lo, g, 1
+        while b - step > lo:
+            if pred(b - step):
+                a = b - step
+                break
+            b, step = b - step, 2 * step
+    while b - a > 1:
+        m = (a + b) // 2
+        a, b = (m, b) if pred(m) else (a, m)
+    return a
+
+
+def best_window(counter, lo, hi):
+    """(k_lo, k_hi): the scales 2^k, lo <= k <= hi, at which nothing overflows and underflow is least, or
+    None when every one overflows; what UnderflowCounter.sweep(lo, hi)["best_window"] gives (the sweep of
+    lib/mpsim/analysis/underflow.hpp), found from counts at a few single scales instead of the whole sweep
+    (hi - lo + 1 rows: milliseconds per call). Overflow only rises and underflow only falls as k grows, so
+    k_hi is the largest k without overflow and k_lo the smallest k whose underflow equals that at k_hi; the
+    searches start where amax and the smallest non-zero magnitude put the format's edges."""
+    memo = {}
+
+    def at(k):
+        if k not in memo:
+            st = counter.underflow(k)
+            memo[k] = (st["overflows_num"], st["underflows_num"])
+        return memo[k]
+
+    if at(lo)[0] > 0:
+        return None
+    fmt = counter.format
+    amax, amin = counter.amax, counter.amin_nonzero
+    guess_hi = math.floor(math.log2(fmt.max_finite / amax)) if amax > 0 else hi
+    k_hi = _last_true(lambda k: at(k)[0] == 0, lo, hi, guess_hi)
+    least = at(k_hi)[1]
+    if at(lo)[1] == least:
+        return lo, k_hi
+    guess_lo = math.ceil(math.log2(fmt.min_subnormal / amin)) - 1 if amin > 0 else lo
+    return _last_true(lambda k: at(k)[1] > least, lo, k_hi, guess_lo) + 1, k_hi
+
+
+def _stats(counter):
+    """UnderflowCounter.underflow(0) (the TE-named statistics), with zero / subnormal / overflow beside: the
+    fractions of the non-zero finite values, from the counts (the simulator's steps.csv columns)."""
+    st = dict(counter.underflow(0))
+    nonzero_finite = st["nonzero_finite_num"]
+    for key, num in (("zero", "underflows_num"), ("subnormal", "subnormals_num"), ("overflow", "overflows_num")):
+        st[key] = st[num] / nonzero_finite if nonzero_finite else 0.0
+    return st

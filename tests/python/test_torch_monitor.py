@@ -1,0 +1,323 @@
+"""mpsim.torch.GradientMonitor checked against PyTorch: its underflow / subnormal / overflow shares equal
+those of torch's own casts (Tensor.to(float16 / bfloat16 / float8_*)) of the same values, its histograms
+equal numpy's binning of the gradients captured with plain hooks, the scale is read from the real
+GradScaler, and it writes the files `mpsim train` writes (steps.csv, hist/, run.json) that the notebooks read."""
+import csv
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import mpsim.torch as mt
+
+ROOT = Path(__file__).resolve().parents[2]
+TORCH_DTYPE = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8_e4m3": torch.float8_e4m3fn,
+               "fp8_e5m2": torch.float8_e5m2}
+# Smallest normal magnitudes: IEEE 754 binary16 2^-14, bfloat16 2^-126, OCP FP8 (v1.0) E4M3 2^-6, E5M2 2^-14.
+MIN_NORMAL = {"fp16": 2.0**-14, "bf16": 2.0**-126, "fp8_e4m3": 2.0**-6, "fp8_e5m2": 2.0**-14}
+
+
+def log_uniform(n, lo, hi, seed):
+    g = torch.Generator().manual_seed(seed)
+    mag = torch.exp2(torch.empty(n).uniform_(lo, hi, generator=g))
+    return torch.where(torch.rand(n, generator=g) < 0.5, -mag, mag)
+
+
+def torch_shares(values, fmt):
+    """(underflow, subnormal, overflow) fractions of the non-zero finite values, from torch's cast."""
+    v = values.double().flatten()
+    v = v[torch.isfinite(v) & (v != 0)]
+    r = v.float().to(TORCH_DTYPE[fmt]).double()
+    n = v.numel()
+    under = int((r == 0).sum())
+    sub = int(((r != 0) & (r.abs() < MIN_NORMAL[fmt])).sum())
+    over = int((~torch.isfinite(r)).sum())
+    return under / n, sub / n, over / n
+
+
+def numpy_bins(values):
+    """{n: count} of 2^n <= |x| < 2^(n+1) over the non-zero finite values (np.frexp's exponent minus one)."""
+    v = np.asarray(values.detach().double().flatten())
+    v = v[np.isfinite(v) & (v != 0)]
+    _, e = np.frexp(np.abs(v))
+    n, c = np.unique(e - 1, return_counts=True)
+    return {int(a): int(b) for a, b in zip(n, c)}
+
+
+def test_shares_equal_torch_casts_for_every_format():
+    # Magnitudes 2^-40 .. 2^20: underflow, subnormal and normal results in every format, overflow in the
+    # narrow ones.
+    values = log_uniform(200000, -40, 20, seed=1)
+    model = nn.Linear(1, 1)
+    monitor = mt.GradientMonitor(model, formats=list(TORCH_DTYPE))
+    monitor.observe("probe", values)
+    report = monitor.step()
+    for fmt in TORCH_DTYPE:
+        st = report["formats"][fmt]["activation_grad"]["sites"]["probe"]
+        under, sub, over = torch_shares(values, fmt)
+        print(f"{fmt}: {values.numel()} values; underflow {100 * st['zero']:.4f}% (torch {100 * under:.4f}%), "
+              f"subnormal {100 * st['subnormal']:.4f}% (torch {100 * sub:.4f}%), "
+              f"overflow {100 * st['overflow']:.4f}% (torch {100 * over:.4f}%)")
+        assert st["zero"] == pytest.approx(under, abs=1e-15)
+        assert st["subnormal"] == pytest.approx(sub, abs=1e-15)
+        if fmt != "fp8_e4m3":  # torch's e4m3fn cast saturates at 448; mpsim's overflow="inf" gives NaN
+            assert st["overflow"] == pytest.approx(over, abs=1e-15)
+    e4m3 = report["formats"]["fp8_e4m3"]["activation_grad"]["sites"]["probe"]
+    # OCP FP8 E4M3: max 448 = 1.75 * 2^8; the next step would be 480, so |x| > 464 (their midpoint; 464
+    # itself ties to the even 448) overflows under round-to-nearest-even.
+    want = float((values.abs() > 464).sum()) / values.numel()
+    print(f"fp8_e4m3 overflow {100 * e4m3['overflow']:.4f}% (|x| > 464: {100 * want:.4f}%)")
+    assert e4m3["overflow"] == pytest.approx(want, abs=1e-15)
+
+
+def mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(12, 24), nn.ReLU(), nn.Linear(24, 24), nn.Tanh(), nn.Linear(24, 3))
+
+
+def test_hooks_see_what_autograd_computes(tmp_path):
+    model = mlp()
+    monitor = mt.GradientMonitor(model, formats=["fp16"], every=1, activations=True, out=tmp_path)
+    captured = {}
+
+    def capture(i):
+        def hook(module, inputs, out):
+            captured[f"{i}/out"] = out.detach().clone()
+            out.register_hook(lambda g: captured.__setitem__(f"{i}/out_grad", g.clone()))
+        return hook
+
+    for i in (0, 2, 4):
+        model[i].register_forward_hook(capture(i))
+    x, y = torch.randn(16, 12), torch.randn(16, 3)
+    F.mse_loss(model(x), y).backward()
+    monitor.step()
+    snap = json.loads((tmp_path / "hist" / "step_000001.json").read_text())
+    assert snap["schema"] == "mpsim-train-hist-1"
+    checked = 0
+    for kind, key, tensors in (("activation_grad", "out_grad", captured), ("activation", "out", captured)):
+        for i in (0, 2, 4):
+            got = {n: c for n, c in snap[kind][f"{i}/{key}"]["bins"]}
+            want = numpy_bins(tensors[f"{i}/{key}"])
+            assert got == want, f"{kind} {i}/{key}"
+            checked += sum(want.values())
+    for name, p in model.named_parameters():
+        mod, _, leaf = name.rpartition(".")
+        got = {n: c for n, c in snap["weight_grad"][f"{mod}/{leaf}_grad"]["bins"]}
+        assert got == numpy_bins(p.grad), name
+        checked += p.grad.numel()
+    print(f"hist/step_000001.json: {checked} values in {len(snap['activation_grad'])} activation-gradient, "
+          f"{len(snap['activation'])} activation and {len(snap['weight_grad'])} weight-gradient sites, "
+          f"bin for bin equal to numpy's binning of the tensors captured with plain hooks")
+
+
+def test_modules_with_several_outputs():
+    """An LSTM returns (output, (h, c)); a module may return a dict: each tensor is a site of its own."""
+
+    class Two(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x):
+            y = self.lin(x)
+            return {"a": y, "b": 2 * y}
+
+    torch.manual_seed(1)
+    lstm, two = nn.LSTM(4, 3, batch_first=True), Two()
+    monitor = mt.GradientMonitor(nn.ModuleList([lstm, two]), formats=["fp16"], every=1, modules=[lstm, two])
+    out, (h, c) = lstm(torch.randn(2, 5, 4))
+    d = two(torch.randn(2, 4))
+    (out.sum() + h.sum() + c.sum() + d["a"].sum() + d["b"].sum()).backward()
+    sites = monitor.step()["formats"]["fp16"]["activation_grad"]["sites"]
+    print(f"sites of several-output modules: {sorted(sites)}")
+    assert sorted(sites) == ["0/out.0_grad", "0/out.1.0_grad", "0/out.1.1_grad", "1/out.a_grad", "1/out.b_grad"]
+    assert sites["0/out.0_grad"]["numel"] == out.numel() and sites["1/out.b_grad"]["numel"] == 8
+
+
+def test_files_every_n_steps_in_the_simulators_schema(tmp_path):
+    model = mlp()
+    monitor = mt.GradientMonitor(model, every=3, out=tmp_path, hist_every=2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    sampled = []
+    for step in range(1, 8):
+        x, y = torch.randn(8, 12), torch.randn(8, 3)
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        if monitor.step(loss) is not None:
+            sampled.append(step)
+        opt.step()
+        opt.zero_grad()
+    monitor.close()
+    assert sampled == [1, 4, 7]
+    sys.path.insert(0, str(ROOT / "notebooks"))
+    import mpsim_nb  # the notebooks' reader and histogram merge
+
+    cols = mpsim_nb.read_csv(tmp_path / "steps.csv")
+    with open(tmp_path / "steps.csv") as f:
+        header = next(csv.reader(f))
+    assert header[:7] == ["step", "loss", "metric", "scale", "skipped", "grad_norm", "swallowed"]
+    assert list(cols["step"]) == [1, 4, 7]
+    sites = [c[: -len(":zero")] for c in header if c.endswith(":zero")]
+    assert sites == ["0/out_grad", "2/out_grad", "4/out_grad"]
+    for fmt in mt.DEFAULT_FORMATS[1:]:
+        assert f"0/out_grad:zero@{fmt}" in header and f"{fmt}:window_lo" in header
+    hists = sorted(p.name for p in (tmp_path / "hist").iterdir())
+    assert hists == ["step_000001.json", "step_000007.json"]  # every 2nd sampled step
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert run["schema"] == "mpsim-train-run-1" and run["histogram_steps"] == [1, 7]
+    snap = json.loads((tmp_path / "hist" / "step_000007.json").read_text())
+    exps, counts, zero = mpsim_nb.merged_histogram(list(snap["activation_grad"].values()))
+    assert counts.sum() + zero == sum(h["total"] for h in snap["activation_grad"].values())
+    report = json.loads((tmp_path / "underflow.json").read_text())
+    assert set(report["formats"]) == set(mt.DEFAULT_FORMATS)
+    print(f"steps.csv: {len(header)} columns, steps {sampled}; hist/: {hists}; underflow.json for "
+          f"{sorted(report['formats'])}")
+
+
+def test_steps_csv_appends_rows_and_grows_columns(tmp_path):
+    monitor = mt.GradientMonitor(nn.Linear(1, 1), formats=["fp16"], every=1, hist_every=1, out=tmp_path)
+    for step, sites in enumerate([["a"], ["a", "late"], ["a"], ["a"]], start=1):
+        for site in sites:
+            monitor.observe(site, torch.full((4,), 2.0**-20 * step))
+        monitor.step()
+    monitor.close()
+    rows = list(csv.DictReader(open(tmp_path / "steps.csv")))
+    assert [r["step"] for r in rows] == ["1", "2", "3", "4"]
+    assert [r["late:subnormal"] for r in rows] == ["", "1.0", "", ""]  # 2^-19 is an fp16 subnormal
+    assert all(r["a:subnormal"] == "1.0" for r in rows)
+    print(f"steps.csv: {len(rows)} rows; the site first seen at step 2 has its columns in the header")
+
+
+def run_with_scale(scaler, inject_nan_at=None):
+    """Three sampled steps of the MLP on fixed data (no optimiser step: the weights stay as they are),
+    under `scaler` (None: no scaling). Returns the reports and the grad norms torch computes."""
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    monitor = mt.GradientMonitor(model, formats=["fp16", "fp8_e5m2"], every=1, scaler=scaler)
+    g = torch.Generator().manual_seed(5)
+    reports, norms, scales_after = [], [], []
+    for step in range(3):
+        x, y = torch.randn(32, 12, generator=g), torch.randn(32, 3, generator=g)
+        if step == inject_nan_at:
+            x[0, 0] = float("nan")
+        loss = F.mse_loss(model(x), y) * 2.0**-14
+        (scaler.scale(loss) if scaler else loss).backward()
+        reports.append(monitor.step(loss))
+        if scaler:
+            scaler.unscale_(opt)
+        norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf"))))
+        if scaler:
+            scaler.step(opt)
+            scaler.update()
+            scales_after.append(scaler.get_scale())
+        opt.zero_grad()
+    return monitor, reports, norms, scales_after
+
+
+def test_scale_read_from_gradscaler_and_windows_in_absolute_scales():
+    plain, plain_reports, plain_norms, _ = run_with_scale(None)
+    scaled, scaled_reports, scaled_norms, _ = run_with_scale(torch.amp.GradScaler("cpu", init_scale=2.0**10))
+    for p, s, pn, sn in zip(plain_reports, scaled_reports, plain_norms, scaled_norms):
+        assert p["loss_scale"] == 1 and s["loss_scale"] == 2.0**10
+        assert p["grad_norm"] == pytest.approx(pn, rel=1e-6) and s["grad_norm"] == pytest.approx(sn, rel=1e-6)
+        for fmt in ("fp16", "fp8_e5m2"):
+            a, b = p["formats"][fmt]["activation_grad"], s["formats"][fmt]["activation_grad"]
+            # The gradients under 2^10 are those without, times 2^10 exactly: the absolute scales agree.
+            assert a["recommended_log2_scale"] == b["recommended_log2_scale"]
+            assert a["window"] == b["window"]
+            print(f"{fmt}: underflow at scale 1 {100 * a['total']['zero']:.3f}%, at 2^10 {100 * b['total']['zero']:.3f}%; "
+                  f"window 2^{a['window'][0]:g}..2^{a['window'][1]:g} and recommended 2^{a['recommended_log2_scale']:g} "
+                  f"from both runs; grad_norm {p['grad_norm']:.6g} (torch {pn:.6g})")
+    # The counts of the unscaled run at 2^10 are those of the scaled run at 2^0.
+    for site, counts in plain.totals["activation_grad"].items():
+        want = scaled.totals["activation_grad"][site].counters["fp16"].underflow(0)
+        got = counts.counters["fp16"].underflow(10)
+        assert got["underflows_num"] == want["underflows_num"] and got["subnormals_num"] == want["subnormals_num"]
+
+
+def test_skipped_step_is_the_one_gradscaler_skips():
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8)
+    _, reports, _, scales_after = run_with_scale(scaler, inject_nan_at=1)
+    skipped = [r["skipped"] for r in reports]
+    print(f"skipped per step {skipped}; scale after each step {scales_after} (GradScaler backs off on a skip)")
+    assert skipped == [False, True, False]
+    assert scales_after == [2.0**8, 2.0**7, 2.0**7]
+
+
+def test_best_window_equals_the_sweeps():
+    """The monitor's window search against UnderflowCounter.sweep()'s best window (the C++ sweep over every
+    scale): log-uniform data of random spans, some with zeros and infinities, every format, four ranges."""
+    import random
+
+    import mpsim
+    from mpsim.torch.monitor import best_window
+
+    rng = random.Random(7)
+    compared = 0
+    for seed in range(12):
+        lo_exp = rng.uniform(-60, 10)
+        x = log_uniform(3000, lo_exp, lo_exp + rng.uniform(0, 70), seed=100 + seed)
+        if seed % 3 == 0:
+            x[:5] = 0.0
+            x[5] = float("inf")
+        for fmt in TORCH_DTYPE:
+            c = mpsim.UnderflowCounter(fmt)
+            c.add(x)
+            for lo, hi in [(-128, 128), (-8, 32), (-20, -10), (30, 60)]:
+                w = c.sweep(lo, hi)["best_window"]
+                want = None if w is None else (w["lo_log2_scale"], w["hi_log2_scale"])
+                assert best_window(c, lo, hi) == want, (seed, fmt, lo, hi)
+                compared += 1
+    print(f"best_window: {compared} (data, format, range) cases, every one equal to the sweep's best window")
+
+
+def test_bad_input_names_the_tensor():
+    model = mlp()
+    monitor = mt.GradientMonitor(model, formats=["fp16"])
+    with pytest.raises(TypeError, match=r"activation_grad mine: dtype torch.int32"):
+        monitor.observe("mine", torch.ones(3, dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"activation_grad mine: a tensor on meta"):
+        monitor.observe("mine", torch.ones(3, device="meta"))
+    with pytest.raises(ValueError, match=r"activation_grad mine: a torch.sparse_coo tensor"):
+        monitor.observe("mine", torch.ones(3).to_sparse())
+    with pytest.raises(TypeError, match=r"expected a torch.Tensor, got list"):
+        monitor.observe("mine", [1.0])
+    with pytest.raises(ValueError, match="every=0"):
+        mt.GradientMonitor(model, every=0)
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        mt.GradientMonitor("model")
+    with pytest.raises(Exception, match="fp99"):
+        mt.GradientMonitor(model, formats=["fp99"])
+    monitor.observe("half", torch.tensor([1.0, 2.0**-20], dtype=torch.float16))  # fp16 widens exactly
+    monitor.observe("strided", torch.arange(12.0).reshape(3, 4).t())  # not contiguous: counted from a copy
+    report = monitor.step()
+    assert report["formats"]["fp16"]["activation_grad"]["sites"]["half"]["numel"] == 2
+    assert report["formats"]["fp16"]["activation_grad"]["sites"]["strided"]["numel"] == 12
+    monitor.close()
+    assert not math.isnan(report["loss_scale"])
+
+
+def test_readme_example_runs(tmp_path, capsys):
+    """examples/pytorch_monitor.py (the README's example) runs and writes what it says it writes."""
+    import runpy
+
+    argv = sys.argv
+    sys.argv = ["pytorch_monitor.py", str(tmp_path / "run")]
+    try:
+        runpy.run_path(str(ROOT / "examples" / "pytorch_monitor.py"), run_name="__main__")
+    finally:
+        sys.argv = argv
+    out = capsys.readouterr().out
+    print(out)
+    for name in ("steps.csv", "run.json", "underflow.json", "hist/step_000001.json"):
+        assert (tmp_path / "run" / name).exists(), name
+    rows = list(csv.DictReader(open(tmp_path / "run" / "steps.csv")))
+    assert [int(r["step"]) for r in rows] == [1, 11, 21, 31, 41]
+    assert all(float(r["scale"]) == 65536.0 for r in rows)  # GradScaler's default init_scale, no growth yet
+    assert "fp8_e5m2" in out
