@@ -223,6 +223,35 @@ std::uint64_t DeviceRounding::convert_result(std::uint64_t bits, double x) const
   return canonical_or_bits(*rule, format, bits, x != x);
 }
 
+namespace {
+
+// The value the device writes for x: its encoding (convert_result of round_bits) decoded in x's type.
+float device_value(const DeviceRounding& d, float x, std::uint64_t index) {
+  return decode_float(d.convert_result(round_bits(x, d.format, d.rounding, index), x), d.format);
+}
+double device_value(const DeviceRounding& d, double x, std::uint64_t index) {
+  return decode(d.convert_result(round_bits(x, d.format, d.rounding, index), x), d.format);
+}
+
+template <class T>
+void replace_device_values(const DeviceRounding& d, std::span<const T> x, std::span<T> values, std::uint64_t index0) {
+  if (d.is_plain()) return;
+  if (x.size() != values.size()) throw Error("convert_values: input and value spans differ in length");
+  // Every rule keeps non-NaN results (canonical patterns replace NaNs; truncate_payload acts on NaN
+  // inputs, whose round_bits() result is NaN), so only NaN values can change.
+  for (std::size_t k = 0; k < x.size(); ++k)
+    if (values[k] != values[k]) values[k] = device_value(d, x[k], index0 + k);
+}
+
+}  // namespace
+
+void DeviceRounding::convert_values(std::span<const float> x, std::span<float> values, std::uint64_t index0) const {
+  replace_device_values(*this, x, values, index0);
+}
+void DeviceRounding::convert_values(std::span<const double> x, std::span<double> values, std::uint64_t index0) const {
+  replace_device_values(*this, x, values, index0);
+}
+
 std::uint64_t DeviceRounding::arith_result(std::uint64_t bits, bool nan_operand, bool saturate_unit) const {
   if (rule) bits = canonical_or_bits(*rule, format, bits, nan_operand);
   if (saturate_unit) bits = saturate_unit_bits(bits, format, rule && rule->saturated_zero_positive);
@@ -249,6 +278,13 @@ std::uint64_t round_bits_like(const Profile& p, double x, const Format& fmt, con
 std::uint64_t round_bits_like(const Profile& p, float x, const Format& fmt, const Rounding& r, std::uint64_t index) {
   const DeviceRounding d = resolve_profile(p, fmt, r, Operation::convert, InputType::float32);
   return d.convert_result(round_bits(x, d.format, d.rounding, index), x);
+}
+
+float round_like(const Profile& p, float x, const Format& fmt, const Rounding& r, std::uint64_t index) {
+  return device_value(resolve_profile(p, fmt, r, Operation::convert, InputType::float32), x, index);
+}
+double round_like(const Profile& p, double x, const Format& fmt, const Rounding& r, std::uint64_t index) {
+  return device_value(resolve_profile(p, fmt, r, Operation::convert, InputType::float64), x, index);
 }
 
 std::uint64_t arith_bits_like(const Profile& p, ArithOp op, bool saturate_unit, std::uint64_t a, std::uint64_t b,
