@@ -390,7 +390,8 @@ TEST_CASE("mpsim round --to tf32 --mode rna [--overflow saturate] --like cuda-sm
   // --bits writes tf32's 19-bit encodings, the pattern >> 13.
   ScratchDir dir("round-cli-tf32");
   const std::vector<float> x = {std::bit_cast<float>(0x7f800001u), std::bit_cast<float>(0x7fa6f000u), 1.0f,
-                                std::numeric_limits<float>::infinity(), std::numeric_limits<float>::max()};
+                                std::numeric_limits<float>::infinity(), std::numeric_limits<float>::max(),
+                                std::bit_cast<float>(0xff802000u)};
   const auto in = (dir / "x.npy").string();
   mpsim::io::write_npy(in, mpsim::io::make_npy(std::span<const float>(x)));
   const std::string io = " " + quote(in) + " " + quote((dir / "y.npy").string());
@@ -409,6 +410,9 @@ TEST_CASE("mpsim round --to tf32 --mode rna [--overflow saturate] --like cuda-sm
   CHECK(sat[0] == (0x7f7fe000u >> 13));  // cvt.rna.satfinite: +max finite
   CHECK(sat[3] == (0x7f7fe000u >> 13));  // inf -> max finite
   CHECK(sat[4] == (0x7f7fe000u >> 13));  // float max (0x7F7FFFFF) rounds past tf32 max finite: saturated
+  CHECK(sat[1] == (0x7fa6c000u >> 13));  // cut, then one unit down (identified from the NaN-block digests)
+  CHECK(sat[5] == (0xff800000u >> 13));  // a cut payload of one unit: -inf
+  CHECK(rna[5] == (0xff802000u >> 13));
   CHECK(rna[4] == (0x7f800000u >> 13));  // ... and without .satfinite overflows to +inf
 }
 

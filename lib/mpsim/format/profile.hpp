@@ -41,7 +41,7 @@ enum class NanRule : std::uint8_t {
   canonical,     // always `canonical_nan_bits`, whatever the input NaN (CUDA)
   // The input NaN's bits cut to the format's width, quiet bit not set: a NaN whose payload lies only in
   // the cut bits becomes ±inf (±max_finite when the conversion saturates), a signalling payload stays
-  // signalling (H100 cvt.rna.tf32.f32, recorded).
+  // signalling (H100 cvt.rna.tf32.f32, recorded). See also ProfileRule::truncated_nan_minus_one.
   truncate_payload,
 };
 
@@ -63,6 +63,10 @@ struct ProfileRule {
   // With NanRule::canonical: only NaN *inputs* give the canonical pattern; a NaN the conversion makes
   // itself (overflow or ±inf into a format without inf) keeps round_bits()'s signed pattern.
   bool canonical_for_nan_inputs_only = false;
+  // With NanRule::truncate_payload: the cut pattern is then lowered by one unit in the last place (the
+  // encoding minus 1): a payload only in the cut bits gives ±max finite (±inf minus one unit), a cut
+  // payload of one unit ±inf, every other NaN the next NaN pattern down (H100 cvt.rna.satfinite.tf32.f32).
+  bool truncated_nan_minus_one = false;
   // Arithmetic, saturating forms (saturate_unit_bits, arith.hpp): a -0 result, exact or a negative value
   // rounded to zero, is written +0 (IEEE keeps -0, which lies in [0, 1]).
   bool saturated_zero_positive = false;
