@@ -66,6 +66,7 @@ struct ProfileRule {
   // With NanRule::truncate_payload: the cut pattern is then lowered by one unit in the last place (the
   // encoding minus 1): a payload only in the cut bits gives ±max finite (±inf minus one unit), a cut
   // payload of one unit ±inf, every other NaN the next NaN pattern down (H100 cvt.rna.satfinite.tf32.f32).
+  // The CUDA port (kernels/emu.hpp) does not carry it: tf32 conversions are recomputed on the host only.
   bool truncated_nan_minus_one = false;
   // Arithmetic, saturating forms (saturate_unit_bits, arith.hpp): a -0 result, exact or a negative value
   // rounded to zero, is written +0 (IEEE keeps -0, which lies in [0, 1]).
