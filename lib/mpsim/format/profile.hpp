@@ -122,7 +122,8 @@ struct DeviceRounding {
   // bulk engine's value output); each value the device writes differently is replaced by the decoded
   // convert_result(), so values[k] equals decode(encoding the device writes) bit for bit, NaN payloads,
   // signalling ones included, and the ±inf / ±max finite a cut NaN becomes. The rules only ever change
-  // NaN results, so only the elements whose value is NaN are rounded again (by round_bits()).
+  // NaN results, so only the elements whose value is NaN are rounded again (by round_bits()), from x:
+  // x must still hold the inputs (not the same memory as `values`: a NaN input's payload is read again).
   void convert_values(std::span<const float> x, std::span<float> values, std::uint64_t index0 = 0) const;
   void convert_values(std::span<const double> x, std::span<double> values, std::uint64_t index0 = 0) const;
 };
