@@ -7,10 +7,10 @@
 // (`emu_digests`), which must match too.
 //
 // The unit suite recomputes a few blocks of each run (conversions: zeros and subnormals, the positive
-// and the negative NaNs; arithmetic: a = -0 and the negative subnormals against every b; not the runs
-// open in every block); the
-// [exhaustive] case every block of every conversion run and a fixed spread of 22 blocks of each
-// arithmetic run in `./run test`, and every block of every run with MPSIM_EXHAUSTIVE_FULL=1
+// and the negative NaNs; the fp64 sample: its first block; arithmetic: a = -0 and the negative
+// subnormals against every b; not the runs open in every block); the [exhaustive] case every block of
+// every float conversion run, the first and last of the fp64 runs and a fixed spread of 22 blocks of
+// each arithmetic run in `./run test`, and every block of every run with MPSIM_EXHAUSTIVE_FULL=1
 // (`./run test-full`).
 #include "catch_compat.hpp"
 
@@ -51,15 +51,8 @@ struct OpenDifference {
   const char* why;
 };
 const std::vector<OpenDifference>& open_differences() {
-  static const std::vector<OpenDifference> all = {
-      {"tf32_rna_satfinite", {127, 255},
-       "which NaN pattern cvt.rna.satfinite.tf32.f32 writes for each NaN input is not identified (the recording "
-       "gives counts only: 32,766 NaNs -> +-max finite, 2,044 distinct NaN outputs, none the quieted input)"},
-      {"fp64_fp16_rn", {},
-       "the probe's f64_sample(j) is not reproduced bit for bit from its README (the class counts of the inputs "
-       "match exactly; signs or offsets of some samples differ), so these digests cannot be recomputed yet"},
-      {"fp64_bf16_rn", {}, "as fp64_fp16_rn: the fp64 sample is not reproduced yet"},
-  };
+  // None today: every block of every recorded run is reproduced.
+  static const std::vector<OpenDifference> all = {};
   return all;
 }
 const OpenDifference* open_difference(const std::string& run, std::uint64_t block) {
@@ -114,19 +107,23 @@ void check_file(const fs::path& path, Coverage coverage, Tally& t) {
     int run_mismatch = 0;
     std::vector<std::uint64_t> blocks;
     // The unit suite's blocks. Conversions: zeros and subnormals, the positive NaNs (0x7f800001..), the
-    // negative ones (0xff800001..); fp64: the first and last. Arithmetic (a = i >> 16): a = -0 and the
-    // negative subnormals against every b, NaNs and infinities included, where the .sat forms' -0 lives.
+    // negative ones (0xff800001..); fp64 (16 blocks, each sample kind in every block): the first.
+    // Arithmetic (a = i >> 16): a = -0 and the negative subnormals against every b, NaNs and infinities
+    // included, where the .sat forms' -0 lives.
+    const bool fp64_sample = kind == "convert" && hw_d.size() != 256;
     const std::vector<std::uint64_t> sample = kind == "arith"   ? std::vector<std::uint64_t>{128}
-                                              : hw_d.size() == 256 ? std::vector<std::uint64_t>{0, 127, 255}
-                                                                   : std::vector<std::uint64_t>{0, hw_d.size() - 1};
+                                              : fp64_sample     ? std::vector<std::uint64_t>{0}
+                                                                : std::vector<std::uint64_t>{0, 127, 255};
     // Conversions take seconds per 2^32 run, so `./run test` recomputes all their blocks; arithmetic,
-    // a minute of CPU per run, a spread of them (all with MPSIM_EXHAUSTIVE_FULL=1).
-    // The fp64 runs (16 blocks, open in every one): their first and last block outside test-full.
+    // a minute of CPU per run, a spread of them (all with MPSIM_EXHAUSTIVE_FULL=1). The fp64 runs (0.75
+    // CPU-seconds a block): their first and last block outside test-full.
+    const std::vector<std::uint64_t> fp64_ends = {0, hw_d.size() - 1};
     const Coverage c = coverage != Coverage::spread ? coverage
                        : kind == "arith"            ? Coverage::spread
-                       : hw_d.size() == 256         ? Coverage::all
-                                                    : Coverage::sample;
-    for (std::uint64_t b : blocks_to_check(hw_d.size(), c, sample)) {
+                       : fp64_sample                ? Coverage::sample
+                                                    : Coverage::all;
+    const auto& chosen = coverage == Coverage::spread && fp64_sample ? fp64_ends : sample;
+    for (std::uint64_t b : blocks_to_check(hw_d.size(), c, chosen)) {
       const std::uint64_t d = kind == "convert" ? hw::recompute_block(hw::find_convert_run(name), profile, b)
                                                 : hw::recompute_block(hw::find_arith_run(name), profile, b);
       ++t.blocks;

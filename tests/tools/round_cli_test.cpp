@@ -9,12 +9,14 @@
 #include <bit>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 
+#include "../format/recorded_conversions.hpp"
 #include "../io/test_files.hpp"
 #include "run_mpsim.hpp"
 #include "mpsim/format/format.hpp"
@@ -318,6 +320,72 @@ TEST_CASE("mpsim round --like reproduces a device profile element by element", "
   CHECK(!std::filesystem::exists(dir / "y.npy"));
 }
 
+// Simulate mode follows the device too: for every conversion the H100 recording holds, on the recorded
+// edge inputs (tests/format/recorded_conversions.hpp), each value `mpsim round --like cuda-sm90` writes
+// equals, bit for bit, the decoded encoding the same command writes with --bits (fp16's 0x7FFF as the
+// float 0x7FFFE000, tf32 cvt.rna's cut signalling payloads and +-inf, .satfinite's +-max finite). The
+// double runs (__double2half, __double2bfloat16) from float64 input.
+TEST_CASE("mpsim round --like cuda-sm90: simulate-mode values are the decoded --bits encodings", "[round_cli]") {
+  ScratchDir dir("round-cli-like-values");
+  const auto patterns = mpsim::test::recorded_edge_patterns();
+  std::vector<float> x(patterns.size());
+  for (std::size_t k = 0; k < x.size(); ++k) x[k] = std::bit_cast<float>(patterns[k]);
+  std::vector<double> xd(x.begin(), x.end());  // NaN payloads widen into the top double mantissa bits
+  xd.push_back(std::bit_cast<double>(0xfff8040000000000ull));
+  mpsim::io::write_npy(dir / "x32.npy", mpsim::io::make_npy(std::span<const float>(x)));
+  mpsim::io::write_npy(dir / "x64.npy", mpsim::io::make_npy(std::span<const double>(xd)));
+  struct Case {
+    std::string run, options, input;
+  };
+  std::vector<Case> cases;
+  for (const auto& rc : mpsim::test::kRecordedConversions)
+    cases.push_back({rc.run, std::string("--to ") + rc.format + " --mode " + rc.cli_mode +
+                                 (rc.saturate ? " --overflow saturate" : ""), "x32.npy"});
+  cases.push_back({"fp64_fp16_rn", "--to fp16", "x64.npy"});
+  cases.push_back({"fp64_bf16_rn", "--to bf16", "x64.npy"});
+  std::uint64_t compared = 0, mismatches = 0, nan_values = 0;
+  for (const auto& c : cases) {
+    const std::string command = "round " + c.options + " --like cuda-sm90", in = " " + quote((dir / c.input).string());
+    const auto values_run = run_mpsim(dir, command + in + " " + quote((dir / "values.npy").string()));
+    const auto bits_run = run_mpsim(dir, command + " --bits" + in + " " + quote((dir / "bits.npy").string()));
+    INFO(c.run << ": " << values_run.output << bits_run.output);
+    REQUIRE(values_run.status == 0);
+    REQUIRE(bits_run.status == 0);
+    const auto values = mpsim::io::read_npy(dir / "values.npy");
+    const auto bits = mpsim::io::to_double(mpsim::io::read_npy(dir / "bits.npy"));  // encodings < 2^32: exact
+    Format fmt = parse_format(c.options.substr(5, c.options.find(' ', 5) - 5));
+    const bool wide = c.input == "x64.npy";
+    REQUIRE(bits.size() == (wide ? xd.size() : x.size()));
+    REQUIRE(values.count() == bits.size());
+    for (std::size_t k = 0; k < bits.size(); ++k) {
+      const auto enc = static_cast<std::uint64_t>(bits[k]);
+      bool same;
+      if (wide) {
+        const double want = decode(enc, fmt);
+        double got;
+        std::memcpy(&got, values.data.data() + 8 * k, 8);
+        same = std::bit_cast<std::uint64_t>(got) == std::bit_cast<std::uint64_t>(want);
+        nan_values += got != got;
+      } else {
+        const float want = decode_float(enc, fmt);
+        std::uint32_t got;
+        std::memcpy(&got, values.data.data() + 4 * k, 4);
+        same = got == std::bit_cast<std::uint32_t>(want);
+        nan_values += std::isnan(std::bit_cast<float>(got));
+      }
+      ++compared;
+      if (!same) {
+        ++mismatches;
+        UNSCOPED_INFO(c.run << " element " << k << ": the value is not the decoded encoding 0x" << std::hex << enc);
+      }
+    }
+  }
+  CHECK(mismatches == 0);
+  WARN("round --like cuda-sm90, values against decoded --bits: " << cases.size() << " recorded conversions, "
+                                                                  << compared << " elements (" << nan_values
+                                                                  << " NaN values), " << mismatches << " mismatches");
+}
+
 TEST_CASE("mpsim round streams: chunked output is bit-identical to one chunk, odd tails included", "[round_cli]") {
   ScratchDir dir("round-cli");
   // 10007 elements (prime): every chunk size below leaves an odd tail, and none divides the 16- or
@@ -388,7 +456,8 @@ TEST_CASE("mpsim round --to tf32 --mode rna [--overflow saturate] --like cuda-sm
   // --bits writes tf32's 19-bit encodings, the pattern >> 13.
   ScratchDir dir("round-cli-tf32");
   const std::vector<float> x = {std::bit_cast<float>(0x7f800001u), std::bit_cast<float>(0x7fa6f000u), 1.0f,
-                                std::numeric_limits<float>::infinity(), std::numeric_limits<float>::max()};
+                                std::numeric_limits<float>::infinity(), std::numeric_limits<float>::max(),
+                                std::bit_cast<float>(0xff802000u)};
   const auto in = (dir / "x.npy").string();
   mpsim::io::write_npy(in, mpsim::io::make_npy(std::span<const float>(x)));
   const std::string io = " " + quote(in) + " " + quote((dir / "y.npy").string());
@@ -407,5 +476,8 @@ TEST_CASE("mpsim round --to tf32 --mode rna [--overflow saturate] --like cuda-sm
   CHECK(sat[0] == (0x7f7fe000u >> 13));  // cvt.rna.satfinite: +max finite
   CHECK(sat[3] == (0x7f7fe000u >> 13));  // inf -> max finite
   CHECK(sat[4] == (0x7f7fe000u >> 13));  // float max (0x7F7FFFFF) rounds past tf32 max finite: saturated
+  CHECK(sat[1] == (0x7fa6c000u >> 13));  // cut, then one unit down (identified from the NaN-block digests)
+  CHECK(sat[5] == (0xff800000u >> 13));  // a cut payload of one unit: -inf
+  CHECK(rna[5] == (0xff802000u >> 13));
   CHECK(rna[4] == (0x7f800000u >> 13));  // ... and without .satfinite overflows to +inf
 }

@@ -1,8 +1,10 @@
 // mpsim round --to FMT [--mode M] [--sr-bits N] [--seed S] [--subnormals keep|flush]
 //              [--overflow inf|saturate] [--daz] [--like PROFILE] [--bits] [--stats-json FILE] IN.npy OUT.npy
 // Rounds every element of IN to FMT with the bulk engine. --like x86 | cuda-sm90 reproduces a device
-// (lib/mpsim/format/profile.hpp): its flushing rules adjust the format and rounding, and its NaN pattern
-// replaces round_bits()'s in --bits output (a NaN value is a NaN value in simulate output). OUT holds the rounded values in IN's dtype
+// (lib/mpsim/format/profile.hpp): its flushing rules adjust the format and rounding, and its NaN rule
+// (canonical patterns, cut payloads, ±inf / ±max finite for cut-away payloads) replaces round_bits()'s,
+// in --bits output and in simulate output alike (a value is the decoded --bits encoding, NaN payload
+// included). OUT holds the rounded values in IN's dtype
 // (simulate mode) or, with --bits, the encodings as uint8 / uint16 / uint32 (by the format's storage).
 // IN is memory-mapped and rounded chunk by chunk, each chunk's results appended to a temporary OUT that is
 // renamed into place at the end: resident memory stays bounded whatever the size of IN, and a failure
@@ -209,6 +211,7 @@ class ChunkRounder {
   void values(std::span<const In> x, const mpsim::BulkOptions& opt) {
     sim_.resize(x.size());
     mpsim::round_array(x, std::span<In>(sim_), fmt_, r_, &stats_, opt);
+    if (device_rule_) device_.convert_values(x, std::span<In>(sim_), opt.index0);
   }
 
   const Options& o_;
@@ -329,7 +332,7 @@ void setup(CLI::App& app) {
   cmd->add_option("--like", o->like,
                   "Reproduce a device: ieee (round_bits itself, default), x86 (F16C / AVX512-BF16: bf16 reads "
                   "subnormal floats as zero), cuda-sm90 (H100 as recorded: canonical NaNs; tf32 --mode rna cuts NaN "
-                  "payloads, with --overflow saturate it is cvt.rna.satfinite)");
+                  "payloads, with --overflow saturate it is cvt.rna.satfinite); applies to values and --bits alike");
   cmd->add_option("--block", o->block, "Block formats: elements per block along the last axis (default 32; nvfp4 16)");
   cmd->add_option("--block-scale", o->block_scale, "MX formats: block scale rule floor (OCP MX) or rceil (default floor)");
   cmd->add_flag("--bits", o->bits, "Write the encodings (uint8/uint16/uint32) instead of the rounded values");

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,7 +41,7 @@ enum class NanRule : std::uint8_t {
   canonical,     // always `canonical_nan_bits`, whatever the input NaN (CUDA)
   // The input NaN's bits cut to the format's width, quiet bit not set: a NaN whose payload lies only in
   // the cut bits becomes ±inf (±max_finite when the conversion saturates), a signalling payload stays
-  // signalling (H100 cvt.rna.tf32.f32, recorded).
+  // signalling (H100 cvt.rna.tf32.f32, recorded). See also ProfileRule::truncated_nan_minus_one.
   truncate_payload,
 };
 
@@ -62,6 +63,11 @@ struct ProfileRule {
   // With NanRule::canonical: only NaN *inputs* give the canonical pattern; a NaN the conversion makes
   // itself (overflow or ±inf into a format without inf) keeps round_bits()'s signed pattern.
   bool canonical_for_nan_inputs_only = false;
+  // With NanRule::truncate_payload: the cut pattern is then lowered by one unit in the last place (the
+  // encoding minus 1): a payload only in the cut bits gives ±max finite (±inf minus one unit), a cut
+  // payload of one unit ±inf, every other NaN the next NaN pattern down (H100 cvt.rna.satfinite.tf32.f32).
+  // The CUDA port (kernels/emu.hpp) does not carry it: tf32 conversions are recomputed on the host only.
+  bool truncated_nan_minus_one = false;
   // Arithmetic, saturating forms (saturate_unit_bits, arith.hpp): a -0 result, exact or a negative value
   // rounded to zero, is written +0 (IEEE keeps -0, which lies in [0, 1]).
   bool saturated_zero_positive = false;
@@ -112,6 +118,14 @@ struct DeviceRounding {
   // The device's result of an arithmetic operation whose correctly rounded result is `bits`; `nan_operand`:
   // some operand was NaN; `saturate_unit`: the PTX .sat form (saturate_unit_bits, arith.hpp).
   std::uint64_t arith_result(std::uint64_t bits, bool nan_operand, bool saturate_unit = false) const;
+  // Simulate mode: `values` holds round_bits(x[k], format, rounding, index0 + k) decoded in x's type (the
+  // bulk engine's value output); each value the device writes differently is replaced by the decoded
+  // convert_result(), so values[k] equals decode(encoding the device writes) bit for bit, NaN payloads,
+  // signalling ones included, and the ±inf / ±max finite a cut NaN becomes. The rules only ever change
+  // NaN results, so only the elements whose value is NaN are rounded again (by round_bits()), from x:
+  // x must still hold the inputs (not the same memory as `values`: a NaN input's payload is read again).
+  void convert_values(std::span<const float> x, std::span<float> values, std::uint64_t index0 = 0) const;
+  void convert_values(std::span<const double> x, std::span<double> values, std::uint64_t index0 = 0) const;
 };
 DeviceRounding resolve_profile(const Profile& p, const Format& fmt, const Rounding& r,
                                Operation op = Operation::convert, InputType input = InputType::float32);
@@ -129,6 +143,11 @@ std::uint64_t round_bits_like(const Profile& p, float x, const Format& fmt, cons
                               std::uint64_t index = 0);
 std::uint64_t round_bits_like(const Profile& p, double x, const Format& fmt, const Rounding& r = {},
                               std::uint64_t index = 0);
+
+// round() as the device does it: decode(round_bits_like()) in the input's type, NaN payloads kept
+// (decode_float for float). What `mpsim round --like` writes per element in simulate mode.
+float round_like(const Profile& p, float x, const Format& fmt, const Rounding& r = {}, std::uint64_t index = 0);
+double round_like(const Profile& p, double x, const Format& fmt, const Rounding& r = {}, std::uint64_t index = 0);
 
 // arith.hpp's a op b (op c) as the device does it: the profile applied to (fmt, r), the correctly rounded
 // result, the device's NaN, and with `saturate_unit` the PTX .sat clamp to [0, 1] (__hadd_sat,
