@@ -404,6 +404,17 @@ void dequantize_blocks(const BlockQuantized& q, std::size_t row_len, const Block
   });
 }
 
+std::vector<double> block_scale_factors(const BlockQuantized& q, const BlockFormat& f) {
+  std::vector<double> factors(q.scales.size());
+  for (std::size_t j = 0; j < factors.size(); ++j) {
+    const std::uint64_t sb = q.scales[j];
+    if (is_nan_bits(sb, f.scale) || std::isnan(q.tensor_scale)) factors[j] = std::numeric_limits<double>::quiet_NaN();
+    else if (f.two_level) factors[j] = q.tensor_scale * decode_float(sb, f.scale);  // in float, as dequantize_tile
+    else factors[j] = decode(sb, f.scale);  // 2^k, exact
+  }
+  return factors;
+}
+
 void round_blocks(std::span<const float> x, std::span<float> out, std::size_t row_len, const BlockFormat& f,
                   const Rounding& r, BlockStats* stats, const BulkOptions& opt) {
   if (out.size() != x.size())

@@ -84,6 +84,9 @@ BlockQuantized quantize_blocks(std::span<const float> x, std::size_t row_len, co
 // stays below 2^128; rceil can reach 2^128 near float's top, which becomes inf).
 void dequantize_blocks(const BlockQuantized& q, std::size_t row_len, const BlockFormat& fmt, std::span<float> out,
                        const BulkOptions& opt = {});
+// The factor each block's elements are multiplied by when dequantized (MX: 2^k; nvfp4: T * S in float),
+// one per block in the order of q.scales; NaN for a block whose scale is NaN.
+std::vector<double> block_scale_factors(const BlockQuantized& q, const BlockFormat& fmt);
 // Quantize then dequantize (simulate mode), out may alias x.
 void round_blocks(std::span<const float> x, std::span<float> out, std::size_t row_len, const BlockFormat& fmt,
                   const Rounding& r = {}, BlockStats* stats = nullptr, const BulkOptions& opt = {});
