@@ -89,7 +89,10 @@ def main():
     from nbclient import NotebookClient
 
     names = args.names or [n for n in EXPECTED if (HERE / f"{n}.ipynb").exists()]
-    env_figures = args.figures or str(HERE / "figures")
+    # The kernels run in notebooks/: paths given relative to the caller's folder are made absolute here.
+    env_figures = str(Path(args.figures).resolve()) if args.figures else str(HERE / "figures")
+    if args.work:
+        args.work = str(Path(args.work).resolve())
     os.environ["MPSIM_NB_SIZE"] = args.size
     if args.work:
         import shutil
