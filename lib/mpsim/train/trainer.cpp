@@ -129,6 +129,7 @@ nlohmann::json to_json(const TrainConfig& c) {
           {"checkpoint_every", c.checkpoint_every},
           {"threads", c.threads},
           {"hist_steps", c.hist_steps},
+          {"dump_grads", c.dump_grads},
           {"out", c.out.string()},
           {"resume", c.resume.string()}};
 }
@@ -364,6 +365,23 @@ void write_histograms(const Run& run, int step, double scale, const std::filesys
   io::write_text_file(hist_dir / fmt::format("step_{:06d}.json", step), snap.dump(1) + "\n");
 }
 
+// grads/step_NNNNNN.safetensors: the unscaled gradients, one F32 tensor per parameter (by its name), the
+// step and the loss scale in the metadata.
+void write_gradients(const Run& run, int step, double scale, const std::filesystem::path& grads_dir) {
+  std::vector<CheckpointTensorView> tensors;
+  for (std::size_t i = 0; i < run.params.size(); ++i) tensors.push_back({run.params[i].name, run.grads[i]});
+  const nlohmann::json header = {{"schema", "mpsim-train-grads-1"},
+                                 {"mpsim_version", kVersion},
+                                 {"step", step},
+                                 {"model", run.model->name()},
+                                 {"policy", run.config.policy},
+                                 {"scaler", run.config.scaler},
+                                 {"loss_scale", scale},
+                                 {"note", "unscaled fp32 gradients in the model's units, before clipping"}};
+  std::filesystem::create_directories(grads_dir);
+  write_checkpoint(grads_dir / fmt::format("step_{:06d}.safetensors", step), header, tensors);
+}
+
 // The step's activation-gradient columns (zero, subnormal, overflow fractions per site), added to the totals.
 std::string site_columns(Run& run) {
   std::string cols;
@@ -388,7 +406,7 @@ struct StepResult {
 
 // One optimiser step: forward/backward at the loss scale, unscale, the histogram snapshot, the update
 // (or the scaler's skip), the scaler's update, the counters and the metric.
-StepResult train_step(Run& run, int step, const std::filesystem::path& hist_dir) {
+StepResult train_step(Run& run, int step, const std::filesystem::path& out_dir) {
   for (const auto& g : run.grads) std::fill(g.begin(), g.end(), 0.0f);
   run.precision.reset_stats();
   const bool snapshot = run.hist_set.count(step) > 0;
@@ -399,7 +417,8 @@ StepResult train_step(Run& run, int step, const std::filesystem::path& hist_dir)
   StepResult r;
   r.loss = forward_backward(run, step, scale);
   const bool found_inf = unscale_and_check(run, scale);
-  if (snapshot) write_histograms(run, step, scale, hist_dir);
+  if (snapshot) write_histograms(run, step, scale, out_dir / "hist");
+  if (snapshot && run.config.dump_grads) write_gradients(run, step, scale, out_dir / "grads");
 
   const bool skipped = run.scaler.skips_step(found_inf);
   double grad_norm = std::nan("");
@@ -482,33 +501,37 @@ void write_run_json(const Run& run, const TrainSummary& summary) {
                             {"files",
                              {{"steps", "steps.csv"},
                               {"histograms", "hist/step_NNNNNN.json"},
+                              {"gradients", run.config.dump_grads ? "grads/step_NNNNNN.safetensors" : ""},
                               {"checkpoint", kCheckpointName}}}};
   io::write_text_file(run.config.out / "run.json", j.dump(2) + "\n");
 }
 
 // The output folder of a run. A run that fails before its first checkpoint leaves nothing behind: the
-// folder is removed if this run created it, else the hist/ folder if this run created that. From the
+// folder is removed if this run created it, else the subfolders (hist/, grads/) this run created. From the
 // first checkpoint on, the folder holds a state to resume from and stays whatever happens next.
 class OutputFolder {
  public:
-  explicit OutputFolder(const std::filesystem::path& dir)
-      : dir_(dir), created_(!std::filesystem::exists(dir)), hist_created_(!std::filesystem::exists(dir / "hist")) {
+  explicit OutputFolder(const std::filesystem::path& dir) : dir_(dir), created_(!std::filesystem::exists(dir)) {
+    for (const char* sub : {"hist", "grads"})
+      if (!std::filesystem::exists(dir / sub)) new_subfolders_.push_back(dir / sub);
     std::filesystem::create_directories(dir_);
   }
   ~OutputFolder() {
     if (kept_) return;
     std::error_code ec;  // best effort while an exception unwinds
     if (created_) std::filesystem::remove_all(dir_, ec);
-    else if (hist_created_) std::filesystem::remove_all(dir_ / "hist", ec);
+    else
+      for (const auto& sub : new_subfolders_) std::filesystem::remove_all(sub, ec);
   }
   OutputFolder(const OutputFolder&) = delete;
   OutputFolder& operator=(const OutputFolder&) = delete;
   void keep() { kept_ = true; }
-  std::filesystem::path hist() const { return dir_ / "hist"; }
+  const std::filesystem::path& path() const { return dir_; }
 
  private:
   std::filesystem::path dir_;
-  bool created_, hist_created_, kept_ = false;
+  bool created_, kept_ = false;
+  std::vector<std::filesystem::path> new_subfolders_;
 };
 
 }  // namespace
@@ -526,7 +549,7 @@ TrainSummary run_training(const TrainConfig& config, const ModelFactory& factory
   StepResult last;
   int step = run.start_step;
   for (step = run.start_step + 1; step <= run.total_steps; ++step) {
-    last = train_step(run, step, out.hist());
+    last = train_step(run, step, out.path());
     csv += last.csv_row;
     if (progress) progress(step, run.total_steps, last.loss, run.scaler.scale());
     if ((config.checkpoint_every > 0 && step % config.checkpoint_every == 0) || step == run.total_steps || last.stop) {
