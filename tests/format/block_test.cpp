@@ -4,6 +4,10 @@
 // compared through the command line (tests/format/block_check.py).
 #include "catch_compat.hpp"
 
+#if defined(__x86_64__)
+#include <immintrin.h>  // _mm_getcsr / _mm_setcsr
+#endif
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -189,3 +193,36 @@ TEST_CASE("block quantize of a slice with index0 is that slice of the whole (sto
   std::printf("stochastic mxfp6 tail of %zu elements from index0 %zu vs the whole tensor's\n", tail.elements.size(),
               row * 17);
 }
+
+#if defined(__x86_64__)
+// A caller running with DAZ and FTZ (a program linked with -ffast-math) and rounding up: the block pass runs
+// under the library's default environment on every worker (mpsim::parallel_for), so blocks of float32
+// subnormals (whose scale 2^-127 and scaled values depend on subnormal arithmetic) and nvfp4's tensor scale
+// come out as under the default environment, and the caller's MXCSR is given back.
+TEST_CASE("block quantize ignores the caller's MXCSR (DAZ, FTZ, rounding up) and restores it", "[block]") {
+  const std::size_t row = 96, n = row * 700;  // 67200 values: two workers where there are two cores
+  auto x = sample(n, 17);
+  std::mt19937_64 g(3);
+  for (std::size_t i = 0; i < n; i += 5) x[i] = std::bit_cast<float>(static_cast<std::uint32_t>(g() % 0x7fffffu + 1));
+  for (std::size_t i = 0; i < 3 * row; ++i) x[i] = std::bit_cast<float>(static_cast<std::uint32_t>(g() % 0x7fffffu + 1));
+  const unsigned caller = 0x1f80u | (2u << 13) | 0x8000u | 0x0040u;  // RC up, FTZ, DAZ
+  std::size_t compared = 0, differ = 0;
+  for (const auto& name : block_format_names()) {
+    const BlockFormat f = parse_block_format(name);
+    std::vector<float> want(n), got(n);
+    round_blocks(x, want, row, f);
+    const unsigned saved = _mm_getcsr();
+    _mm_setcsr(caller);
+    round_blocks(x, got, row, f);
+    const unsigned after = _mm_getcsr();
+    _mm_setcsr(saved);
+    CHECK((after & 0xffc0u) == (caller & 0xffc0u));  // control bits given back (flags are sticky)
+    compared += n;
+    differ += static_cast<std::size_t>(std::memcmp(got.data(), want.data(), n * sizeof(float)) != 0);
+  }
+  std::printf("block round_blocks under MXCSR = up + DAZ + FTZ: %zu values (6 formats, float32 subnormals "
+              "included), %zu formats differ from the default environment's\n",
+              compared, differ);
+  CHECK(differ == 0);
+}
+#endif
