@@ -127,6 +127,8 @@ class Quantizer {
     er_ = r;
     er_.input_subnormals = InputSubnormals::keep;
     opt_.threads = 1;  // the caller's workers are the threads
+    for (unsigned e = 0; e < 256; ++e)
+      element_class_[e] = f.element.is_zero_bits(e) ? kZero : f.element.is_subnormal_bits(e) ? kSubnormal : kOther;
     if (!f.two_level)
       for (int k = kE8m0MinExp; k <= kE8m0MaxExp; ++k)  // E8M0 encodings of 2^k by round_bits (exact)
         scale_enc_[k - kE8m0MinExp] = static_cast<std::uint8_t>(round_bits(std::ldexp(1.0, k), f.scale));
@@ -166,13 +168,19 @@ class Quantizer {
   }
 
  private:
+  // On the magnitude bits, without branches (the loop vectorizes): NaN above the infinity's pattern.
   void count_inputs(std::size_t b, std::size_t end, BlockStats& s) const {
     s.count += end - b;
+    std::uint64_t nan = 0, inf = 0, nonzero = 0;
     for (std::size_t i = b; i < end; ++i) {
-      if (std::isnan(x_[i])) ++s.nan_in;
-      else if (std::isinf(x_[i])) ++s.inf_in;
-      else if (x_[i] != 0) ++s.nonzero;
+      const std::uint32_t m = std::bit_cast<std::uint32_t>(x_[i]) & 0x7fffffffu;
+      nan += m > kInfBits;
+      inf += m == kInfBits;
+      nonzero += (m != 0) & (m < kInfBits);
     }
+    s.nan_in += nan;
+    s.inf_in += inf;
+    s.nonzero += nonzero;
   }
 
   // Elements of NaN blocks are stored as 0 but are not "flushed": they are NaN (nan_blocks).
@@ -184,12 +192,16 @@ class Quantizer {
         ++next_nan;
         continue;
       }
+      std::uint64_t flushed = 0, subnormal = 0;
       for (std::size_t i = g_.begin(j); i < g_.end(j); ++i) {
-        if (!std::isfinite(x_[i]) || x_[i] == 0) continue;
-        const std::uint8_t e = el[i - e0];
-        if (f_.element.is_zero_bits(e)) ++s.flushed;
-        else if (f_.element.is_subnormal_bits(e)) ++s.subnormal;
+        const std::uint32_t m = std::bit_cast<std::uint32_t>(x_[i]) & 0x7fffffffu;
+        const bool counted = (m != 0) & (m < kInfBits);  // finite non-zero input
+        const std::uint8_t c = element_class_[el[i - e0]];
+        flushed += counted & (c == kZero);
+        subnormal += counted & (c == kSubnormal);
       }
+      s.flushed += flushed;
+      s.subnormal += subnormal;
     }
   }
 
@@ -224,7 +236,9 @@ class Quantizer {
     if (stats) {
       // |V| / X above the element's largest value, compared exactly: |V| > max_elem * 2^k.
       const double sat_above = std::ldexp(f_.element.max_finite, k);
-      for (std::size_t i = b; i < end; ++i) s.saturated += std::fabs(x_[i]) > sat_above;
+      std::uint64_t saturated = 0;
+      for (std::size_t i = b; i < end; ++i) saturated += std::fabs(static_cast<double>(x_[i])) > sat_above;
+      s.saturated += saturated;
     }
     if (use_float_ && pow2f_normal(-k)) {
       const float inv = pow2f(-k);
@@ -263,6 +277,9 @@ class Quantizer {
   float t_;
   bool use_float_;
   std::uint8_t scale_enc_[kE8m0MaxExp - kE8m0MinExp + 1] = {};
+  // What each element encoding is, for the telemetry: zero, a subnormal of the element type, or neither.
+  static constexpr std::uint8_t kOther = 0, kZero = 1, kSubnormal = 2;
+  std::uint8_t element_class_[256] = {};
   std::vector<float> buf_f_;
   std::vector<double> buf_d_;
   std::vector<std::size_t> nan_blocks_;
