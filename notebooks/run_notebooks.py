@@ -23,7 +23,7 @@ EXPECTED = {
     "01_formats": ["01_formats"],
     "02_gradient_histogram": ["02_gradient_histogram"],
     "03_loss_scaling": ["03_loss_scaling_ssd", "03_loss_scaling_lstm", "03_scale_sweep", "03_dynamic_scale"],
-    "04_underflow": ["04_underflow_ssd", "04_underflow_lstm"],
+    "04_underflow": ["04_underflow_ssd", "04_underflow_lstm", "04_block_scaling"],
     "05_rounding": ["05_rounding_error", "05_swallowed_updates"],
     "06_pytorch": ["06_pytorch_histogram", "06_pytorch_underflow"],
 }
@@ -90,7 +90,10 @@ def main():
     from nbclient import NotebookClient
 
     names = args.names or [n for n in EXPECTED if (HERE / f"{n}.ipynb").exists()]
-    env_figures = args.figures or str(HERE / "figures")
+    # The kernels run in notebooks/: paths given relative to the caller's folder are made absolute here.
+    env_figures = str(Path(args.figures).resolve()) if args.figures else str(HERE / "figures")
+    if args.work:
+        args.work = str(Path(args.work).resolve())
     os.environ["MPSIM_NB_SIZE"] = args.size
     if args.work:
         import shutil

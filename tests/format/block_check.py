@@ -13,7 +13,8 @@ casts by ml_dtypes.
 
 Rows of 100 elements (three full blocks of 32 and a short one of 4; for nvfp4 six of 16 and one of 4)
 holding blocks of every kind: a wide range of magnitudes, one outlier, all zero, float32 subnormals,
-exact small integers, and random normal values. Prints what it compared; exit status 1 on any mismatch.
+exact small integers, and random normal values. `mpsim hist` and `mpsim rounding-error` with a block format are
+checked against the same references. Prints what it compared; exit status 1 on any mismatch.
 """
 import json
 import os
@@ -196,6 +197,71 @@ def check_telemetry(mpsim, x, work):
     return bad, 4 * x.size
 
 
+def log2_bins(v):
+    """{floor(log2|v|): count} over the finite non-zero values (frexp: exact), and the zero count."""
+    v = np.asarray(v, np.float64).ravel()
+    nz = v[np.isfinite(v) & (v != 0)]
+    _, e = np.frexp(np.abs(nz))
+    bins = {}
+    for k, c in zip(*np.unique(e - 1, return_counts=True)):
+        bins[int(k)] = int(c)
+    return bins, int(np.sum(v == 0))
+
+
+def check_hist_and_rounding_error(mpsim, x, work):
+    """`mpsim hist --format <block>`: the log2 histogram of the dequantized values against the same bins of
+    gfloat's (MX) and the numpy transcription of torchao's (nvfp4) dequantized values; `mpsim rounding-error
+    --format <MX>`: measured count, relative error (mean, max), ulp error (max, in the element type's ulps inside
+    each block) and relative bias against the same statistics of gfloat's blocks."""
+    src, out = os.path.join(work, "h.npy"), os.path.join(work, "h.json")
+    np.save(src, x)
+    bad = 0
+    for name in ("mxfp8_e4m3", "mxfp4_e2m1", "nvfp4"):
+        subprocess.run([mpsim, "hist", "--format", name, src, "--json", out], check=True, stdout=subprocess.DEVNULL)
+        t = json.load(open(out))["tensors"][0]
+        if name == "nvfp4":
+            want = nvfp4_reference(x)[0]
+        else:
+            want = np.concatenate([np.concatenate([gfloat.quantize_block(MX[name], blk, gfloat.compute_scale_amax)
+                                                   for blk in blocks_of(row.astype(np.float64), 32)]) for row in x])
+            want = want.astype(np.float32)
+        bins, zeros = log2_bins(want)
+        got_bins = {int(k): int(c) for k, c in t["histogram"]["bins"]}
+        ok = got_bins == bins and t["histogram"]["zero"] == zeros and t["zero_num"] == zeros
+        bad += not ok
+        print(f"hist --format {name:10s}: {len(bins)} log2 bins and {zeros} zeros of the dequantized values vs the "
+              f"reference's: {'match' if ok else 'MISMATCH'}")
+    for name in ("mxfp8_e4m3", "mxfp4_e2m1"):
+        fi = MX[name]
+        emin = int(np.log2(float(fi.etype.smallest_normal)))
+        man = fi.etype.precision - 1
+        rel, ulp, bias = [], [], []
+        for row in x:
+            for blk in blocks_of(row.astype(np.float64), 32):
+                scale = gfloat.compute_scale_amax(fi.etype.emax, blk)
+                elem = gfloat.quantize_block(fi, blk, gfloat.compute_scale_amax) / scale
+                m = np.isfinite(blk) & (blk != 0)
+                y = blk[m] / scale
+                d = elem[m] - y
+                _, e = np.frexp(np.abs(y))
+                rel.append(np.abs(d) / np.abs(y))
+                ulp.append(np.abs(d) / np.exp2(np.maximum(e - 1, emin) - man))
+                bias.append(d / np.abs(y))
+        rel, ulp, bias = (np.concatenate(a) for a in (rel, ulp, bias))
+        subprocess.run([mpsim, "rounding-error", "--format", name, "--modes", "rne", src, "--json", out], check=True,
+                       stdout=subprocess.DEVNULL)
+        g = json.load(open(out))["tensors"][0]["modes"][0]
+        ok = (g["measured_num"] == rel.size and np.isclose(g["rel_err_mean"], rel.mean(), rtol=1e-12, atol=0)
+              and g["rel_err_max"] == rel.max() and g["ulp_err_max"] == ulp.max()
+              and np.isclose(g["ulp_err_mean"], ulp.mean(), rtol=1e-12, atol=0)
+              and np.isclose(g["bias_rel"], bias.mean(), rtol=1e-9, atol=1e-15))
+        bad += not ok
+        print(f"rounding-error --format {name}: {g['measured_num']} values, rel err mean {g['rel_err_mean']:.6g} max "
+              f"{g['rel_err_max']:.6g}, ulp max {g['ulp_err_max']:.6g}, bias {g['bias_rel']:.3g} vs gfloat {rel.size}, "
+              f"{rel.mean():.6g}, {rel.max():.6g}, {ulp.max():.6g}, {bias.mean():.3g}: {'match' if ok else 'MISMATCH'}")
+    return bad, 5 * x.size
+
+
 def main():
     mpsim = os.environ.get("MPSIM_BIN") or (sys.argv[1] if len(sys.argv) > 1 else None)
     if not mpsim:
@@ -204,7 +270,7 @@ def main():
     x = test_rows(rng)
     bad = total = 0
     with tempfile.TemporaryDirectory(prefix="mpsim-block-") as work:
-        for check in (check_mx, check_nvfp4, check_telemetry):
+        for check in (check_mx, check_nvfp4, check_telemetry, check_hist_and_rounding_error):
             b, t = check(mpsim, x, work)
             bad += b
             total += t

@@ -4,8 +4,16 @@
 // compared through the command line (tests/format/block_check.py).
 #include "catch_compat.hpp"
 
+#if defined(__x86_64__)
+#include <immintrin.h>  // _mm_getcsr / _mm_setcsr
+#endif
+
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <limits>
 #include <random>
 
 #include "mpsim/error.hpp"
@@ -14,6 +22,13 @@
 using namespace mpsim;
 
 namespace {
+
+// Under AddressSanitizer (-O0) the thread-count test takes fewer modes and thread counts.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
 
 std::vector<float> sample(std::size_t n, std::uint64_t seed) {
   std::mt19937_64 g(seed);
@@ -125,3 +140,100 @@ TEST_CASE("block format names, options and errors", "[block]") {
   const std::vector<float> x(10, 1.0f);
   CHECK_THROWS_AS(quantize_blocks(x, 3, parse_block_format("mxfp8_e4m3")), Error);  // 10 is not rows of 3
 }
+
+TEST_CASE("block quantize gives the same bits and counts whatever the thread count", "[block]") {
+  // 2^18 elements in rows of 1000 (31 blocks of 32 and a short one of 8 per row; nvfp4: 62 of 16 and
+  // one of 8): enough for four workers of 2^16 elements, with NaN, inf and all-zero blocks.
+  const std::size_t row = 1000, n = row * 262;
+  auto x = sample(n, 9);
+  x[5000] = std::numeric_limits<float>::quiet_NaN();
+  x[70001] = -std::numeric_limits<float>::infinity();
+  std::uint64_t compared = 0, bad = 0;
+  for (const auto& name : block_format_names()) {
+    const BlockFormat f = parse_block_format(name);
+    const std::vector<Rounding> modes = kSanitized ? std::vector<Rounding>{Rounding::stochastic(3)}
+                                                   : std::vector<Rounding>{Rounding{}, Rounding::of(RoundingMode::up),
+                                                                           Rounding::stochastic(3)};
+    for (const Rounding& r : modes) {
+      BulkOptions one;
+      one.threads = 1;
+      BlockStats s1;
+      const BlockQuantized q1 = quantize_blocks(x, row, f, r, &s1, one);
+      std::vector<float> y1(n);
+      round_blocks(x, y1, row, f, r, nullptr, one);
+      for (const int threads : kSanitized ? std::vector<int>{3} : std::vector<int>{2, 3, 4}) {
+        BulkOptions opt;
+        opt.threads = threads;
+        BlockStats s;
+        const BlockQuantized q = quantize_blocks(x, row, f, r, &s, opt);
+        std::vector<float> y(n), d(n);
+        BlockStats sr;
+        round_blocks(x, y, row, f, r, &sr, opt);
+        dequantize_blocks(q1, row, f, d, opt);
+        compared += n;
+        const bool same = q.elements == q1.elements && q.scales == q1.scales &&
+                          std::bit_cast<std::uint32_t>(q.tensor_scale) == std::bit_cast<std::uint32_t>(q1.tensor_scale) &&
+                          std::memcmp(y.data(), y1.data(), n * sizeof(float)) == 0 &&
+                          std::memcmp(d.data(), y1.data(), n * sizeof(float)) == 0;
+        const bool same_stats = s.flushed == s1.flushed && s.subnormal == s1.subnormal && s.saturated == s1.saturated &&
+                                s.nonzero == s1.nonzero && s.blocks == s1.blocks && s.nan_blocks == s1.nan_blocks &&
+                                s.scale_log2 == s1.scale_log2 && sr.flushed == s1.flushed && sr.count == n;
+        INFO(name << " mode " << short_name(r.mode) << " threads " << threads);
+        CHECK(same);
+        CHECK(same_stats);
+        bad += !same || !same_stats;
+      }
+    }
+  }
+  std::printf("block quantize with %s threads vs 1: %llu elements compared (6 formats x %s), %llu differing "
+              "cases\n",
+              kSanitized ? "3" : "2, 3, 4", static_cast<unsigned long long>(compared),
+              kSanitized ? "stochastic rounding" : "rne, ru, sr", static_cast<unsigned long long>(bad));
+}
+
+TEST_CASE("block quantize of a slice with index0 is that slice of the whole (stochastic)", "[block]") {
+  const std::size_t row = 96, n = row * 40;
+  const auto x = sample(n, 13);
+  const BlockFormat f = parse_block_format("mxfp6_e3m2");
+  const Rounding r = Rounding::stochastic(21);
+  const BlockQuantized whole = quantize_blocks(x, row, f, r);
+  BulkOptions opt;
+  opt.index0 = row * 17;
+  const BlockQuantized tail = quantize_blocks(std::span<const float>(x).subspan(row * 17), row, f, r, nullptr, opt);
+  CHECK(std::equal(tail.elements.begin(), tail.elements.end(), whole.elements.begin() + row * 17));
+  std::printf("stochastic mxfp6 tail of %zu elements from index0 %zu vs the whole tensor's\n", tail.elements.size(),
+              row * 17);
+}
+
+#if defined(__x86_64__)
+// A caller running with DAZ and FTZ (a program linked with -ffast-math) and rounding up: the block pass runs
+// under the library's default environment on every worker (mpsim::parallel_for), so blocks of float32
+// subnormals (whose scale 2^-127 and scaled values depend on subnormal arithmetic) and nvfp4's tensor scale
+// come out as under the default environment, and the caller's MXCSR is given back.
+TEST_CASE("block quantize ignores the caller's MXCSR (DAZ, FTZ, rounding up) and restores it", "[block]") {
+  const std::size_t row = 96, n = row * 700;  // 67200 values: two workers where there are two cores
+  auto x = sample(n, 17);
+  std::mt19937_64 g(3);
+  for (std::size_t i = 0; i < n; i += 5) x[i] = std::bit_cast<float>(static_cast<std::uint32_t>(g() % 0x7fffffu + 1));
+  for (std::size_t i = 0; i < 3 * row; ++i) x[i] = std::bit_cast<float>(static_cast<std::uint32_t>(g() % 0x7fffffu + 1));
+  const unsigned caller = 0x1f80u | (2u << 13) | 0x8000u | 0x0040u;  // RC up, FTZ, DAZ
+  std::size_t compared = 0, differ = 0;
+  for (const auto& name : block_format_names()) {
+    const BlockFormat f = parse_block_format(name);
+    std::vector<float> want(n), got(n);
+    round_blocks(x, want, row, f);
+    const unsigned saved = _mm_getcsr();
+    _mm_setcsr(caller);
+    round_blocks(x, got, row, f);
+    const unsigned after = _mm_getcsr();
+    _mm_setcsr(saved);
+    CHECK((after & 0xffc0u) == (caller & 0xffc0u));  // control bits given back (flags are sticky)
+    compared += n;
+    differ += static_cast<std::size_t>(std::memcmp(got.data(), want.data(), n * sizeof(float)) != 0);
+  }
+  std::printf("block round_blocks under MXCSR = up + DAZ + FTZ: %zu values (6 formats, float32 subnormals "
+              "included), %zu formats differ from the default environment's\n",
+              compared, differ);
+  CHECK(differ == 0);
+}
+#endif

@@ -19,6 +19,7 @@
 #include "../format/recorded_conversions.hpp"
 #include "../io/test_files.hpp"
 #include "run_mpsim.hpp"
+#include "mpsim/format/block.hpp"
 #include "mpsim/format/format.hpp"
 #include "mpsim/format/profile.hpp"
 #include "mpsim/format/round.hpp"
@@ -480,4 +481,43 @@ TEST_CASE("mpsim round --to tf32 --mode rna [--overflow saturate] --like cuda-sm
   CHECK(sat[5] == (0xff800000u >> 13));  // a cut payload of one unit: -inf
   CHECK(rna[5] == (0xff802000u >> 13));
   CHECK(rna[4] == (0x7f800000u >> 13));  // ... and without .satfinite overflows to +inf
+}
+
+TEST_CASE("mpsim round --to an MX format streams by rows: any chunk gives round_blocks' bits", "[round_cli]") {
+  ScratchDir dir("round-cli");
+  // 97 rows of 100 (three blocks of 32 and one of 4 per row): chunks of 1, 150 and 4096 values end inside
+  // rows and blocks; stochastic rounding is keyed by the element index, so every chunking must agree with
+  // the whole tensor quantized at once in-process.
+  const std::size_t rows = 97, row = 100;
+  const auto x = test_inputs(rows * row - 22);
+  REQUIRE(x.size() == rows * row);
+  mpsim::io::write_npy(dir / "x.npy", mpsim::io::make_npy(std::span<const float>(x), {97, 100}));
+  std::size_t compared = 0, differ = 0;
+  for (const char* to : {"mxfp8_e4m3 --mode sr --seed 5", "mxfp8_e5m2 --block-scale rceil", "mxfp4_e2m1 --mode rtz"}) {
+    const std::string spec(to);
+    const mpsim::BlockFormat bf = mpsim::parse_block_format(
+        spec.substr(0, spec.find(' ')), 0,
+        spec.find("rceil") != std::string::npos ? mpsim::BlockScaleRule::rceil : mpsim::BlockScaleRule::floor);
+    mpsim::Rounding r = mpsim::Rounding::of(spec.find("sr") != std::string::npos ? mpsim::RoundingMode::stochastic
+                                           : spec.find("rtz") != std::string::npos ? mpsim::RoundingMode::toward_zero
+                                                                                    : mpsim::RoundingMode::nearest_even);
+    r.seed = spec.find("sr") != std::string::npos ? 5 : 0;
+    std::vector<float> want(x.size());
+    mpsim::round_blocks(x, want, row, bf, r);
+    for (const char* chunk : {"", " --chunk 1", " --chunk 150", " --chunk 4096"}) {
+      const auto res = run_mpsim(dir, std::string("round --to ") + to + chunk + " " + quote((dir / "x.npy").string()) +
+                                          " " + quote((dir / "y.npy").string()));
+      INFO(to << chunk << ": " << res.output);
+      REQUIRE(res.status == 0);
+      const auto y = mpsim::io::read_npy(dir / "y.npy");
+      REQUIRE(y.shape == std::vector<std::int64_t>{97, 100});
+      const auto got = mpsim::io::to_float(y);
+      for (std::size_t i = 0; i < x.size(); ++i, ++compared)
+        differ += std::bit_cast<std::uint32_t>(got[i]) != std::bit_cast<std::uint32_t>(want[i]);
+    }
+  }
+  std::printf("round --to MX, streamed by rows with chunks of 1, 150, 4096 and the default: %zu values vs "
+              "round_blocks on the whole tensor, %zu differ\n",
+              compared, differ);
+  CHECK(differ == 0);
 }

@@ -2,7 +2,8 @@
 // printed, no output file) instead of std::terminate (exit 134): the library's fan-out
 // (lib/mpsim/parallel.hpp) throws on its last worker when MPSIM_INJECT_WORKER_FAILURE names the fan-out.
 // Checked for the bulk engine (`mpsim round`, an array large enough for two threads) and for training
-// (`mpsim train --threads 2`).
+// (`mpsim train --threads 2`, which also leaves no run folder behind when it fails before its first
+// checkpoint).
 #include "catch_compat.hpp"
 
 #include <cstdlib>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "../io/test_files.hpp"
+#include "mpsim/io/atomic_file.hpp"
 #include "mpsim/io/npy.hpp"
 #include "run_mpsim.hpp"
 
@@ -53,13 +55,20 @@ TEST_CASE("a failing bulk-engine worker: exit 3 with the message, no output file
   check_clean_failure(run_mpsim(dir, args), "bulk", dir, {"in.npy"});
 }
 
-TEST_CASE("a failing training worker: exit 3 with the message", "[worker_failure_cli]") {
+TEST_CASE("a failing training worker: exit 3 with the message, no run folder left behind", "[worker_failure_cli]") {
   ScratchDir dir("worker-failure-train");
   InjectedFailure hook("train");
-  const auto r = run_mpsim(dir, "train --model lstm --steps 1 --size 8 --batch 2 --threads 2 --out " +
-                                    quote((dir / "run").string()));
-  // The run folder may exist (created before the first step); the message and the status are what count.
+  // The failure comes in step 1's unscale pass, before any checkpoint.
+  const std::string args = "train --model lstm --steps 1 --size 8 --batch 2 --threads 2 --hist-steps 1 --out ";
+  check_clean_failure(run_mpsim(dir, args + quote((dir / "run").string())), "train", dir, {});
+  // A folder that existed before keeps what it held and gets nothing from the failed run.
+  std::filesystem::create_directories(dir / "given");
+  mpsim::io::write_text_file(dir / "given" / "notes.txt", "kept\n");
+  const auto r = run_mpsim(dir, args + quote((dir / "given").string()));
   CHECK(r.status == 3);
-  std::printf("train: exit %d, output: %s", r.status, r.output.c_str());
-  CHECK(r.output.find("injected failure on worker 1 of 2 (train, MPSIM_INJECT_WORKER_FAILURE)") != std::string::npos);
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir / "given"))
+    left.push_back(std::filesystem::relative(e.path(), dir / "given").string());
+  std::printf("train into an existing folder: exit %d, the folder holds %zu entries afterwards\n", r.status, left.size());
+  CHECK(left == std::vector<std::string>{"notes.txt"});
 }

@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "mpsim/analysis/inputs.hpp"
 #include "mpsim/analysis/report_text.hpp"
 #include "mpsim/error.hpp"
+#include "mpsim/format/block.hpp"
 #include "mpsim/format/format.hpp"
 #include "mpsim/io/atomic_file.hpp"
 #include "mpsim/io/npy.hpp"
@@ -37,6 +39,28 @@ inline void add_common(CLI::App* cmd, CommonOptions& o, bool with_inputs = true)
   cmd->add_option("--json", o.json_path, "Write the report as JSON to this file (-: standard output)");
   cmd->add_option("--csv", o.csv_path, "Write the report as tidy CSV (tensor,format,scale,stat,value; -: standard output)");
   cmd->add_option("--dtype", o.dtype, "Read integer arrays as the bits of this type (bf16, fp16, fp8_e4m3, fp8_e5m2)");
+}
+
+// --block / --block-scale, for the commands whose --format may name a block format (hist, rounding-error).
+struct BlockOptions {
+  int block = 0;  // 0: the format's own (32; nvfp4 16)
+  std::string scale_rule = "floor";
+};
+
+inline void add_block_options(CLI::App* cmd, BlockOptions& b) {
+  cmd->add_option("--block", b.block, "Block formats: elements per block (default 32; nvfp4 16)");
+  cmd->add_option("--block-scale", b.scale_rule, "MX formats: floor (OCP MX) or rceil")->capture_default_str();
+}
+
+// The block format --format names, if it names one (blocks run along each tensor's last axis).
+inline std::optional<BlockFormat> block_format_of(const std::string& name, const BlockOptions& b) {
+  if (!is_block_format_name(name)) return std::nullopt;
+  return parse_block_format(name, b.block, parse_block_scale_rule(b.scale_rule));
+}
+
+// The length of a tensor's rows for block formats: its last axis (0-d: its one element).
+inline std::size_t row_length(const analysis::TensorInfo& info) {
+  return info.shape.empty() ? static_cast<std::size_t>(info.count) : static_cast<std::size_t>(info.shape.back());
 }
 
 // log2 of a power-of-two scale; mpsim::Error naming --scale otherwise.

@@ -1,8 +1,10 @@
 // mpsim hist FILE... [--format F] [--scale S]: log2 histograms of every tensor (counts by binade,
-// zero/NaN/inf buckets), drawn as a bar chart with F's subnormal / normal / overflow ranges marked.
+// zero/NaN/inf buckets), drawn as a bar chart with F's subnormal / normal / overflow ranges marked. A block
+// format F (mxfp8_e4m3, ..., nvfp4): the histogram of the dequantized values beside the block telemetry.
 #include <algorithm>
 
 #include "analysis_common.hpp"
+#include "mpsim/analysis/block_scaling.hpp"
 #include "mpsim/analysis/range_counter.hpp"
 #include "mpsim/analysis/underflow.hpp"
 
@@ -11,13 +13,104 @@ namespace {
 using namespace mpsim;
 using namespace mpsim::cli::analysis_cli;
 
+// --format naming a block format (mxfp8_e4m3, ..., nvfp4): the histogram of the dequantized values (what the
+// tensor holds after a quantize-dequantize round trip, nearest-even elements), beside the block telemetry
+// (the shares of the non-zero values flushed inside their block, left subnormal, saturated). Tensors are
+// quantized row by row as they stream in (analysis::BlockRowStream).
+void run_block_hist(const CommonOptions& o, const BlockFormat& bf, bool per_tensor) {
+  if (o.scale != 1)
+    throw Error(fmt::format("--scale {}: block formats set their own scales; a loss scale does not apply to {}",
+                            o.scale, bf.name));
+  const auto files = analysis::expand_inputs(o.inputs);
+  const auto progress = input_progress("hist", files);
+  struct Result {
+    analysis::TensorInfo info;
+    analysis::RangeCounter values;  // the dequantized values (fp32's ranges: they are floats)
+    BlockStats stats;
+  };
+  std::vector<Result> results;
+  analysis::RangeCounter total_values(fp32());
+  BlockStats total_stats;
+  const auto failures = analysis::for_each_tensor(files, input_options(o, progress.get()), [&](const analysis::TensorInfo& info,
+                                                                               const analysis::TensorRead& read) {
+    Result res{info, analysis::RangeCounter(fp32()), {}};
+    std::vector<float> y;
+    analysis::BlockRowStream rows(row_length(info), bf.two_level, [&](std::span<const float> x, std::uint64_t index0) {
+      y.resize(x.size());
+      BulkOptions opt;
+      opt.index0 = index0;
+      round_blocks(x, y, row_length(info), bf, Rounding{}, &res.stats, opt);
+      res.values.add(std::span<const float>(y));
+    });
+    read([&](std::span<const float> x, std::span<const double> d, std::uint64_t) {
+      if (!x.empty()) rows.add(x);
+      if (!d.empty()) rows.add(d);
+    });
+    rows.finish();
+    results.push_back(std::move(res));
+  });
+  progress->finish();
+  check_failures(failures, results.size());
+
+  nlohmann::json tensors = nlohmann::json::array();
+  analysis::TidyCsv csv;
+  auto entry = [&](const std::string& label, const analysis::RangeCounter& c, const BlockStats& s) {
+    const auto counts = c.at_scale(0);
+    nlohmann::json j = {{"tensor", label}, {"numel", counts.total}, {"zero_num", counts.zero_in},
+                        {"nan_num", counts.nan_in}, {"inf_num", counts.inf_in}};
+    j.update(analysis::amax_stats_json(c));
+    j["block_telemetry"] = analysis::block_result(bf, s).json();
+    csv.add_stats(label, bf.name, 1.0, j);
+    for (const auto& [key, v] : j["block_telemetry"].items())
+      if (v.is_number() && key != "numel") csv.add(label, bf.name, 1.0, key, v);
+    const auto h = c.histogram();
+    for (int n = h.lowest_nonempty(); n <= h.highest_nonempty(); ++n)
+      if (h.count(n)) csv.add(label, bf.name, 1.0, "bin_2^" + std::to_string(n), h.count(n));
+    j["histogram"] = h.to_json();
+    return j;
+  };
+  for (const auto& r : results) {
+    total_values += r.values;
+    total_stats.merge(r.stats);
+    nlohmann::json j = entry(r.info.label, r.values, r.stats);
+    j["shape"] = r.info.shape;
+    j["dtype"] = std::string(io::to_string(r.info.dtype));
+    tensors.push_back(j);
+  }
+  const nlohmann::json report = {{"command", "hist"},
+                                 {"format", bf.name},
+                                 {"block", bf.block},
+                                 {"values", "dequantized"},
+                                 {"tensors", tensors},
+                                 {"total", entry("total", total_values, total_stats)},
+                                 {"failed", failures_json(failures)}};
+  write_outputs(o, report, csv);
+
+  if (per_tensor)
+    for (const auto& r : results) fmt::print("{}\n{}\n", r.info.label, analysis::bar_chart(r.values.histogram(), nullptr, 0));
+  fmt::print("log2 histogram of {} tensor(s) after {} quantize-dequantize (blocks of {} along the last axis):\n{}\n",
+             results.size(), bf.name, bf.block, analysis::bar_chart(total_values.histogram(), nullptr, 0));
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& t : tensors) {
+    const auto& b = t["block_telemetry"];
+    rows.push_back({t["tensor"].get<std::string>(), num(t["numel"]), num(t["zero_num"]), num(t["cur_amax"]),
+                    num(t["nonzero_amin"]), num(b["flushed%"]), num(b["subnormal%"]), num(b["saturated%"])});
+  }
+  fmt::print("{}", analysis::text_table({"tensor", "numel", "zero_num (after)", "cur_amax (after)",
+                                         "nonzero_amin (after)", "flushed%", "subnormal%", "saturated%"},
+                                        rows));
+}
+
 void setup(CLI::App& app) {
   auto* cmd = app.add_subcommand("hist", "Log2 histograms of tensors, with a target format's ranges marked");
   auto o = std::make_shared<CommonOptions>();
   auto per_tensor = std::make_shared<bool>(false);
+  auto blocks = std::make_shared<BlockOptions>();
   add_common(cmd, *o);
+  add_block_options(cmd, *blocks);
   cmd->add_flag("--each", *per_tensor, "Draw a chart for every tensor (default: the total only)");
-  cmd->callback([o, per_tensor] {
+  cmd->callback([o, per_tensor, blocks] {
+    if (const auto bf = block_format_of(o->format, *blocks)) return run_block_hist(*o, *bf, *per_tensor);
     const Format f = parse_format(o->format);
     const int k = log2_scale(o->scale);
     const auto files = analysis::expand_inputs(o->inputs);

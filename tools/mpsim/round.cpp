@@ -25,6 +25,7 @@
 #include "command.hpp"
 #include "format_options.hpp"
 #include "npy_input.hpp"
+#include "mpsim/analysis/block_scaling.hpp"
 #include "mpsim/error.hpp"
 #include "mpsim/format/block.hpp"
 #include "mpsim/format/bulk.hpp"
@@ -78,6 +79,79 @@ DType output_dtype(const Options& o, const mpsim::Format& fmt, DType in) {
   return bytes == 1 ? DType::u8 : bytes == 2 ? DType::u16 : DType::u32;
 }
 
+// --stats-json of a block conversion: the telemetry (BlockStats) and the options.
+std::string block_stats_json(const Options& o, const mpsim::BlockFormat& bf, const mpsim::Rounding& r,
+                             const mpsim::BlockStats& st, float tensor_scale) {
+  nlohmann::json scales = nlohmann::json::array();
+  for (const auto& [k, c] : st.scale_log2) scales.push_back({k, c});
+  const nlohmann::json j = {{"schema", "mpsim-round-block-1"}, {"mpsim_version", mpsim::kVersion},
+                            {"input", o.in}, {"output", o.out}, {"format", bf.name}, {"block", bf.block},
+                            {"block_scale", o.block_scale}, {"mode", std::string(mpsim::ieee_name(r.mode))},
+                            {"seed", r.seed}, {"output_kind", o.bits ? "bits" : "values"},
+                            {"count", st.count}, {"nonzero", st.nonzero}, {"nan", st.nan_in}, {"inf_in", st.inf_in},
+                            {"flushed", st.flushed}, {"subnormal", st.subnormal}, {"saturated", st.saturated},
+                            {"blocks", st.blocks}, {"nan_blocks", st.nan_blocks}, {"scale_log2", scales},
+                            {"tensor_scale", tensor_scale}};
+  return j.dump(2) + "\n";
+}
+
+// The closing lines of a block conversion: the stats to standard output (--stats-json -) and the summary.
+void block_summary(const Options& o, const mpsim::BlockFormat& bf, const mpsim::Rounding& r,
+                   const mpsim::BlockStats& st, const std::string& stats_text) {
+  if (o.stats_json == "-") mpsim::cli::write_report("-", stats_text);
+  fmt::print("{} -> {} ({}, blocks of {}, {}): count {}, nonzero {}, flushed in block {}, subnormal {}, saturated {}, "
+             "blocks {} ({} NaN)\n",
+             o.in, o.out, bf.name, bf.block, mpsim::ieee_name(r.mode), st.count, st.nonzero, st.flushed, st.subnormal,
+             st.saturated, st.blocks, st.nan_blocks);
+}
+
+// MX values (not --bits): the input mapped and streamed row by row (analysis::BlockRowStream: --chunk values,
+// 2^20 by default, at a time), each run of rows quantized, dequantized and appended to the output, so memory stays bounded
+// whatever the file's size. nvfp4 (its per-tensor scale needs every value) and --bits (an .npz whose members
+// are written whole) read the input whole (run_block).
+void run_block_streamed(const Options& o, const mpsim::BlockFormat& bf, const mpsim::Rounding& r) {
+  const auto src = mpsim::cli::open_npy(o.in);
+  const mpsim::io::TensorRef& in = src.tensors().front();
+  if (in.dtype != DType::f32 && in.dtype != DType::f16)
+    throw mpsim::Error(fmt::format("{}: block formats take float16/float32 arrays, this one is {}", o.in,
+                                   mpsim::io::to_string(in.dtype)));
+  const std::size_t row_len = in.shape.empty() ? in.count : static_cast<std::size_t>(in.shape.back());
+  mpsim::io::NpyWriter out(o.out, in.dtype, in.shape);
+  std::optional<mpsim::io::AtomicFile> stats_file;
+  if (!o.stats_json.empty() && o.stats_json != "-") stats_file.emplace(o.stats_json);
+  mpsim::io::ProgressBar progress("round " + o.in, in.count * mpsim::io::dtype_size(in.stored),
+                                  mpsim::io::ProgressBar::Unit::bytes);
+  mpsim::BlockStats st;
+  std::vector<float> y;
+  std::vector<std::uint16_t> h;
+  if (o.chunk == 0) throw mpsim::Error("--chunk must be at least 1");
+  mpsim::analysis::BlockRowStream rows(row_len, false, [&](std::span<const float> x, std::uint64_t index0) {
+    y.resize(x.size());
+    mpsim::BulkOptions opt;
+    opt.index0 = index0;
+    mpsim::round_blocks(x, y, row_len, bf, r, &st, opt);
+    if (in.dtype == DType::f16) {
+      // float16 output: the dequantized values rounded once more, to nearest float16.
+      h.resize(y.size());
+      mpsim::round_array(std::span<const float>(y), std::span<std::uint16_t>(h), mpsim::fp16());
+      out.append(std::span<const std::uint16_t>(h));
+    } else {
+      out.append(std::span<const float>(y));
+    }
+  }, o.chunk);
+  src.for_each_chunk(in, o.chunk, [&](std::span<const float> x, std::uint64_t) {
+    rows.add(x);
+    progress.advance(x.size() * mpsim::io::dtype_size(in.stored));
+  });
+  rows.finish();
+  progress.finish();
+  const std::string stats_text = o.stats_json.empty() ? "" : block_stats_json(o, bf, r, st, 1.0f);
+  if (stats_file) stats_file->write(stats_text);
+  out.commit();
+  if (stats_file) stats_file->commit();
+  block_summary(o, bf, r, st, stats_text);
+}
+
 // Block formats (mxfp8_e4m3, ..., nvfp4; lib/mpsim/format/block.hpp): blocks along the last axis. Values:
 // the dequantized array in the input's dtype; --bits: an .npz of 'elements' and 'scales' (uint8; nvfp4
 // also 'tensor_scale', float32).
@@ -89,6 +163,7 @@ void run_block(const Options& o) {
     throw mpsim::Error(fmt::format("--subnormals, --overflow and --like do not apply to {}: its elements keep "
                                    "subnormals and saturate (OCP MX v1.0)",
                                    bf.name));
+  if (!o.bits && !bf.two_level) return run_block_streamed(o, bf, r);
   const NpyArray in = mpsim::io::read_npy(o.in);
   if (in.dtype != DType::f32 && in.dtype != DType::f16)
     throw mpsim::Error(fmt::format("{}: block formats take float16/float32 arrays, this one is {}", o.in,
@@ -127,28 +202,11 @@ void run_block(const Options& o) {
     }
   }
   out_file.write(bytes.data(), bytes.size());
-  std::string stats_text;
-  if (!o.stats_json.empty()) {
-    nlohmann::json scales = nlohmann::json::array();
-    for (const auto& [k, c] : st.scale_log2) scales.push_back({k, c});
-    const nlohmann::json j = {{"schema", "mpsim-round-block-1"}, {"mpsim_version", mpsim::kVersion},
-                              {"input", o.in}, {"output", o.out}, {"format", bf.name}, {"block", bf.block},
-                              {"block_scale", o.block_scale}, {"mode", std::string(mpsim::ieee_name(r.mode))},
-                              {"seed", r.seed}, {"output_kind", o.bits ? "bits" : "values"},
-                              {"count", st.count}, {"nonzero", st.nonzero}, {"nan", st.nan_in}, {"inf_in", st.inf_in},
-                              {"flushed", st.flushed}, {"subnormal", st.subnormal}, {"saturated", st.saturated},
-                              {"blocks", st.blocks}, {"nan_blocks", st.nan_blocks}, {"scale_log2", scales},
-                              {"tensor_scale", q.tensor_scale}};
-    stats_text = j.dump(2) + "\n";
-    if (stats_file) stats_file->write(stats_text);
-  }
+  const std::string stats_text = o.stats_json.empty() ? "" : block_stats_json(o, bf, r, st, q.tensor_scale);
+  if (stats_file) stats_file->write(stats_text);
   out_file.commit();
   if (stats_file) stats_file->commit();
-  if (o.stats_json == "-") mpsim::cli::write_report("-", stats_text);
-  fmt::print("{} -> {} ({}, blocks of {}, {}): count {}, nonzero {}, flushed in block {}, subnormal {}, saturated {}, "
-             "blocks {} ({} NaN)\n",
-             o.in, o.out, bf.name, bf.block, mpsim::ieee_name(r.mode), st.count, st.nonzero, st.flushed, st.subnormal,
-             st.saturated, st.blocks, st.nan_blocks);
+  block_summary(o, bf, r, st, stats_text);
 }
 
 // Rounds one chunk of input (elements offset .. offset + x.size() of the array) and appends its results

@@ -1,10 +1,13 @@
 // mpsim rounding-error FILE... [--format F] [--scale S] [--modes rne,sr,...] [--seed N] [--sr-bits B]: per
 // tensor and rounding mode, the relative error and the error in ulps of F (mean, max, percentiles)
-// and the mean signed error (bias) of rounding every value into F.
+// and the mean signed error (bias) of rounding every value into F. A block format F (mxfp8_e4m3, ...,
+// nvfp4): the error of block quantization, in ulps of the element type inside each block
+// (analysis::add_block_rounding_error); tensors are quantized row by row as they stream in.
 #include <algorithm>
 #include <sstream>
 
 #include "analysis_common.hpp"
+#include "mpsim/analysis/block_scaling.hpp"
 #include "mpsim/analysis/rounding_error.hpp"
 
 namespace {
@@ -37,15 +40,25 @@ void setup_named(CLI::App& app, const std::string& name, bool old_name) {
   auto modes = std::make_shared<std::string>("rne,sr");
   auto seed = std::make_shared<std::uint64_t>(0);
   auto sr_bits = std::make_shared<int>(32);
+  auto blocks = std::make_shared<BlockOptions>();
   add_common(cmd, *o);
+  add_block_options(cmd, *blocks);
   cmd->add_option("--modes", *modes, "Comma-separated rounding modes (rne, rtz, ru, rd, rna, rto, sr)")->capture_default_str();
   cmd->add_option("--seed", *seed, "Stochastic rounding seed")->capture_default_str();
   cmd->add_option("--sr-bits", *sr_bits, "Stochastic rounding random bits (1..32)")->capture_default_str();
-  cmd->callback([o, modes, seed, sr_bits, name, old_name] {
+  cmd->callback([o, modes, seed, sr_bits, name, old_name, blocks] {
     if (old_name)
       fmt::print(stderr, "mpsim: notice: '{}' is now called 'rounding-error' (beside 'round', which converts); the "
                          "old name still works for now\n", name);
-    const Format f = parse_format(o->format);
+    const auto bf = block_format_of(o->format, *blocks);
+    // A block format is measured in its element type's units, under the block format's name.
+    Format f = bf ? bf->element : parse_format(o->format);
+    if (bf) {
+      f.name = bf->name;
+      if (o->scale != 1)
+        throw Error(fmt::format("--scale {}: block formats set their own scales; a loss scale does not apply to {}",
+                                o->scale, bf->name));
+    }
     const int k = log2_scale(o->scale);
     const auto rs = parse_modes(*modes, *seed, *sr_bits);
     const auto files = analysis::expand_inputs(o->inputs);
@@ -61,12 +74,24 @@ void setup_named(CLI::App& app, const std::string& name, bool old_name) {
                                                                                  const analysis::TensorRead& read) {
       std::vector<analysis::RoundingError> acc;
       for (const auto& r : rs) acc.emplace_back(f, r, k);
-      read([&](std::span<const float> x, std::span<const double> d, std::uint64_t offset) {
-        for (auto& a : acc) {
-          if (!x.empty()) a.add(x, offset);
-          if (!d.empty()) a.add(d, offset);
-        }
-      });
+      if (bf) {
+        const std::size_t row_len = row_length(info);
+        analysis::BlockRowStream rows(row_len, bf->two_level, [&](std::span<const float> x, std::uint64_t index0) {
+          for (auto& a : acc) analysis::add_block_rounding_error(a, x, row_len, *bf, index0);
+        });
+        read([&](std::span<const float> x, std::span<const double> d, std::uint64_t) {
+          if (!x.empty()) rows.add(x);
+          if (!d.empty()) rows.add(d);
+        });
+        rows.finish();
+      } else {
+        read([&](std::span<const float> x, std::span<const double> d, std::uint64_t offset) {
+          for (auto& a : acc) {
+            if (!x.empty()) a.add(x, offset);
+            if (!d.empty()) a.add(d, offset);
+          }
+        });
+      }
       results.push_back({info, std::move(acc)});
     });
     progress->finish();
@@ -93,9 +118,14 @@ void setup_named(CLI::App& app, const std::string& name, bool old_name) {
                          {"modes", modes_json(results[i].info.label, results[i].per_mode)}});
     }
     const nlohmann::json tj = {{"tensor", "total"}, {"modes", modes_json("total", total)}};
-    const nlohmann::json report = {{"command", "rounding-error"}, {"format", f.name}, {"scale", o->scale},
-                                   {"log2_scale", k},        {"tensors", tensors}, {"total", tj},
-                                   {"failed", failures_json(failures)}};
+    nlohmann::json report = {{"command", "rounding-error"}, {"format", f.name}, {"scale", o->scale},
+                             {"log2_scale", k},        {"tensors", tensors}, {"total", tj},
+                             {"failed", failures_json(failures)}};
+    if (bf) {
+      report["block"] = bf->block;
+      report["element_format"] = bf->element.name;
+      report["ulp_of"] = "the element type, inside each block (error / block scale)";
+    }
     write_outputs(*o, report, csv);
 
     // One row per (tensor, mode); tensors worst first by their largest mean relative error.

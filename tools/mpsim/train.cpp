@@ -81,6 +81,8 @@ void setup(CLI::App& app) {
   cmd->add_option("--checkpoint-every", c->checkpoint_every, "write checkpoint.safetensors every N steps (0: at the end)");
   cmd->add_option("--threads", c->threads, "threads (results do not depend on it)")->capture_default_str();
   cmd->add_option("--hist-steps", *hist, "steps that write gradient histograms, e.g. 1,100,500 (default: first, last)");
+  cmd->add_flag("--dump-grads", c->dump_grads,
+                "at the histogram steps also write the unscaled gradients, grads/step_NNNNNN.safetensors");
   cmd->add_option("--corpus", c->model_config.corpus_path, "lstm: train on this UTF-8 text file");
   cmd->add_option("--batch", c->model_config.batch, "batch size (0: the model's default)");
   cmd->add_option("--size", c->model_config.size, "model width (0: the model's default)");
@@ -114,7 +116,8 @@ void setup(CLI::App& app) {
                config.model, config.policy, config.scaler, s.steps_done, s.final_loss,
                s.final_metric.name, s.final_metric.value, s.skipped_steps, 100 * s.act_grad_lost_fraction(),
                s.diverged ? ", DIVERGED" : "");
-    fmt::print("wrote {}/run.json, steps.csv, hist/, checkpoint.safetensors\n", config.out.string());
+    fmt::print("wrote {}/run.json, steps.csv, hist/, {}checkpoint.safetensors\n", config.out.string(),
+               config.dump_grads ? "grads/, " : "");
   });
 }
 

@@ -4,6 +4,10 @@
 #include <cmath>
 #include <vector>
 
+#include <fmt/format.h>
+
+#include "mpsim/error.hpp"
+
 #include "mpsim/format/bulk.hpp"
 
 namespace mpsim::analysis {
@@ -49,9 +53,7 @@ nlohmann::json ScalingResult::json() const {
   return j;
 }
 
-ScalingResult block_scaling(std::span<const float> x, std::size_t row_len, const BlockFormat& f, const Rounding& r) {
-  BlockStats s;
-  quantize_blocks(x, row_len, f, r, &s);
+ScalingResult block_result(const BlockFormat& f, const BlockStats& s) {
   ScalingResult out;
   out.format = f.name;
   out.scaling = "block";
@@ -66,6 +68,12 @@ ScalingResult block_scaling(std::span<const float> x, std::size_t row_len, const
   out.nan_blocks = s.nan_blocks;
   out.scale_log2 = s.scale_log2;
   return out;
+}
+
+ScalingResult block_scaling(std::span<const float> x, std::size_t row_len, const BlockFormat& f, const Rounding& r) {
+  BlockStats s;
+  quantize_blocks(x, row_len, f, r, &s);
+  return block_result(f, s);
 }
 
 ScalingResult tensor_scaling(std::span<const float> x, const Format& f, bool per_tensor, double loss_scale,
@@ -102,6 +110,51 @@ ScalingResult tensor_scaling(std::span<const float> x, const Format& f, bool per
   out.subnormal = st.subnormal;
   out.saturated = st.overflow + scaled_to_inf;
   return out;
+}
+
+BlockRowStream::BlockRowStream(std::size_t row_len, bool whole_tensor, Rows fn, std::size_t batch)
+    : row_len_(row_len), batch_(std::max<std::size_t>(batch, 1)), whole_tensor_(whole_tensor), fn_(std::move(fn)) {}
+
+void BlockRowStream::add(std::span<const float> x) {
+  buf_.insert(buf_.end(), x.begin(), x.end());
+  if (!whole_tensor_ && buf_.size() >= batch_) flush(false);
+}
+
+void BlockRowStream::add(std::span<const double> x) {
+  for (const double v : x) buf_.push_back(static_cast<float>(v));
+  if (!whole_tensor_ && buf_.size() >= batch_) flush(false);
+}
+
+void BlockRowStream::flush(bool at_end) {
+  // row_len 0: the whole tensor is one row, which only the end completes.
+  const std::size_t whole = at_end ? buf_.size() : row_len_ == 0 ? 0 : buf_.size() / row_len_ * row_len_;
+  if (whole == 0) return;
+  fn_(std::span<const float>(buf_.data(), whole), index0_);
+  index0_ += whole;
+  buf_.erase(buf_.begin(), buf_.begin() + static_cast<std::ptrdiff_t>(whole));
+}
+
+void BlockRowStream::finish() {
+  if (row_len_ != 0 && buf_.size() % row_len_ != 0)
+    throw Error(fmt::format("block formats: the tensor's {} elements are not whole rows of {}", index0_ + buf_.size(),
+                            row_len_));
+  flush(true);
+}
+
+void add_block_rounding_error(RoundingError& acc, std::span<const float> rows, std::size_t row_len,
+                              const BlockFormat& f, std::uint64_t index0) {
+  BulkOptions opt;
+  opt.index0 = index0;
+  const BlockQuantized q = quantize_blocks(rows, row_len, f, acc.rounding(), nullptr, opt);
+  const std::vector<double> factor = block_scale_factors(q, f);
+  const std::size_t row = row_len == 0 ? rows.size() : row_len;
+  const std::size_t per_row = (row + static_cast<std::size_t>(f.block) - 1) / static_cast<std::size_t>(f.block);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const float x = rows[i];
+    if (!std::isfinite(x) || x == 0) continue;
+    const double xf = factor[i / row * per_row + i % row / static_cast<std::size_t>(f.block)];
+    acc.add_pair(static_cast<double>(x) / xf, std::isnan(xf) ? xf : decode(q.elements[i], f.element));
+  }
 }
 
 }  // namespace mpsim::analysis

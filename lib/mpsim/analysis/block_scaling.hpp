@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <span>
 #include <string>
@@ -18,6 +19,7 @@
 
 #include "mpsim/format/block.hpp"
 #include "mpsim/format/format.hpp"
+#include "mpsim/analysis/rounding_error.hpp"
 #include "mpsim/format/round.hpp"
 
 namespace mpsim::analysis {
@@ -34,10 +36,42 @@ struct ScalingResult {
   nlohmann::json json() const;  // counts and percentages of the non-zero finite inputs
 };
 
+// The telemetry of a block quantization (quantize_blocks' statistics) as a "block" result.
+ScalingResult block_result(const BlockFormat& f, const BlockStats& s);
 // One tensor, viewed as rows of row_len (its last axis), quantized to a block format.
 ScalingResult block_scaling(std::span<const float> x, std::size_t row_len, const BlockFormat& f, const Rounding& r);
 // One tensor in an element format: per_tensor (amax -> max_finite) when `per_tensor`, else times loss_scale.
 ScalingResult tensor_scaling(std::span<const float> x, const Format& f, bool per_tensor, double loss_scale,
                              const Rounding& r);
+
+// Cuts a tensor arriving in chunks (the analysis commands' streamed reads) into runs of whole rows for
+// block quantization: fn(rows, index0) receives whole rows of row_len, about `batch` elements at a time,
+// index0 being the element index of the first (stochastic rounding keys on it). A two-level format's
+// tensor scale (nvfp4) depends on every value: with whole_tensor the tensor comes in one piece at finish().
+// Resident memory: about one batch (MX), the whole tensor (nvfp4, or one row longer than a batch).
+class BlockRowStream {
+ public:
+  using Rows = std::function<void(std::span<const float> rows, std::uint64_t index0)>;
+  BlockRowStream(std::size_t row_len, bool whole_tensor, Rows fn, std::size_t batch = std::size_t{1} << 20);
+  void add(std::span<const float> x);
+  void add(std::span<const double> x);  // compared as float32, as the block formats take float32
+  // Passes on what is left; throws mpsim::Error if the elements were not whole rows.
+  void finish();
+
+ private:
+  void flush(bool at_end);
+  std::size_t row_len_, batch_;
+  bool whole_tensor_;
+  Rows fn_;
+  std::vector<float> buf_;
+  std::uint64_t index0_ = 0;
+};
+
+// The rounding error of block quantization, in the element type's units: every finite non-zero x of the
+// rows (whole rows of row_len; index0 as BlockRowStream gives it) as y = x / X, X the factor of its block
+// (block_scale_factors), against its element's value, rounded in acc's mode. Elements of NaN blocks count
+// as overflows (not measured). acc's format must be f.element (its name may be the block format's).
+void add_block_rounding_error(RoundingError& acc, std::span<const float> rows, std::size_t row_len,
+                              const BlockFormat& f, std::uint64_t index0);
 
 }  // namespace mpsim::analysis

@@ -12,7 +12,8 @@
 //    rounded to e2m1; the value is element * (T * S).
 //
 // Elements are rounded by the bulk engine (round_array) in any Rounding, stochastic included: element i
-// of the tensor uses generator index i. Scaling by a power of two is exact (done in float where that is
+// of the tensor uses generator index opt.index0 + i. opt.threads sets the threads as for round_array (0:
+// all hardware threads for large arrays); the bits and the statistics never depend on it. Scaling by a power of two is exact (done in float where that is
 // exact for the result, in double otherwise), so an MX element is the single rounding of V / X.
 // NaN or ±inf in a block (docs/formats.md): the block's scale is the scale format's NaN (E8M0 0xFF,
 // e4m3fn 0x7F), its elements are stored as 0 and it dequantizes to NaN throughout, as OCP MX v1.0
@@ -28,6 +29,7 @@
 #include <string_view>
 #include <vector>
 
+#include "mpsim/format/bulk.hpp"
 #include "mpsim/format/format.hpp"
 #include "mpsim/format/round.hpp"
 
@@ -77,12 +79,16 @@ struct BlockQuantized {
 // Quantizes x, viewed as rows of row_len elements (the last axis; row_len 0 = the whole array is one
 // row), into blocks of fmt.block along each row. r rounds the elements; fmt.rule picks MX scales.
 BlockQuantized quantize_blocks(std::span<const float> x, std::size_t row_len, const BlockFormat& fmt,
-                               const Rounding& r = {}, BlockStats* stats = nullptr);
+                               const Rounding& r = {}, BlockStats* stats = nullptr, const BulkOptions& opt = {});
 // The values the quantized blocks stand for, as float (exact for MX under the floor rule, where element * 2^k
 // stays below 2^128; rceil can reach 2^128 near float's top, which becomes inf).
-void dequantize_blocks(const BlockQuantized& q, std::size_t row_len, const BlockFormat& fmt, std::span<float> out);
+void dequantize_blocks(const BlockQuantized& q, std::size_t row_len, const BlockFormat& fmt, std::span<float> out,
+                       const BulkOptions& opt = {});
+// The factor each block's elements are multiplied by when dequantized (MX: 2^k; nvfp4: T * S in float),
+// one per block in the order of q.scales; NaN for a block whose scale is NaN.
+std::vector<double> block_scale_factors(const BlockQuantized& q, const BlockFormat& fmt);
 // Quantize then dequantize (simulate mode), out may alias x.
 void round_blocks(std::span<const float> x, std::span<float> out, std::size_t row_len, const BlockFormat& fmt,
-                  const Rounding& r = {}, BlockStats* stats = nullptr);
+                  const Rounding& r = {}, BlockStats* stats = nullptr, const BulkOptions& opt = {});
 
 }  // namespace mpsim

@@ -297,6 +297,304 @@ TensorSource TensorSource::from_bytes(std::vector<std::byte> bytes, std::string 
   return s;
 }
 
+namespace {
+
+// ---- one reader per file kind: the directory of tensors (not the data) -------------------------------------
+
+// The kind of a file, by its first bytes.
+FileKind detect_kind(std::span<const std::byte> b, const SourceOptions& o, const std::string& file) {
+  auto starts_with = [&](std::string_view m) {
+    return b.size() >= m.size() && std::memcmp(b.data(), m.data(), m.size()) == 0;
+  };
+  if (o.force_raw) return FileKind::raw;
+  if (starts_with("\x93NUMPY")) return FileKind::npy;
+  if (starts_with("PK\x03\x04") || starts_with("PK\x05\x06")) return FileKind::npz;
+  // safetensors has no magic: its JSON header opens with '{' right after the 8-byte length. With a dtype
+  // given, a raw file whose ninth byte happens to be '{' is told apart by an impossible length.
+  if (b.size() >= 9 && static_cast<char>(b[8]) == '{' && (!o.dtype || le(b, 0, 8) <= b.size() - 8))
+    return FileKind::safetensors;
+  if (o.dtype) return FileKind::raw;
+  fail(fmt::format("{}: not a .npy, .npz or safetensors file (unknown magic); pass --dtype (and --shape) to read "
+                   "it as raw data",
+                   file));
+}
+
+// A tensor described by a .npy header (a .npy file, or an .npz member with name).
+TensorRef npy_tensor(const NpyHeader& h, const std::string& file, const std::string& name, const SourceOptions& o) {
+  TensorRef t;
+  t.file = file;
+  t.name = name;
+  t.label = label_of(file, name);
+  t.stored = h.dtype;
+  t.dtype = effective(h.dtype, o, name.empty(), t.label);
+  t.shape = h.shape;
+  t.count = h.count;
+  t.data_offset = h.data_offset;
+  t.data_bytes = h.data_bytes;
+  t.big_endian = h.big_endian;
+  t.fortran_order = h.fortran_order && h.shape.size() > 1;
+  return t;
+}
+
+std::vector<TensorRef> read_npy_directory(std::span<const std::byte> b, const std::string& file, const SourceOptions& o) {
+  return {npy_tensor(parse_npy_header(b, file, b.size()), file, "", o)};
+}
+
+std::vector<TensorRef> read_raw_directory(std::span<const std::byte> b, const std::string& file, const SourceOptions& o) {
+  if (!o.dtype) fail(file + ": raw data needs a dtype (--dtype)");
+  const std::size_t elem = dtype_size(*o.dtype);
+  TensorRef t;
+  t.file = file;
+  t.label = file;
+  t.dtype = t.stored = *o.dtype;
+  if (o.shape) {
+    t.shape = *o.shape;
+    t.count = checked_count(t.shape, elem, file);
+    if (t.count * elem != b.size())
+      fail(fmt::format("{}: shape {} of {} needs {} bytes but the file holds {}", file, shape_string(t.shape),
+                       to_string(t.dtype), t.count * elem, b.size()));
+  } else {
+    if (b.size() % elem != 0)
+      fail(fmt::format("{}: {} bytes is not a whole number of {} values ({} bytes each)", file, b.size(),
+                       to_string(t.dtype), elem));
+    t.count = b.size() / elem;
+    t.shape = {static_cast<std::int64_t>(t.count)};
+  }
+  t.data_offset = 0;
+  t.data_bytes = t.count * elem;
+  return {std::move(t)};
+}
+
+// The safetensors JSON header, refusing duplicate tensor names (the JSON library would otherwise keep the
+// last one silently) and absurd nesting.
+nlohmann::json parse_safetensors_header(std::string_view text, const std::string& file) {
+  std::set<std::string> seen;
+  std::string duplicate;
+  nlohmann::json::parser_callback_t cb = [&](int depth, nlohmann::json::parse_event_t ev, nlohmann::json& j) {
+    if (depth > 16) throw Error(file + ": safetensors JSON header is nested too deeply");
+    if (ev == nlohmann::json::parse_event_t::key && depth == 1 && !seen.insert(j.get<std::string>()).second &&
+        duplicate.empty())
+      duplicate = j.get<std::string>();
+    return true;
+  };
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(text, cb);
+  } catch (const nlohmann::json::exception& e) {
+    fail(fmt::format("{}: malformed safetensors JSON header: {}", file, e.what()));
+  }
+  if (!duplicate.empty()) fail(fmt::format("{}: duplicate tensor name '{}' in the safetensors header", file, duplicate));
+  if (!header.is_object()) fail(file + ": malformed safetensors JSON header: not an object");
+  return header;
+}
+
+// One safetensors header entry; base is the file offset of the data section, data_size its length.
+TensorRef safetensors_tensor(const std::string& file, const std::string& name, const nlohmann::json& v,
+                             std::uint64_t base, std::uint64_t data_size, const SourceOptions& o) {
+  const std::string label = label_of(file, name);
+  if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets") ||
+      !v["dtype"].is_string() || !v["shape"].is_array() || !v["data_offsets"].is_array() ||
+      v["data_offsets"].size() != 2)
+    fail(label + ": malformed safetensors entry (needs \"dtype\", \"shape\" and two \"data_offsets\")");
+  TensorRef t;
+  t.file = file;
+  t.name = name;
+  t.label = label;
+  t.stored = safetensors_dtype(v["dtype"].get<std::string>(), label);
+  t.dtype = effective(t.stored, o, false, label);
+  for (const auto& d : v["shape"]) {
+    if (!d.is_number_unsigned()) fail(label + ": shape entries must be non-negative integers");
+    const auto u = d.get<std::uint64_t>();
+    if (u > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+      fail(label + ": shape dimension too large");
+    t.shape.push_back(static_cast<std::int64_t>(u));
+  }
+  if (t.shape.size() > 64) fail(label + ": more than 64 dimensions");
+  const auto& off = v["data_offsets"];
+  if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+    fail(label + ": data_offsets must be non-negative integers");
+  const auto begin = off[0].get<std::uint64_t>(), end = off[1].get<std::uint64_t>();
+  const std::size_t elem = dtype_size(t.stored);
+  t.count = checked_count(t.shape, elem, label);
+  if (begin > end || end > data_size)
+    fail(fmt::format("{}: data_offsets [{}, {}] lie outside the {} bytes of data", label, begin, end, data_size));
+  if (end - begin != t.count * elem)
+    fail(fmt::format("{}: shape {} of {} needs {} bytes but data_offsets [{}, {}] hold {}", label,
+                     shape_string(t.shape), to_string(t.stored), t.count * elem, begin, end, end - begin));
+  t.data_offset = base + begin;
+  t.data_bytes = end - begin;
+  return t;
+}
+
+std::vector<TensorRef> read_safetensors_directory(std::span<const std::byte> b, const std::string& file,
+                                                  const SourceOptions& o) {
+  const std::uint64_t n = le(b, 0, 8);
+  if (n > kMaxJsonHeader)
+    fail(fmt::format("{}: safetensors JSON header of {} bytes is absurdly large (limit {})", file, n, kMaxJsonHeader));
+  if (n > b.size() - 8)
+    fail(fmt::format("{}: truncated safetensors file (JSON header of {} bytes, only {} present)", file, n,
+                     b.size() - 8));
+  const nlohmann::json header =
+      parse_safetensors_header(std::string_view(reinterpret_cast<const char*>(b.data()) + 8, n), file);
+  const std::uint64_t base = 8 + n, data_size = b.size() - base;
+  std::vector<TensorRef> tensors;
+  for (const auto& [name, v] : header.items())
+    if (name != "__metadata__") tensors.push_back(safetensors_tensor(file, name, v, base, data_size, o));
+  std::sort(tensors.begin(), tensors.end(),
+            [](const TensorRef& a, const TensorRef& c) { return a.data_offset < c.data_offset; });
+  for (std::size_t i = 1; i < tensors.size(); ++i)
+    if (tensors[i].data_offset < tensors[i - 1].data_offset + tensors[i - 1].data_bytes)
+      fail(fmt::format("{}: tensors '{}' and '{}' overlap in the data", file, tensors[i - 1].name, tensors[i].name));
+  return tensors;
+}
+
+// ---- zip (.npz) -------------------------------------------------------------------------------------------
+
+struct CentralDirectory {
+  std::uint64_t entries, size, offset;
+};
+
+// The end of central directory record (PKWARE APPNOTE.TXT 4.3.16): signature 0x06054b50, found by searching
+// back over at most a 65535-byte comment; its zip64 counterpart (4.3.14, located by 4.3.15) when a field
+// is saturated.
+CentralDirectory find_central_directory(std::span<const std::byte> b, const std::string& file) {
+  if (b.size() < 22) fail(file + ": truncated zip file (no end of central directory)");
+  std::size_t eocd = std::string::npos;
+  for (std::size_t i = b.size() - 22 + 1; i-- > 0 && b.size() - i <= 22 + 65535;)
+    if (le(b, i, 4) == 0x06054b50) {
+      eocd = i;
+      break;
+    }
+  if (eocd == std::string::npos) fail(file + ": truncated or not a zip file (no end of central directory)");
+  CentralDirectory cd{le(b, eocd + 10, 2), le(b, eocd + 12, 4), le(b, eocd + 16, 4)};
+  if (cd.entries == 0xffff || cd.size == 0xffffffff || cd.offset == 0xffffffff) {
+    if (eocd < 20 || le(b, eocd - 20, 4) != 0x07064b50) fail(file + ": zip64 locator missing");
+    const std::uint64_t z = le(b, eocd - 20 + 8, 8);
+    if (z > b.size() || b.size() - z < 56 || le(b, z, 4) != 0x06064b50) fail(file + ": bad zip64 end of central directory");
+    cd = {le(b, z + 32, 8), le(b, z + 40, 8), le(b, z + 48, 8)};
+  }
+  if (cd.offset > b.size() || cd.size > b.size() - cd.offset)
+    fail(fmt::format("{}: truncated zip file (central directory at {} of {} bytes lies past the end)", file, cd.offset,
+                     cd.size));
+  return cd;
+}
+
+// One central directory file header (APPNOTE 4.3.12), with the zip64 sizes resolved.
+struct ZipEntry {
+  std::string member;
+  std::uint64_t flags, method;
+  std::uint32_t crc;
+  std::uint64_t csize, usize, local;
+};
+
+// Reads the entry at p (advanced past it); cd_end bounds the central directory.
+ZipEntry read_zip_entry(std::span<const std::byte> b, std::size_t& p, std::size_t cd_end, const std::string& file) {
+  if (p + 46 > cd_end || le(b, p, 4) != 0x02014b50) fail(file + ": corrupt zip central directory");
+  ZipEntry e;
+  e.flags = le(b, p + 8, 2);
+  e.method = le(b, p + 10, 2);
+  e.crc = static_cast<std::uint32_t>(le(b, p + 16, 4));
+  e.csize = le(b, p + 20, 4);
+  e.usize = le(b, p + 24, 4);
+  const std::size_t nlen = le(b, p + 28, 2), xlen = le(b, p + 30, 2), clen = le(b, p + 32, 2);
+  e.local = le(b, p + 42, 4);
+  if (p + 46 + nlen + xlen + clen > cd_end) fail(file + ": corrupt zip central directory");
+  e.member.assign(reinterpret_cast<const char*>(b.data()) + p + 46, nlen);
+  const std::string mlabel = fmt::format("{}: zip member '{}'", file, e.member);
+  // Zip64 extended information (APPNOTE 4.5.3): the 8-byte values of the fields set to 0xffffffff.
+  for (std::size_t x = p + 46 + nlen; x + 4 <= p + 46 + nlen + xlen;) {
+    const auto id = le(b, x, 2), sz = le(b, x + 2, 2);
+    if (x + 4 + sz > p + 46 + nlen + xlen) fail(mlabel + ": corrupt extra field");
+    if (id == 0x0001) {
+      std::size_t q = x + 4;
+      auto take = [&](std::uint64_t& v) {
+        if (v != 0xffffffff) return;
+        if (q + 8 > x + 4 + sz) fail(mlabel + ": corrupt zip64 extra field");
+        v = le(b, q, 8);
+        q += 8;
+      };
+      take(e.usize);
+      take(e.csize);
+      take(e.local);
+    }
+    x += 4 + sz;
+  }
+  p += 46 + nlen + xlen + clen;
+  return e;
+}
+
+// The .npy header at the start of a deflated member: its magic and length first, then the rest.
+NpyHeader inflate_npy_header(std::span<const std::byte> compressed, std::uint64_t usize, const std::string& mlabel,
+                             const std::string& label) {
+  Inflater inf(compressed, mlabel);
+  std::vector<std::byte> head(std::min<std::uint64_t>(usize, 12));
+  head.resize(inf.read(head));
+  if (head.size() >= 10 && std::memcmp(head.data(), "\x93NUMPY", 6) == 0) {
+    const int major = static_cast<int>(head[6]);
+    const std::size_t hl = major == 1 ? le(head, 8, 2) : head.size() >= 12 ? le(head, 8, 4) : 0;
+    const std::size_t want = std::min<std::uint64_t>({usize, kMaxNpyHead, (major == 1 ? 10 : 12) + hl});
+    const std::size_t had = head.size();
+    if (want > had) {
+      head.resize(want);
+      head.resize(had + inf.read(std::span(head).subspan(had)));
+    }
+  }
+  return parse_npy_header(head, label, usize);
+}
+
+// The tensor of the .npz member `name` (its member name less ".npy"): checks the member, finds its data through the local header and reads
+// its .npy header.
+TensorRef npz_member_tensor(std::span<const std::byte> b, const ZipEntry& e, const std::string& name,
+                            const std::string& file, const SourceOptions& o) {
+  const std::string mlabel = fmt::format("{}: zip member '{}'", file, e.member);
+  const std::string label = label_of(file, name);
+  if (e.flags & 1) fail(mlabel + " is encrypted");
+  if (e.method != 0 && e.method != 8)
+    fail(fmt::format("{} uses compression method {} (supported: 0 stored, 8 deflate)", mlabel, e.method));
+  // Local file header (APPNOTE 4.3.7): its own name and extra lengths decide where the data starts.
+  if (e.local > b.size() || b.size() - e.local < 30 || le(b, e.local, 4) != 0x04034b50)
+    fail(mlabel + ": bad local header offset");
+  const std::uint64_t data = e.local + 30 + le(b, e.local + 26, 2) + le(b, e.local + 28, 2);
+  if (data > b.size() || e.csize > b.size() - data)
+    fail(fmt::format("{}: truncated ({} compressed bytes at offset {} run past the end of the file)", mlabel, e.csize,
+                     data));
+  // Deflate expands at most about 1032:1 (zlib FAQ, "maximum compression ratio"): a larger claimed
+  // size is a corrupt or hostile directory, refused before anything is allocated for it.
+  if (e.method == 8 && e.usize > e.csize * 1032 + 1024)
+    fail(fmt::format("{}: claims {} bytes from {} compressed bytes, beyond deflate's 1032:1 limit", mlabel, e.usize,
+                     e.csize));
+  const auto compressed = b.subspan(data, e.csize);
+  if (e.method == 0 && e.csize != e.usize) fail(mlabel + ": stored member whose sizes disagree");
+  const NpyHeader h = e.method == 0 ? parse_npy_header(compressed, label, e.usize)
+                                    : inflate_npy_header(compressed, e.usize, mlabel, label);
+  TensorRef t = npy_tensor(h, file, name, o);
+  t.deflated = e.method == 8;
+  t.crc32 = e.crc;
+  t.member_size = e.usize;
+  t.npy_offset = h.data_offset;
+  t.data_offset = e.method == 0 ? data + h.data_offset : data;
+  t.data_bytes = e.method == 0 ? h.data_bytes : e.csize;
+  return t;
+}
+
+std::vector<TensorRef> read_npz_directory(std::span<const std::byte> b, const std::string& file, const SourceOptions& o) {
+  const CentralDirectory cd = find_central_directory(b, file);
+  std::set<std::string> names;
+  std::vector<TensorRef> tensors;
+  std::size_t p = cd.offset;
+  for (std::uint64_t i = 0; i < cd.entries; ++i) {
+    const ZipEntry e = read_zip_entry(b, p, cd.offset + cd.size, file);
+    if (e.member.size() < 4 || e.member.substr(e.member.size() - 4) != ".npy")
+      fail(fmt::format("{}: zip member '{}' is not a .npy array (an .npz holds only .npy members)", file, e.member));
+    const std::string name = e.member.substr(0, e.member.size() - 4);  // as numpy.load names it
+    if (!names.insert(name).second) fail(fmt::format("{}: duplicate array name '{}'", file, name));
+    tensors.push_back(npz_member_tensor(b, e, name, file, o));
+  }
+  return tensors;
+}
+
+}  // namespace
+
 const TensorRef& TensorSource::tensor(std::string_view name) const {
   for (const auto& t : tensors_)
     if (t.name == name) return t;
@@ -305,256 +603,12 @@ const TensorRef& TensorSource::tensor(std::string_view name) const {
 
 void TensorSource::scan(const SourceOptions& o) {
   const auto b = map_->bytes();
-  const std::string& file = file_;
-  auto starts_with = [&](std::string_view m) {
-    return b.size() >= m.size() && std::memcmp(b.data(), m.data(), m.size()) == 0;
-  };
-  if (o.force_raw) kind_ = FileKind::raw;
-  else if (starts_with("\x93NUMPY")) kind_ = FileKind::npy;
-  else if (starts_with("PK\x03\x04") || starts_with("PK\x05\x06")) kind_ = FileKind::npz;
-  // safetensors has no magic: its JSON header opens with '{' right after the 8-byte length. With a dtype
-  // given, a raw file whose ninth byte happens to be '{' is told apart by an impossible length.
-  else if (b.size() >= 9 && static_cast<char>(b[8]) == '{' && (!o.dtype || le(b, 0, 8) <= b.size() - 8))
-    kind_ = FileKind::safetensors;
-  else if (o.dtype) kind_ = FileKind::raw;
-  else
-    fail(fmt::format("{}: not a .npy, .npz or safetensors file (unknown magic); pass --dtype (and --shape) to read "
-                     "it as raw data",
-                     file));
-
+  kind_ = detect_kind(b, o, file_);
   switch (kind_) {
-    case FileKind::npy: {
-      const NpyHeader h = parse_npy_header(b, file, b.size());
-      TensorRef t;
-      t.file = file;
-      t.label = file;
-      t.stored = h.dtype;
-      t.dtype = effective(h.dtype, o, true, file);
-      t.shape = h.shape;
-      t.count = h.count;
-      t.data_offset = h.data_offset;
-      t.data_bytes = h.data_bytes;
-      t.big_endian = h.big_endian;
-      t.fortran_order = h.fortran_order && h.shape.size() > 1;
-      tensors_.push_back(std::move(t));
-      break;
-    }
-    case FileKind::raw: {
-      if (!o.dtype) fail(file + ": raw data needs a dtype (--dtype)");
-      const std::size_t elem = dtype_size(*o.dtype);
-      TensorRef t;
-      t.file = file;
-      t.label = file;
-      t.dtype = t.stored = *o.dtype;
-      if (o.shape) {
-        t.shape = *o.shape;
-        t.count = checked_count(t.shape, elem, file);
-        if (t.count * elem != b.size())
-          fail(fmt::format("{}: shape {} of {} needs {} bytes but the file holds {}", file, shape_string(t.shape),
-                           to_string(t.dtype), t.count * elem, b.size()));
-      } else {
-        if (b.size() % elem != 0)
-          fail(fmt::format("{}: {} bytes is not a whole number of {} values ({} bytes each)", file, b.size(),
-                           to_string(t.dtype), elem));
-        t.count = b.size() / elem;
-        t.shape = {static_cast<std::int64_t>(t.count)};
-      }
-      t.data_offset = 0;
-      t.data_bytes = t.count * elem;
-      tensors_.push_back(std::move(t));
-      break;
-    }
-    case FileKind::safetensors: {
-      const std::uint64_t n = le(b, 0, 8);
-      if (n > kMaxJsonHeader)
-        fail(fmt::format("{}: safetensors JSON header of {} bytes is absurdly large (limit {})", file, n,
-                         kMaxJsonHeader));
-      if (n > b.size() - 8)
-        fail(fmt::format("{}: truncated safetensors file (JSON header of {} bytes, only {} present)", file, n,
-                         b.size() - 8));
-      const std::string_view text(reinterpret_cast<const char*>(b.data()) + 8, n);
-      std::set<std::string> seen;
-      std::string duplicate;
-      // Duplicate names would otherwise be silently merged by the JSON library (the last one wins).
-      nlohmann::json::parser_callback_t cb = [&](int depth, nlohmann::json::parse_event_t ev, nlohmann::json& j) {
-        if (depth > 16) throw Error(file + ": safetensors JSON header is nested too deeply");
-        if (ev == nlohmann::json::parse_event_t::key && depth == 1 && !seen.insert(j.get<std::string>()).second &&
-            duplicate.empty())
-          duplicate = j.get<std::string>();
-        return true;
-      };
-      nlohmann::json header;
-      try {
-        header = nlohmann::json::parse(text, cb);
-      } catch (const nlohmann::json::exception& e) {
-        fail(fmt::format("{}: malformed safetensors JSON header: {}", file, e.what()));
-      }
-      if (!duplicate.empty()) fail(fmt::format("{}: duplicate tensor name '{}' in the safetensors header", file, duplicate));
-      if (!header.is_object()) fail(file + ": malformed safetensors JSON header: not an object");
-      const std::uint64_t base = 8 + n, data_size = b.size() - base;
-      for (const auto& [name, v] : header.items()) {
-        if (name == "__metadata__") continue;
-        const std::string label = label_of(file, name);
-        if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets") ||
-            !v["dtype"].is_string() || !v["shape"].is_array() || !v["data_offsets"].is_array() ||
-            v["data_offsets"].size() != 2)
-          fail(label + ": malformed safetensors entry (needs \"dtype\", \"shape\" and two \"data_offsets\")");
-        TensorRef t;
-        t.file = file;
-        t.name = name;
-        t.label = label;
-        t.stored = safetensors_dtype(v["dtype"].get<std::string>(), label);
-        t.dtype = effective(t.stored, o, false, label);
-        for (const auto& d : v["shape"]) {
-          if (!d.is_number_unsigned()) fail(label + ": shape entries must be non-negative integers");
-          const auto u = d.get<std::uint64_t>();
-          if (u > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
-            fail(label + ": shape dimension too large");
-          t.shape.push_back(static_cast<std::int64_t>(u));
-        }
-        if (t.shape.size() > 64) fail(label + ": more than 64 dimensions");
-        const auto& off = v["data_offsets"];
-        if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned())
-          fail(label + ": data_offsets must be non-negative integers");
-        const auto begin = off[0].get<std::uint64_t>(), end = off[1].get<std::uint64_t>();
-        const std::size_t elem = dtype_size(t.stored);
-        t.count = checked_count(t.shape, elem, label);
-        if (begin > end || end > data_size)
-          fail(fmt::format("{}: data_offsets [{}, {}] lie outside the {} bytes of data", label, begin, end, data_size));
-        if (end - begin != t.count * elem)
-          fail(fmt::format("{}: shape {} of {} needs {} bytes but data_offsets [{}, {}] hold {}", label,
-                           shape_string(t.shape), to_string(t.stored), t.count * elem, begin, end, end - begin));
-        t.data_offset = base + begin;
-        t.data_bytes = end - begin;
-        tensors_.push_back(std::move(t));
-      }
-      std::sort(tensors_.begin(), tensors_.end(),
-                [](const TensorRef& a, const TensorRef& c) { return a.data_offset < c.data_offset; });
-      for (std::size_t i = 1; i < tensors_.size(); ++i)
-        if (tensors_[i].data_offset < tensors_[i - 1].data_offset + tensors_[i - 1].data_bytes)
-          fail(fmt::format("{}: tensors '{}' and '{}' overlap in the data", file, tensors_[i - 1].name,
-                           tensors_[i].name));
-      break;
-    }
-    case FileKind::npz: {
-      // The end of central directory record (PKWARE APPNOTE.TXT 4.3.16): signature 0x06054b50, found by
-      // searching back over at most a 65535-byte comment.
-      if (b.size() < 22) fail(file + ": truncated zip file (no end of central directory)");
-      std::size_t eocd = std::string::npos;
-      for (std::size_t i = b.size() - 22 + 1; i-- > 0 && b.size() - i <= 22 + 65535;)
-        if (le(b, i, 4) == 0x06054b50) {
-          eocd = i;
-          break;
-        }
-      if (eocd == std::string::npos) fail(file + ": truncated or not a zip file (no end of central directory)");
-      std::uint64_t entries = le(b, eocd + 10, 2), cd_size = le(b, eocd + 12, 4), cd_offset = le(b, eocd + 16, 4);
-      if (entries == 0xffff || cd_size == 0xffffffff || cd_offset == 0xffffffff) {
-        // Zip64 end of central directory locator (APPNOTE 4.3.15) right before the record.
-        if (eocd < 20 || le(b, eocd - 20, 4) != 0x07064b50) fail(file + ": zip64 locator missing");
-        const std::uint64_t z = le(b, eocd - 20 + 8, 8);
-        if (z > b.size() || b.size() - z < 56 || le(b, z, 4) != 0x06064b50) fail(file + ": bad zip64 end of central directory");
-        entries = le(b, z + 32, 8);
-        cd_size = le(b, z + 40, 8);
-        cd_offset = le(b, z + 48, 8);
-      }
-      if (cd_offset > b.size() || cd_size > b.size() - cd_offset)
-        fail(fmt::format("{}: truncated zip file (central directory at {} of {} bytes lies past the end)", file,
-                         cd_offset, cd_size));
-      std::set<std::string> names;
-      std::size_t p = cd_offset;
-      const std::size_t cd_end = cd_offset + cd_size;
-      for (std::uint64_t e = 0; e < entries; ++e) {
-        // Central directory file header (APPNOTE 4.3.12).
-        if (p + 46 > cd_end || le(b, p, 4) != 0x02014b50) fail(file + ": corrupt zip central directory");
-        const auto flags = le(b, p + 8, 2), method = le(b, p + 10, 2);
-        const auto crc = static_cast<std::uint32_t>(le(b, p + 16, 4));
-        std::uint64_t csize = le(b, p + 20, 4), usize = le(b, p + 24, 4);
-        const std::size_t nlen = le(b, p + 28, 2), xlen = le(b, p + 30, 2), clen = le(b, p + 32, 2);
-        std::uint64_t local = le(b, p + 42, 4);
-        if (p + 46 + nlen + xlen + clen > cd_end) fail(file + ": corrupt zip central directory");
-        std::string member(reinterpret_cast<const char*>(b.data()) + p + 46, nlen);
-        const std::string mlabel = fmt::format("{}: zip member '{}'", file, member);
-        // Zip64 extended information (APPNOTE 4.5.3): the 8-byte values of the fields set to 0xffffffff.
-        for (std::size_t x = p + 46 + nlen; x + 4 <= p + 46 + nlen + xlen;) {
-          const auto id = le(b, x, 2), sz = le(b, x + 2, 2);
-          if (x + 4 + sz > p + 46 + nlen + xlen) fail(mlabel + ": corrupt extra field");
-          if (id == 0x0001) {
-            std::size_t q = x + 4;
-            auto take = [&](std::uint64_t& v) {
-              if (v != 0xffffffff) return;
-              if (q + 8 > x + 4 + sz) fail(mlabel + ": corrupt zip64 extra field");
-              v = le(b, q, 8);
-              q += 8;
-            };
-            take(usize);
-            take(csize);
-            take(local);
-          }
-          x += 4 + sz;
-        }
-        p += 46 + nlen + xlen + clen;
-        if (member.size() < 4 || member.substr(member.size() - 4) != ".npy")
-          fail(mlabel + " is not a .npy array (an .npz holds only .npy members)");
-        const std::string name = member.substr(0, member.size() - 4);
-        const std::string label = label_of(file, name);
-        if (!names.insert(name).second) fail(fmt::format("{}: duplicate array name '{}'", file, name));
-        if (flags & 1) fail(mlabel + " is encrypted");
-        if (method != 0 && method != 8)
-          fail(fmt::format("{} uses compression method {} (supported: 0 stored, 8 deflate)", mlabel, method));
-        // Local file header (APPNOTE 4.3.7): its own name and extra lengths decide where the data starts.
-        if (local > b.size() || b.size() - local < 30 || le(b, local, 4) != 0x04034b50)
-          fail(mlabel + ": bad local header offset");
-        const std::uint64_t data = local + 30 + le(b, local + 26, 2) + le(b, local + 28, 2);
-        if (data > b.size() || csize > b.size() - data)
-          fail(fmt::format("{}: truncated ({} compressed bytes at offset {} run past the end of the file)", mlabel,
-                           csize, data));
-        // Deflate expands at most about 1032:1 (zlib FAQ, "maximum compression ratio"): a larger claimed
-        // size is a corrupt or hostile directory, refused before anything is allocated for it.
-        if (method == 8 && usize > csize * 1032 + 1024)
-          fail(fmt::format("{}: claims {} bytes from {} compressed bytes, beyond deflate's 1032:1 limit", mlabel, usize,
-                           csize));
-        const auto compressed = b.subspan(data, csize);
-        NpyHeader h;
-        if (method == 0) {
-          if (csize != usize) fail(mlabel + ": stored member whose sizes disagree");
-          h = parse_npy_header(compressed, label, usize);
-        } else {
-          // Inflate just the .npy header: its magic and length first, then the rest.
-          Inflater inf(compressed, mlabel);
-          std::vector<std::byte> head(std::min<std::uint64_t>(usize, 12));
-          head.resize(inf.read(head));
-          if (head.size() >= 10 && std::memcmp(head.data(), "\x93NUMPY", 6) == 0) {
-            const int major = static_cast<int>(head[6]);
-            const std::size_t hl = major == 1 ? le(head, 8, 2) : head.size() >= 12 ? le(head, 8, 4) : 0;
-            const std::size_t want = std::min<std::uint64_t>({usize, kMaxNpyHead, (major == 1 ? 10 : 12) + hl});
-            const std::size_t had = head.size();
-            if (want > had) {
-              head.resize(want);
-              head.resize(had + inf.read(std::span(head).subspan(had)));
-            }
-          }
-          h = parse_npy_header(head, label, usize);
-        }
-        TensorRef t;
-        t.file = file;
-        t.name = name;
-        t.label = label;
-        t.stored = h.dtype;
-        t.dtype = effective(h.dtype, o, false, label);
-        t.shape = h.shape;
-        t.count = h.count;
-        t.big_endian = h.big_endian;
-        t.fortran_order = h.fortran_order && h.shape.size() > 1;
-        t.deflated = method == 8;
-        t.crc32 = crc;
-        t.member_size = usize;
-        t.npy_offset = h.data_offset;
-        t.data_offset = method == 0 ? data + h.data_offset : data;
-        t.data_bytes = method == 0 ? h.data_bytes : csize;
-        tensors_.push_back(std::move(t));
-      }
-      break;
-    }
+    case FileKind::npy: tensors_ = read_npy_directory(b, file_, o); break;
+    case FileKind::raw: tensors_ = read_raw_directory(b, file_, o); break;
+    case FileKind::safetensors: tensors_ = read_safetensors_directory(b, file_, o); break;
+    case FileKind::npz: tensors_ = read_npz_directory(b, file_, o); break;
   }
 }
 

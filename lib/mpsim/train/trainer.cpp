@@ -129,6 +129,7 @@ nlohmann::json to_json(const TrainConfig& c) {
           {"checkpoint_every", c.checkpoint_every},
           {"threads", c.threads},
           {"hist_steps", c.hist_steps},
+          {"dump_grads", c.dump_grads},
           {"out", c.out.string()},
           {"resume", c.resume.string()}};
 }
@@ -154,285 +155,420 @@ void validate(const TrainConfig& c) {
     throw Error(fmt::format("--out {}: exists and is not a folder", c.out.string()));
 }
 
+namespace {
+
+// ---- a run: setup, one step, checkpoint (the shape of llm.c's train_gpt2.c: build, then a loop of
+// forward/backward, update, log, save) ----
+
+OptimizerConfig validated(OptimizerConfig o) {
+  validate(o);
+  return o;
+}
+
+// The parameters' element counts, checked against their gradients'.
+std::vector<std::size_t> param_sizes(const nn::Model& model, const std::vector<nn::Param>& params) {
+  std::vector<std::size_t> sizes;
+  for (const auto& p : params) {
+    if (p.value.size() != p.grad.size())
+      throw Error(fmt::format("model {}: parameter {} has {} values but {} gradients", model.name(), p.name,
+                              p.value.size(), p.grad.size()));
+    sizes.push_back(p.value.size());
+  }
+  return sizes;
+}
+
+// What a run holds from step to step: the model and its parameters, the optimiser, the scaler, the rounding
+// policy with its counters, the totals so far and the run's identity (what a checkpoint must match).
+struct Run {
+  Run(const TrainConfig& c, const ModelFactory& factory)
+      : config(c),
+        policy(nn::parse_policy(c.policy)),
+        scaler_config(parse_scaler(c.scaler)),
+        model(factory(c.model, c.model_config, c.seed)),
+        optimizer_config(validated(resolve_optimizer(c.optimizer, model->hints()))),
+        total_steps(c.steps == 0 ? model->hints().steps : c.steps),
+        params(model->params()),
+        optimizer(optimizer_config, param_sizes(*model, params)),
+        scaler(scaler_config),
+        precision(policy) {
+    for (auto& p : params) {
+      values.push_back(p.value);
+      grads.push_back(p.grad);
+      shapes.push_back({{"name", p.name}, {"size", p.value.size()}});
+    }
+    if (policy.weight) optimizer.set_no_master_copy(*policy.weight, policy.update_rounding);
+    identity = {{"model", model->name()},
+                {"model_config", model_config_json(c.model_config)},
+                {"shapes", shapes},
+                {"policy", c.policy},
+                {"scaler", to_spec(scaler_config)},
+                {"optimizer", train::to_json(optimizer_config)},
+                {"seed", c.seed},
+                {"accumulate", c.accumulate},
+                {"clip_norm", c.clip_norm},
+                {"loss_divisor_log2", c.loss_divisor_log2}};
+  }
+
+  const TrainConfig& config;
+  const nn::PrecisionPolicy policy;
+  const ScalerConfig scaler_config;
+  std::unique_ptr<nn::Model> model;
+  const OptimizerConfig optimizer_config;
+  const int total_steps;
+  std::vector<nn::Param> params;
+  std::vector<std::span<float>> values, grads;
+  nlohmann::json shapes = nlohmann::json::array();
+  nlohmann::json identity;
+  Optimizer optimizer;
+  LossScaler scaler;
+  nn::Precision precision;
+  TrainSummary summary;
+  int start_step = 0;
+  // Set by prepare(): the activation-gradient sites (the CSV's columns), the steps that write histograms,
+  // and how often the metric is evaluated.
+  std::vector<std::string> act_sites;
+  std::set<std::string> act_site_set;
+  std::vector<int> hist_steps;
+  std::set<int> hist_set;
+  int eval_every = 1;
+};
+
+// Loads a checkpoint of the same run: weights, optimiser buffers and steps, scaler state, the stochastic
+// rounding offset and the totals; throws mpsim::Error naming the file on any mismatch.
+void resume(Run& run, const std::filesystem::path& path) {
+  const std::string file = path.string();
+  const Checkpoint ck = read_checkpoint(path);
+  const nlohmann::json& h = ck.header;
+  check_same(h, "model", run.identity["model"], file, "model");
+  check_same(h, "shapes", run.identity["shapes"], file, "parameter shapes");
+  for (const char* key :
+       {"model_config", "policy", "scaler", "optimizer", "seed", "accumulate", "clip_norm", "loss_divisor_log2"})
+    check_same(h, key, run.identity[key], file, key);
+  try {
+    run.start_step = h.at("step").get<int>();
+    if (run.start_step >= run.total_steps)
+      throw Error(fmt::format("{}: the checkpoint is at step {}; --steps {} leaves nothing to do", file, run.start_step,
+                              run.total_steps));
+    auto& params = run.params;
+    const std::size_t n_buffers = run.optimizer.buffers().size();
+    if (ck.tensors.size() != params.size() + n_buffers ||
+        h.at("optimizer_layout") != run.optimizer.state_layout()["buffers"])
+      throw Error(fmt::format("{}: checkpoint of another run: its optimiser state does not fit", file));
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      if (ck.tensors[i].values.size() != params[i].value.size())
+        throw Error(fmt::format("{}: tensor {} has {} values, the model's {} has {}", file, ck.tensors[i].name,
+                                ck.tensors[i].values.size(), params[i].name, params[i].value.size()));
+    }
+    for (std::size_t i = 0; i < params.size(); ++i)
+      std::copy(ck.tensors[i].values.begin(), ck.tensors[i].values.end(), params[i].value.begin());
+    for (std::size_t b = 0; b < n_buffers; ++b) run.optimizer.buffers()[b] = ck.tensors[params.size() + b].values;
+    run.optimizer.set_steps(h.at("optimizer_steps").get<std::int64_t>());
+    run.scaler.load_state(h.at("scaler_state"));
+    run.precision.set_sr_offset(h.at("sr_offset").get<std::uint64_t>());
+    const auto& t = h.at("totals");
+    TrainSummary& s = run.summary;
+    s.skipped_steps = t.at("skipped_steps").get<int>();
+    s.diverged_at = t.at("diverged_at").get<int>();
+    s.act_grad_nonzero = t.at("act_grad_nonzero").get<std::uint64_t>();
+    s.act_grad_underflow = t.at("act_grad_underflow").get<std::uint64_t>();
+    s.act_grad_subnormal = t.at("act_grad_subnormal").get<std::uint64_t>();
+    s.act_grad_overflow = t.at("act_grad_overflow").get<std::uint64_t>();
+    // Totals added for the swallowed-update count (written in save_checkpoint's "totals").
+    s.updates_nonzero = t.at("updates_nonzero").get<std::uint64_t>();
+    s.updates_swallowed = t.at("updates_swallowed").get<std::uint64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("{}: corrupt checkpoint header ({})", file, e.what()));
+  }
+}
+
+// What the loop needs once the weights are in place: the activation-gradient sites, the histogram steps,
+// the evaluation interval; without a master copy the weights go to the low format (a resumed run's
+// already are).
+void prepare(Run& run) {
+  run.act_sites = activation_grad_sites(*run.model, run.params);
+  run.act_site_set = std::set<std::string>(run.act_sites.begin(), run.act_sites.end());
+  run.hist_steps = run.config.hist_steps;
+  if (run.hist_steps.empty()) run.hist_steps = {1, run.total_steps};
+  run.hist_set = std::set<int>(run.hist_steps.begin(), run.hist_steps.end());
+  run.eval_every = run.config.eval_every > 0 ? run.config.eval_every : std::max(1, run.total_steps / 10);
+  if (run.policy.weight && run.config.resume.empty())
+    for (auto& p : run.params) run.precision.round(p.name + "/weight", nn::OpClass::weight, p.value);
+}
+
+std::string csv_header(const std::vector<std::string>& act_sites) {
+  std::string csv = "step,loss,metric,scale,skipped,grad_norm,swallowed";
+  for (const auto& s : act_sites) csv += fmt::format(",{0}:zero,{0}:subnormal,{0}:overflow", s);
+  return csv + "\n";
+}
+
+// Forward and backward over the step's micro-batches from the scaled loss; returns the mean loss.
+double forward_backward(Run& run, int step, double scale) {
+  const TrainConfig& c = run.config;
+  // What backward starts from, as `scaler.scale(loss / accumulate).backward()` in PyTorch: the gradient
+  // of (loss / accumulate) * scale with respect to the loss is scale / accumulate, in float; the
+  // experiment divisor multiplies the scale by 2^-k, exactly.
+  const float seed_scale = static_cast<float>(std::ldexp(scale, -c.loss_divisor_log2)) / static_cast<float>(c.accumulate);
+  double loss = 0;
+  for (int micro = 0; micro < c.accumulate; ++micro) {
+    const std::uint64_t batch = static_cast<std::uint64_t>(step - 1) * c.accumulate + micro;
+    loss += run.model->forward_backward(batch, seed_scale, run.precision);
+  }
+  return loss / c.accumulate;
+}
+
+// Unscales the gradients (times the float reciprocal, as GradScaler's inv_scale =
+// scale.double().reciprocal().float(), and times 2^k for the experiment divisor, exactly); returns whether
+// any unscaled gradient is inf or NaN.
+bool unscale_and_check(Run& run, double scale) {
+  const float inv = std::ldexp(static_cast<float>(1.0 / scale), run.config.loss_divisor_log2);
+  auto& grads = run.grads;
+  std::vector<char> tensor_has_inf(grads.size(), 0);
+  // Each tensor is touched by one worker only, so the result does not depend on the thread count.
+  const int workers = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(run.config.threads), grads.size()));
+  parallel_for(grads.size(), workers, "train", [&](int, std::size_t begin, std::size_t end) {
+    for (std::size_t i = begin; i < end; ++i) {
+      bool bad = false;
+      for (float& g : grads[i]) {
+        g *= inv;
+        bad |= !std::isfinite(g);
+      }
+      tensor_has_inf[i] = bad;
+    }
+  });
+  return std::any_of(tensor_has_inf.begin(), tensor_has_inf.end(), [](char c) { return c != 0; });
+}
+
+// hist/step_NNNNNN.json: the histograms the rounding sites captured this step and the unscaled gradients'.
+void write_histograms(const Run& run, int step, double scale, const std::filesystem::path& hist_dir) {
+  nlohmann::json act = nlohmann::json::object(), wgrad = nlohmann::json::object(), master = nlohmann::json::object();
+  for (const auto& [site, h] : run.precision.histograms()) (run.act_site_set.count(site) ? act : wgrad)[site] = h.to_json();
+  for (std::size_t i = 0; i < run.params.size(); ++i) {
+    auto h = analysis::make_float_histogram();
+    h.add(std::span<const float>(run.grads[i].data(), run.grads[i].size()));
+    master[run.params[i].name] = h.to_json();
+  }
+  const nlohmann::json snap = {{"step", step},
+                               {"model", run.model->name()},
+                               {"policy", run.config.policy},
+                               {"scaler", run.config.scaler},
+                               {"loss_scale", scale},
+                               {"loss_divisor_log2", run.config.loss_divisor_log2},
+                               {"note", "activation_grad and weight_grad: values at the rounding sites before "
+                                        "rounding, loss scale (and 2^-loss_divisor_log2) included; master_grad: "
+                                        "unscaled fp32 gradients in the model's units"},
+                               {"activation_grad", act},
+                               {"weight_grad", wgrad},
+                               {"master_grad", master},
+                               {"schema", "mpsim-train-hist-1"},
+                               {"mpsim_version", kVersion}};
+  std::filesystem::create_directories(hist_dir);
+  io::write_text_file(hist_dir / fmt::format("step_{:06d}.json", step), snap.dump(1) + "\n");
+}
+
+// grads/step_NNNNNN.safetensors: the unscaled gradients, one F32 tensor per parameter (by its name), the
+// step and the loss scale in the metadata.
+void write_gradients(const Run& run, int step, double scale, const std::filesystem::path& grads_dir) {
+  std::vector<CheckpointTensorView> tensors;
+  for (std::size_t i = 0; i < run.params.size(); ++i) tensors.push_back({run.params[i].name, run.grads[i]});
+  const nlohmann::json header = {{"schema", "mpsim-train-grads-1"},
+                                 {"mpsim_version", kVersion},
+                                 {"step", step},
+                                 {"model", run.model->name()},
+                                 {"policy", run.config.policy},
+                                 {"scaler", run.config.scaler},
+                                 {"loss_scale", scale},
+                                 {"note", "unscaled fp32 gradients in the model's units, before clipping"}};
+  std::filesystem::create_directories(grads_dir);
+  write_checkpoint(grads_dir / fmt::format("step_{:06d}.safetensors", step), header, tensors);
+}
+
+// The step's activation-gradient columns (zero, subnormal, overflow fractions per site), added to the totals.
+std::string site_columns(Run& run) {
+  std::string cols;
+  for (const auto& site : run.act_sites) {
+    const auto it = run.precision.site_stats().find(site);
+    const Stats st = it == run.precision.site_stats().end() ? Stats{} : it->second;
+    const std::uint64_t nz = st.nonzero_finite();
+    cols += "," + fraction(st.underflow, nz) + "," + fraction(st.subnormal, nz) + "," + fraction(st.overflow, nz);
+    run.summary.act_grad_nonzero += nz;
+    run.summary.act_grad_underflow += st.underflow;
+    run.summary.act_grad_subnormal += st.subnormal;
+    run.summary.act_grad_overflow += st.overflow;
+  }
+  return cols;
+}
+
+struct StepResult {
+  double loss = 0;
+  std::string csv_row;
+  bool stop = false;  // the master weights became non-finite: nothing recovers from that
+};
+
+// One optimiser step: forward/backward at the loss scale, unscale, the histogram snapshot, the update
+// (or the scaler's skip), the scaler's update, the counters and the metric.
+StepResult train_step(Run& run, int step, const std::filesystem::path& out_dir) {
+  for (const auto& g : run.grads) std::fill(g.begin(), g.end(), 0.0f);
+  run.precision.reset_stats();
+  const bool snapshot = run.hist_set.count(step) > 0;
+  run.precision.capture_histograms(snapshot);
+  run.precision.reset_histograms();
+
+  const double scale = run.scaler.scale();
+  StepResult r;
+  r.loss = forward_backward(run, step, scale);
+  const bool found_inf = unscale_and_check(run, scale);
+  if (snapshot) write_histograms(run, step, scale, out_dir / "hist");
+  if (snapshot && run.config.dump_grads) write_gradients(run, step, scale, out_dir / "grads");
+
+  const bool skipped = run.scaler.skips_step(found_inf);
+  double grad_norm = std::nan("");
+  std::string swallowed_text;
+  if (!skipped) {
+    grad_norm = clip_grad_norm(run.grads, run.config.clip_norm);
+    const UpdateStats updates = run.optimizer.step(run.values, run.grads);
+    run.summary.updates_nonzero += updates.nonzero;
+    run.summary.updates_swallowed += updates.swallowed;
+    swallowed_text = fraction(updates.swallowed, updates.nonzero);
+  } else {
+    run.summary.skipped_steps += 1;
+  }
+  run.scaler.update(found_inf);
+  const std::string site_cols = site_columns(run);
+
+  bool weights_finite = true;
+  if (found_inf && !skipped)
+    for (const auto& v : run.values)
+      weights_finite = weights_finite && std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
+  if ((!std::isfinite(r.loss) || !weights_finite) && run.summary.diverged_at == 0) run.summary.diverged_at = step;
+  r.stop = !weights_finite;
+
+  std::string metric_text;
+  if (step % run.eval_every == 0 || step == run.total_steps || r.stop) {
+    run.summary.final_metric = run.model->evaluate(run.precision);
+    metric_text = number(run.summary.final_metric.value);
+  }
+  r.csv_row = fmt::format("{},{},{},{},{},{},{}{}\n", step, number(r.loss), metric_text, number(scale), skipped ? 1 : 0,
+                          number(grad_norm), swallowed_text, site_cols);
+  return r;
+}
+
+// checkpoint.safetensors: the weights and optimiser buffers, with everything a resume needs in its header.
+void save_checkpoint(const Run& run, int step) {
+  nlohmann::json header = run.identity;
+  header["mpsim_version"] = kVersion;
+  header["step"] = step;
+  header["optimizer_steps"] = run.optimizer.steps();
+  header["optimizer_layout"] = run.optimizer.state_layout()["buffers"];
+  header["scaler_state"] = run.scaler.state();
+  header["sr_offset"] = run.precision.sr_offset();
+  // Data batches come from (seed, batch index): the step fixes the data RNG, nothing else to save.
+  header["rng"] = {{"seed", run.config.seed},
+                   {"next_batch_index", static_cast<std::uint64_t>(step) * run.config.accumulate}};
+  const TrainSummary& s = run.summary;
+  header["totals"] = {{"skipped_steps", s.skipped_steps},
+                      {"diverged_at", s.diverged_at},
+                      {"act_grad_nonzero", s.act_grad_nonzero},
+                      {"act_grad_underflow", s.act_grad_underflow},
+                      {"act_grad_subnormal", s.act_grad_subnormal},
+                      {"act_grad_overflow", s.act_grad_overflow},
+                      // Swallowed-update totals (read back by resume).
+                      {"updates_nonzero", s.updates_nonzero},
+                      {"updates_swallowed", s.updates_swallowed}};
+  std::vector<CheckpointTensorView> tensors;
+  for (const auto& p : run.params) tensors.push_back({"param/" + p.name, p.value});
+  for (std::size_t b = 0; b < run.optimizer.buffers().size(); ++b)
+    tensors.push_back({fmt::format("optimizer/{}", b), run.optimizer.buffers()[b]});
+  write_checkpoint(run.config.out / kCheckpointName, header, tensors);
+}
+
+// run.json: the resolved config, the summary and where the other files are.
+void write_run_json(const Run& run, const TrainSummary& summary) {
+  TrainConfig resolved = run.config;
+  resolved.optimizer = run.optimizer_config;
+  resolved.steps = run.total_steps;
+  nlohmann::json cfg = to_json(resolved);
+  cfg["model_name"] = run.model->name();
+  cfg["optimizer"] = train::to_json(run.optimizer_config);
+  cfg["policy_formats"] = run.policy.describe();
+  cfg["scaler_spec"] = to_spec(run.scaler_config);
+  cfg["parameters"] = run.shapes;
+  const nlohmann::json j = {{"schema", "mpsim-train-run-1"},
+                            {"mpsim_version", kVersion},
+                            {"config", cfg},
+                            {"summary", summary.to_json()},
+                            {"activation_grad_sites", run.act_sites},
+                            {"histogram_steps", run.hist_steps},
+                            {"files",
+                             {{"steps", "steps.csv"},
+                              {"histograms", "hist/step_NNNNNN.json"},
+                              {"gradients", run.config.dump_grads ? "grads/step_NNNNNN.safetensors" : ""},
+                              {"checkpoint", kCheckpointName}}}};
+  io::write_text_file(run.config.out / "run.json", j.dump(2) + "\n");
+}
+
+// The output folder of a run. A run that fails before its first checkpoint leaves nothing behind: the
+// folder is removed if this run created it, else the subfolders (hist/, grads/) this run created. From the
+// first checkpoint on, the folder holds a state to resume from and stays whatever happens next.
+class OutputFolder {
+ public:
+  explicit OutputFolder(const std::filesystem::path& dir) : dir_(dir), created_(!std::filesystem::exists(dir)) {
+    for (const char* sub : {"hist", "grads"})
+      if (!std::filesystem::exists(dir / sub)) new_subfolders_.push_back(dir / sub);
+    std::filesystem::create_directories(dir_);
+  }
+  ~OutputFolder() {
+    if (kept_) return;
+    std::error_code ec;  // best effort while an exception unwinds
+    if (created_) std::filesystem::remove_all(dir_, ec);
+    else
+      for (const auto& sub : new_subfolders_) std::filesystem::remove_all(sub, ec);
+  }
+  OutputFolder(const OutputFolder&) = delete;
+  OutputFolder& operator=(const OutputFolder&) = delete;
+  void keep() { kept_ = true; }
+  const std::filesystem::path& path() const { return dir_; }
+
+ private:
+  std::filesystem::path dir_;
+  bool created_, kept_ = false;
+  std::vector<std::filesystem::path> new_subfolders_;
+};
+
+}  // namespace
+
 TrainSummary run_training(const TrainConfig& config, const ModelFactory& factory, const Progress& progress) {
   const auto t0 = std::chrono::steady_clock::now();
   validate(config);
-  const nn::PrecisionPolicy policy = nn::parse_policy(config.policy);
-  const ScalerConfig scaler_config = parse_scaler(config.scaler);
-
-  std::unique_ptr<nn::Model> model = factory(config.model, config.model_config, config.seed);
-  const nn::TrainHints hints = model->hints();
-  const OptimizerConfig optimizer_config = resolve_optimizer(config.optimizer, hints);
-  validate(optimizer_config);
-  TrainConfig resolved = config;
-  resolved.optimizer = optimizer_config;
-  if (resolved.steps == 0) resolved.steps = hints.steps;
-  const int total_steps = resolved.steps;
-  std::vector<nn::Param> params = model->params();
-  std::vector<std::size_t> sizes;
-  nlohmann::json shapes = nlohmann::json::array();
-  for (const auto& p : params) {
-    if (p.value.size() != p.grad.size())
-      throw Error(fmt::format("model {}: parameter {} has {} values but {} gradients", model->name(), p.name,
-                              p.value.size(), p.grad.size()));
-    sizes.push_back(p.value.size());
-    shapes.push_back({{"name", p.name}, {"size", p.value.size()}});
-  }
-  std::vector<std::span<float>> values, grads;
-  for (auto& p : params) {
-    values.push_back(p.value);
-    grads.push_back(p.grad);
-  }
-
-  Optimizer optimizer(optimizer_config, sizes);
-  if (policy.weight) optimizer.set_no_master_copy(*policy.weight, policy.update_rounding);
-  LossScaler scaler(scaler_config);
-  nn::Precision precision(policy);
-  TrainSummary summary;
-  int start_step = 0;
-
-  const nlohmann::json run_identity = {{"model", model->name()},
-                                       {"model_config", model_config_json(config.model_config)},
-                                       {"shapes", shapes},
-                                       {"policy", config.policy},
-                                       {"scaler", to_spec(scaler_config)},
-                                       {"optimizer", train::to_json(optimizer_config)},
-                                       {"seed", config.seed},
-                                       {"accumulate", config.accumulate},
-                                       {"clip_norm", config.clip_norm},
-                                       {"loss_divisor_log2", config.loss_divisor_log2}};
-
-  if (!config.resume.empty()) {
-    const std::string file = config.resume.string();
-    const Checkpoint ck = read_checkpoint(config.resume);
-    const nlohmann::json& h = ck.header;
-    check_same(h, "model", run_identity["model"], file, "model");
-    check_same(h, "shapes", run_identity["shapes"], file, "parameter shapes");
-    for (const char* key :
-         {"model_config", "policy", "scaler", "optimizer", "seed", "accumulate", "clip_norm", "loss_divisor_log2"})
-      check_same(h, key, run_identity[key], file, key);
-    try {
-      start_step = h.at("step").get<int>();
-      if (start_step >= total_steps)
-        throw Error(fmt::format("{}: the checkpoint is at step {}; --steps {} leaves nothing to do", file, start_step,
-                                total_steps));
-      const std::size_t n_buffers = optimizer.buffers().size();
-      if (ck.tensors.size() != params.size() + n_buffers || h.at("optimizer_layout") != optimizer.state_layout()["buffers"])
-        throw Error(fmt::format("{}: checkpoint of another run: its optimiser state does not fit", file));
-      for (std::size_t i = 0; i < params.size(); ++i) {
-        if (ck.tensors[i].values.size() != params[i].value.size())
-          throw Error(fmt::format("{}: tensor {} has {} values, the model's {} has {}", file, ck.tensors[i].name,
-                                  ck.tensors[i].values.size(), params[i].name, params[i].value.size()));
-      }
-      for (std::size_t i = 0; i < params.size(); ++i)
-        std::copy(ck.tensors[i].values.begin(), ck.tensors[i].values.end(), params[i].value.begin());
-      for (std::size_t b = 0; b < n_buffers; ++b) optimizer.buffers()[b] = ck.tensors[params.size() + b].values;
-      optimizer.set_steps(h.at("optimizer_steps").get<std::int64_t>());
-      scaler.load_state(h.at("scaler_state"));
-      precision.set_sr_offset(h.at("sr_offset").get<std::uint64_t>());
-      const auto& t = h.at("totals");
-      summary.skipped_steps = t.at("skipped_steps").get<int>();
-      summary.diverged_at = t.at("diverged_at").get<int>();
-      summary.act_grad_nonzero = t.at("act_grad_nonzero").get<std::uint64_t>();
-      summary.act_grad_underflow = t.at("act_grad_underflow").get<std::uint64_t>();
-      summary.act_grad_subnormal = t.at("act_grad_subnormal").get<std::uint64_t>();
-      summary.act_grad_overflow = t.at("act_grad_overflow").get<std::uint64_t>();
-      // Totals added for the swallowed-update count (written in write_checkpoint_now's "totals").
-      summary.updates_nonzero = t.at("updates_nonzero").get<std::uint64_t>();
-      summary.updates_swallowed = t.at("updates_swallowed").get<std::uint64_t>();
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(fmt::format("{}: corrupt checkpoint header ({})", file, e.what()));
-    }
-  }
-
-  const std::vector<std::string> act_sites = activation_grad_sites(*model, params);
-  const std::set<std::string> act_site_set(act_sites.begin(), act_sites.end());
-  std::vector<int> hist_steps = config.hist_steps;
-  if (hist_steps.empty()) hist_steps = {1, total_steps};
-  const std::set<int> hist_set(hist_steps.begin(), hist_steps.end());
-  const int eval_every = config.eval_every > 0 ? config.eval_every : std::max(1, total_steps / 10);
-
-  // Without a master copy the weights live in the low format from the start (a resumed run's already do).
-  if (policy.weight && config.resume.empty())
-    for (auto& p : params) precision.round(p.name + "/weight", nn::OpClass::weight, p.value);
+  Run run(config, factory);
+  if (!config.resume.empty()) resume(run, config.resume);
+  prepare(run);
 
   // Nothing has been written so far; from here on the outputs appear.
-  std::filesystem::create_directories(config.out);
-  const std::filesystem::path hist_dir = config.out / "hist";
-
-  std::string csv = "step,loss,metric,scale,skipped,grad_norm,swallowed";
-  for (const auto& s : act_sites) csv += fmt::format(",{0}:zero,{0}:subnormal,{0}:overflow", s);
-  csv += "\n";
-
-  auto write_checkpoint_now = [&](int step) {
-    nlohmann::json header = run_identity;
-    header["mpsim_version"] = kVersion;
-    header["step"] = step;
-    header["optimizer_steps"] = optimizer.steps();
-    header["optimizer_layout"] = optimizer.state_layout()["buffers"];
-    header["scaler_state"] = scaler.state();
-    header["sr_offset"] = precision.sr_offset();
-    // Data batches come from (seed, batch index): the step fixes the data RNG, nothing else to save.
-    header["rng"] = {{"seed", config.seed}, {"next_batch_index", static_cast<std::uint64_t>(step) * config.accumulate}};
-    header["totals"] = {{"skipped_steps", summary.skipped_steps},
-                        {"diverged_at", summary.diverged_at},
-                        {"act_grad_nonzero", summary.act_grad_nonzero},
-                        {"act_grad_underflow", summary.act_grad_underflow},
-                        {"act_grad_subnormal", summary.act_grad_subnormal},
-                        {"act_grad_overflow", summary.act_grad_overflow},
-                        // Swallowed-update totals (read back in the resume block).
-                        {"updates_nonzero", summary.updates_nonzero},
-                        {"updates_swallowed", summary.updates_swallowed}};
-    std::vector<CheckpointTensorView> tensors;
-    for (const auto& p : params) tensors.push_back({"param/" + p.name, p.value});
-    for (std::size_t b = 0; b < optimizer.buffers().size(); ++b)
-      tensors.push_back({fmt::format("optimizer/{}", b), optimizer.buffers()[b]});
-    write_checkpoint(config.out / kCheckpointName, header, tensors);
-  };
-
-  double loss = 0;
-  int step = start_step;
-  for (step = start_step + 1; step <= total_steps; ++step) {
-    for (const auto& g : grads) std::fill(g.begin(), g.end(), 0.0f);
-    precision.reset_stats();
-    const bool snapshot = hist_set.count(step) > 0;
-    precision.capture_histograms(snapshot);
-    precision.reset_histograms();
-
-    const double scale = scaler.scale();
-    // What backward starts from, as `scaler.scale(loss / accumulate).backward()` in PyTorch: the gradient
-    // of (loss / accumulate) * scale with respect to the loss is scale / accumulate, in float; the
-    // experiment divisor multiplies the scale by 2^-k, exactly.
-    const float seed_scale =
-        static_cast<float>(std::ldexp(scale, -config.loss_divisor_log2)) / static_cast<float>(config.accumulate);
-    loss = 0;
-    for (int micro = 0; micro < config.accumulate; ++micro) {
-      const std::uint64_t batch = static_cast<std::uint64_t>(step - 1) * config.accumulate + micro;
-      loss += model->forward_backward(batch, seed_scale, precision);
-    }
-    loss /= config.accumulate;
-
-    // Unscale (times the float reciprocal, as GradScaler's inv_scale = scale.double().reciprocal().float(),
-    // and times 2^k for the experiment divisor, exactly), then look for inf/NaN in the unscaled gradients.
-    const float inv = std::ldexp(static_cast<float>(1.0 / scale), config.loss_divisor_log2);
-    std::vector<char> tensor_has_inf(grads.size(), 0);
-    // Each tensor is touched by one worker only, so the result does not depend on the thread count.
-    const int workers = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(config.threads), grads.size()));
-    parallel_for(grads.size(), workers, "train", [&](int, std::size_t begin, std::size_t end) {
-      for (std::size_t i = begin; i < end; ++i) {
-        bool bad = false;
-        for (float& g : grads[i]) {
-          g *= inv;
-          bad |= !std::isfinite(g);
-        }
-        tensor_has_inf[i] = bad;
-      }
-    });
-    const bool found_inf = std::any_of(tensor_has_inf.begin(), tensor_has_inf.end(), [](char c) { return c != 0; });
-
-    if (snapshot) {
-      nlohmann::json act = nlohmann::json::object(), wgrad = nlohmann::json::object(),
-                     master = nlohmann::json::object();
-      for (const auto& [site, h] : precision.histograms()) (act_site_set.count(site) ? act : wgrad)[site] = h.to_json();
-      for (std::size_t i = 0; i < params.size(); ++i) {
-        auto h = analysis::make_float_histogram();
-        h.add(std::span<const float>(grads[i].data(), grads[i].size()));
-        master[params[i].name] = h.to_json();
-      }
-      const nlohmann::json snap = {{"step", step},
-                                   {"model", model->name()},
-                                   {"policy", config.policy},
-                                   {"scaler", config.scaler},
-                                   {"loss_scale", scale},
-                                   {"loss_divisor_log2", config.loss_divisor_log2},
-                                   {"note", "activation_grad and weight_grad: values at the rounding sites before "
-                                            "rounding, loss scale (and 2^-loss_divisor_log2) included; master_grad: "
-                                            "unscaled fp32 gradients in the model's units"},
-                                   {"activation_grad", act},
-                                   {"weight_grad", wgrad},
-                                   {"master_grad", master},
-                                   {"schema", "mpsim-train-hist-1"},
-                                   {"mpsim_version", kVersion}};
-      std::filesystem::create_directories(hist_dir);
-      io::write_text_file(hist_dir / fmt::format("step_{:06d}.json", step), snap.dump(1) + "\n");
-    }
-
-    const bool skipped = scaler.skips_step(found_inf);
-    double grad_norm = std::nan("");
-    std::string swallowed_text;
-    if (!skipped) {
-      grad_norm = clip_grad_norm(grads, config.clip_norm);
-      const UpdateStats updates = optimizer.step(values, grads);
-      summary.updates_nonzero += updates.nonzero;
-      summary.updates_swallowed += updates.swallowed;
-      swallowed_text = fraction(updates.swallowed, updates.nonzero);
-    } else {
-      summary.skipped_steps += 1;
-    }
-    scaler.update(found_inf);
-
-    std::uint64_t step_nonzero = 0;
-    std::string site_cols;
-    for (const auto& site : act_sites) {
-      const auto it = precision.site_stats().find(site);
-      const Stats st = it == precision.site_stats().end() ? Stats{} : it->second;
-      const std::uint64_t nz = st.nonzero_finite();
-      site_cols += "," + fraction(st.underflow, nz) + "," + fraction(st.subnormal, nz) + "," + fraction(st.overflow, nz);
-      step_nonzero += nz;
-      summary.act_grad_nonzero += nz;
-      summary.act_grad_underflow += st.underflow;
-      summary.act_grad_subnormal += st.subnormal;
-      summary.act_grad_overflow += st.overflow;
-    }
-
-    bool weights_finite = true;
-    if (found_inf && !skipped)
-      for (const auto& v : values)
-        weights_finite = weights_finite && std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
-    if ((!std::isfinite(loss) || !weights_finite) && summary.diverged_at == 0) summary.diverged_at = step;
-
-    std::string metric_text;
-    const bool stop = !weights_finite;  // nothing recovers from non-finite master weights
-    if (step % eval_every == 0 || step == total_steps || stop) {
-      summary.final_metric = model->evaluate(precision);
-      metric_text = number(summary.final_metric.value);
-    }
-    csv += fmt::format("{},{},{},{},{},{},{}{}\n", step, number(loss), metric_text, number(scale), skipped ? 1 : 0,
-                       number(grad_norm), swallowed_text, site_cols);
-    (void)step_nonzero;
-
-    if (progress) progress(step, total_steps, loss, scaler.scale());
-    if ((config.checkpoint_every > 0 && step % config.checkpoint_every == 0) || step == total_steps || stop) {
+  OutputFolder out(config.out);
+  std::string csv = csv_header(run.act_sites);
+  StepResult last;
+  int step = run.start_step;
+  for (step = run.start_step + 1; step <= run.total_steps; ++step) {
+    last = train_step(run, step, out.path());
+    csv += last.csv_row;
+    if (progress) progress(step, run.total_steps, last.loss, run.scaler.scale());
+    if ((config.checkpoint_every > 0 && step % config.checkpoint_every == 0) || step == run.total_steps || last.stop) {
       io::write_text_file(config.out / "steps.csv", csv);
-      write_checkpoint_now(step);
+      save_checkpoint(run, step);
+      out.keep();
     }
-    if (stop) break;
+    if (last.stop) break;
   }
 
-  summary.steps_done = std::min(step, total_steps);
-  summary.final_loss = loss;
-  summary.final_scale = scaler.scale();
-  summary.diverged = summary.diverged_at != 0 && (!std::isfinite(loss) || !std::isfinite(summary.final_metric.value) ||
-                                                  summary.steps_done < total_steps);
+  TrainSummary summary = run.summary;
+  summary.steps_done = std::min(step, run.total_steps);
+  summary.final_loss = last.loss;
+  summary.final_scale = run.scaler.scale();
+  summary.diverged = summary.diverged_at != 0 && (!std::isfinite(last.loss) ||
+                                                  !std::isfinite(summary.final_metric.value) ||
+                                                  summary.steps_done < run.total_steps);
   summary.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-
-  nlohmann::json cfg = to_json(resolved);
-  cfg["model_name"] = model->name();
-  cfg["optimizer"] = train::to_json(optimizer_config);
-  cfg["policy_formats"] = policy.describe();
-  cfg["scaler_spec"] = to_spec(scaler_config);
-  cfg["parameters"] = shapes;
-  const nlohmann::json run = {{"schema", "mpsim-train-run-1"},
-                              {"mpsim_version", kVersion},
-                              {"config", cfg},
-                              {"summary", summary.to_json()},
-                              {"activation_grad_sites", act_sites},
-                              {"histogram_steps", hist_steps},
-                              {"files",
-                               {{"steps", "steps.csv"},
-                                {"histograms", "hist/step_NNNNNN.json"},
-                                {"checkpoint", kCheckpointName}}}};
-  io::write_text_file(config.out / "run.json", run.dump(2) + "\n");
+  write_run_json(run, summary);
   return summary;
 }
 

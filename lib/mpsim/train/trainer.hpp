@@ -58,6 +58,9 @@ struct TrainConfig {
   int checkpoint_every = 0;       // 0 = only at the end
   int threads = 1;                // threads for the optimiser update (results do not depend on it)
   std::vector<int> hist_steps;    // steps that write histogram snapshots
+  // At the histogram steps, also write the unscaled fp32 gradients of every parameter (what the optimiser
+  // receives, before clipping) as grads/step_NNNNNN.safetensors: tensors for `mpsim underflow` and `hist`.
+  bool dump_grads = false;
   std::filesystem::path out;      // output folder (created)
   std::filesystem::path resume;   // checkpoint to resume from (empty = fresh start)
 };
