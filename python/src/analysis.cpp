@@ -2,10 +2,12 @@
 // (RangeCounter, the one pass behind `mpsim underflow`, with the exact moments that command reports), with the
 // JSON of those commands and a flat int64 layout of their counts for merging across processes.
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -72,23 +74,50 @@ nb::object to_python(const nlohmann::json& j) {
   }
 }
 
-// Adds a float32 / float64 array or tensor of any shape with the GIL released. The package's own checks come
-// first (mpsim._prepare, python/mpsim/__init__.py): a tensor on another device or of another dtype is named
-// in a TypeError, a strided one is made contiguous, one that requires grad is detached, float16 / bfloat16
-// ones are widened to float32 (exact).
-template <class Counts>
-void add_array(Counts& c, nb::handle obj) {
-  const nb::object prepared = nb::module_::import_("mpsim").attr("_prepare")(obj, "x", true)[0];
-  const auto x = nb::cast<AnyArray>(prepared);
-  check_layout(x, "x");
+// The array an analysis object counts, and the dtype name of what was passed, as the command line names a file's.
+struct Counted {
+  nb::object keep;  // the prepared copy, when one was made
+  AnyArray x;
+  std::string dtype;
+};
+
+// obj as a contiguous CPU float32 / float64 array. A numpy array or tensor that already is one is taken as it is,
+// without calling into the package's Python (add() is called per tensor per step by the torch monitor: 1.3 us a
+// call for a numpy array here, 9 us through _prepare). Anything else goes through the package's own checks
+// (mpsim._prepare, python/mpsim/__init__.py): a tensor on another device or of another dtype is named in a
+// TypeError, a strided one is made contiguous, one that requires grad is detached, float16 / bfloat16 ones are
+// widened to float32 (exact).
+Counted counted_array(nb::handle obj) {
+  Counted c;
+  if (nb::try_cast(obj, c.x) && c.x.device_type() == nb::device::cpu::value &&
+      (c.x.dtype() == nb::dtype<float>() || c.x.dtype() == nb::dtype<double>()) &&
+      (c.x.size() == 0 || c.x.stride_ptr() == nullptr || is_c_contiguous(c.x.ndim(), c.x.shape_ptr(), c.x.stride_ptr()))) {
+    c.dtype = dtype_name(c.x.dtype());
+    return c;
+  }
+  c.keep = nb::module_::import_("mpsim").attr("_prepare")(obj, "x", true)[0];
+  c.x = nb::cast<AnyArray>(c.keep);
+  check_layout(c.x, "x");
+  c.dtype = dtype_name(c.x.dtype());
+  if (nb::hasattr(obj, "dtype")) {  // float16 / bfloat16 before the widening
+    std::string name = nb::steal<nb::str>(PyObject_Str(obj.attr("dtype").ptr())).c_str();
+    if (name.rfind("torch.", 0) == 0) name.erase(0, 6);
+    c.dtype = name == "half" ? "float16" : name;
+  }
+  return c;
+}
+
+// Calls add(span) on x's float32 or float64 values with the GIL released.
+template <class Add>
+void count_values(const AnyArray& x, Add add) {
   if (x.dtype() == nb::dtype<float>()) {
     const auto s = input_span<float>(x, "x");
     nb::gil_scoped_release release;
-    c.add(s);
+    add(s);
   } else if (x.dtype() == nb::dtype<double>()) {
     const auto s = input_span<double>(x, "x");
     nb::gil_scoped_release release;
-    c.add(s);
+    add(s);
   } else {
     throw nb::type_error(("x has dtype " + dtype_name(x.dtype()) +
                           "; the analysis objects take float32 and float64 arrays (convert others first)")
@@ -96,33 +125,20 @@ void add_array(Counts& c, nb::handle obj) {
   }
 }
 
-// The dtype name the command line gives a file of x's dtype ("float32", "float16", ...).
-std::string source_dtype(nb::handle x) {
-  std::string name = nb::steal<nb::str>(PyObject_Str(x.attr("dtype").ptr())).c_str();
-  if (name.rfind("torch.", 0) == 0) name.erase(0, 6);
-  return name == "half" ? "float16" : name == "float" ? "float32" : name == "double" ? "float64" : name;
+void add_to_histogram(Log2Histogram& h, nb::handle obj) {
+  const Counted in = counted_array(obj);
+  count_values(in.x, [&h](auto s) { h.add(s); });
 }
 
 void add_to_counter(Counter& c, nb::handle obj) {
-  const std::string dtype = source_dtype(obj);
-  const nb::object prepared = nb::module_::import_("mpsim").attr("_prepare")(obj, "x", true)[0];
-  const auto x = nb::cast<AnyArray>(prepared);
-  check_layout(x, "x");
-  std::vector<std::int64_t> shape(x.shape_ptr(), x.shape_ptr() + x.ndim());
-  auto count = [&c](auto s) {
-    nb::gil_scoped_release release;
+  const Counted in = counted_array(obj);
+  count_values(in.x, [&c](auto s) {
     c.range.add(s);
     if (c.moments) c.moments->add(s);
-  };
-  if (x.dtype() == nb::dtype<float>()) count(input_span<float>(x, "x"));
-  else if (x.dtype() == nb::dtype<double>()) count(input_span<double>(x, "x"));
-  else
-    throw nb::type_error(("x has dtype " + dtype_name(x.dtype()) +
-                          "; the analysis objects take float32 and float64 arrays (convert others first)")
-                             .c_str());
+  });
   if (++c.arrays == 1) {
-    c.shape = std::move(shape);
-    c.dtype = dtype;
+    c.shape.assign(in.x.shape_ptr(), in.x.shape_ptr() + in.x.ndim());
+    c.dtype = in.dtype;
   }
 }
 
@@ -331,6 +347,26 @@ Counter counter_from_counts(nb::handle fmt, const std::string& mode, std::span<c
   return c;
 }
 
+// scripts/bench_python.py: the C++ calls UnderflowCounter.add makes, timed in C++ on fresh objects, best of
+// `repeats`: (RangeCounter::add, Moments::add) seconds, so the binding's cost is measured against them.
+std::pair<double, double> time_counter_add(const AnyArray& x, const Format& fmt, int repeats) {
+  const std::span<const float> in = input_span<float>(x, "x");
+  nb::gil_scoped_release release;
+  double range = 1e300, moments = 1e300;
+  for (int i = 0; i < std::max(repeats, 1); ++i) {
+    RangeCounter c(fmt);
+    Moments m;
+    const auto t0 = std::chrono::steady_clock::now();
+    c.add(in);
+    const auto t1 = std::chrono::steady_clock::now();
+    m.add(in);
+    const auto t2 = std::chrono::steady_clock::now();
+    range = std::min(range, std::chrono::duration<double>(t1 - t0).count());
+    moments = std::min(moments, std::chrono::duration<double>(t2 - t1).count());
+  }
+  return {range, moments};
+}
+
 }  // namespace
 
 void bind_analysis(nb::module_& m) {
@@ -340,7 +376,7 @@ void bind_analysis(nb::module_& m) {
                             "Counts of values by binade (bin n: 2^n <= |x| < 2^(n+1)), zeros, NaN, -inf and +inf "
                             "apart: the bins of `mpsim hist`.")
       .def("__init__", [](Log2Histogram* h) { new (h) Log2Histogram(analysis::make_float_histogram()); })
-      .def("add", [](Log2Histogram& h, nb::handle x) { add_array(h, x); }, "x"_a,
+      .def("add", [](Log2Histogram& h, nb::handle x) { add_to_histogram(h, x); }, "x"_a,
            "Counts every element of a float32/float64 array or tensor.")
       .def(
           "merge", [](Log2Histogram& h, const Log2Histogram& o) -> Log2Histogram& { return h += o; }, "other"_a,
@@ -511,6 +547,8 @@ void bind_analysis(nb::module_& m) {
                std::string(short_name(c.range.rounding().mode)) + "', total=" + std::to_string(c.range.total()) + ")";
       });
 
+  m.def("_time_counter_add", &time_counter_add, "x"_a, "fmt"_a, "repeats"_a,
+        "Benchmark support: best seconds of the C++ RangeCounter::add and Moments::add on float32 x.");
   m.def("hist_report_json", [](const nb::dict& counters, int log2_scale) { return hist_report(counters, log2_scale).dump(2) + "\n"; },
         "counters"_a, "log2_scale"_a = 0,
         "The JSON `mpsim hist` writes, for {tensor name: UnderflowCounter} (one format and mode).");

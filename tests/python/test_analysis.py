@@ -165,6 +165,13 @@ def test_analysis_bad_input():
     h1.add(v)
     h2.add(np.ascontiguousarray(v))
     assert h1 == h2 and h1.total == v.size
+    c1, c2 = mpsim.UnderflowCounter("fp16"), mpsim.UnderflowCounter("fp16")
+    c1.add(v)
+    c2.add(np.ascontiguousarray(v))
+    assert c1 == c2 and (c1.shape, c1.dtype) == ([8, 3], "float32")
+    c3 = mpsim.UnderflowCounter("fp16")
+    c3.add([1.0, 2.0, 3.0])  # a list: numpy's float64 array of it
+    assert (c3.shape, c3.dtype, c3.moments()["mean"]) == ([3], "float64", 2.0)
     with pytest.raises(ValueError):
         mpsim.UnderflowCounter.from_counts_array("fp16", "rne", np.zeros(5, np.int64))
     with pytest.raises(ValueError):
