@@ -10,6 +10,8 @@ bench_cli.py) are rounded, each job timed in the same run, interleaved, the medi
   mpsim.encode(x, "fp8_e4m3")               vs ml_dtypes x.astype(float8_e4m3fn)
   mpsim.round(t, "fp16") / t.to(float16)    torch CPU tensors, where torch is importable
   np.copyto(y, x)                           a memory copy, the floor
+  UnderflowCounter(F).add(x)                fp16, bf16, fp8 e4m3, e5m2, with and without moments, against the C++
+                                            RangeCounter::add and Moments::add (timed in C++), in ns per value
 Every mpsim result is checked against its baseline (bit for bit, as the tests do) before it is timed.
 Writes a CSV with --csv. The machine may be shared: ratios from the same run are what to read.
 """
@@ -93,12 +95,39 @@ def main():
     for k, v in med.items():
         rows.append([k, v, v / base, v / copy, n / v / 1e6])
         print(f"{k:42s} {v:9.4f} {v / base:11.2f} {v / copy:9.1f} {n / v / 1e6:10.0f}")
+    rows += counter_rows(x, a.repeats)
     if a.csv:
         with open(a.csv, "w", newline="") as f:
             w = csv.writer(f)
             w.writerow(["job", "seconds", "ratio_to_cpp_call", "ratio_to_memcpy", "mvalues_per_s"])
             w.writerows(rows)
     return 0
+
+
+def counter_rows(x, repeats):
+    """UnderflowCounter.add per value against the C++ calls it makes (best of repeats: the counters are
+    single-threaded, so the best is the least disturbed by other load)."""
+    n = x.size
+    print(f"\n{'UnderflowCounter.add, ns per value':42s} {'moments=False':>14s} {'C++ RangeCounter':>17s} "
+          f"{'moments=True':>13s} {'C++ + Moments':>14s}")
+    rows = []
+    for fmt in ["fp16", "bf16", "fp8_e4m3", "fp8_e5m2"]:
+        def add(moments):
+            best = float("inf")
+            for _ in range(repeats):
+                c = mpsim.UnderflowCounter(fmt, moments=moments)
+                t0 = time.perf_counter()
+                c.add(x)
+                best = min(best, time.perf_counter() - t0)
+            return best
+        bare, full = add(False), add(True)
+        cpp_range, cpp_moments = mpsim._core._time_counter_add(x, mpsim.Format(fmt), repeats)
+        ns = [t / n * 1e9 for t in (bare, cpp_range, full, cpp_range + cpp_moments)]
+        print(f"{fmt:42s} {ns[0]:14.2f} {ns[1]:17.2f} {ns[2]:13.2f} {ns[3]:14.2f}")
+        for label, t in zip(["moments=False", "C++ RangeCounter::add", "moments=True", "C++ RangeCounter+Moments"],
+                            (bare, cpp_range, full, cpp_range + cpp_moments)):
+            rows.append([f"UnderflowCounter {fmt} {label}", t, "", "", n / t / 1e6])
+    return rows
 
 
 if __name__ == "__main__":

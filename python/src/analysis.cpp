@@ -1,16 +1,22 @@
 // mpsim._core's analysis objects: Histogram (Log2Histogram, the bins of `mpsim hist`) and UnderflowCounter
-// (RangeCounter, the one pass behind `mpsim underflow`), with the JSON of those commands and a flat int64
-// layout of their counts for merging across processes.
+// (RangeCounter, the one pass behind `mpsim underflow`, with the exact moments that command reports), with the
+// JSON of those commands and a flat int64 layout of their counts for merging across processes.
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "bindings.hpp"
 #include "mpsim/analysis/histogram.hpp"
+#include "mpsim/analysis/moments.hpp"
 #include "mpsim/analysis/range_counter.hpp"
 #include "mpsim/analysis/underflow.hpp"
 #include "mpsim/error.hpp"
@@ -20,7 +26,19 @@ namespace mpsim::python {
 namespace {
 
 using analysis::Log2Histogram;
+using analysis::Moments;
 using analysis::RangeCounter;
+
+// mpsim.UnderflowCounter: the range counts, the exact moments of the same values (min, max, mean, std, l1_norm,
+// l2_norm, as `mpsim underflow` reports them; absent when made with moments=False, which saves their pass), and the
+// shape and dtype of the array when exactly one was added (the command line reports them per file).
+struct Counter {
+  RangeCounter range;
+  std::optional<Moments> moments;
+  std::uint64_t arrays = 0;  // arrays added, over merges too
+  std::vector<std::int64_t> shape;
+  std::string dtype;
+};
 using Int64Array = nb::ndarray<nb::numpy, std::int64_t, nb::ndim<1>>;
 
 Int64Array to_numpy(std::vector<std::int64_t>&& v) {
@@ -29,29 +47,126 @@ Int64Array to_numpy(std::vector<std::int64_t>&& v) {
   return Int64Array(owned->data(), {owned->size()}, owner);
 }
 
-nb::object json_loads(const nlohmann::json& j) { return nb::module_::import_("json").attr("loads")(j.dump()); }
+// The Python value of j, built directly (no JSON text in between); non-finite numbers become None, as they
+// do in the JSON text (nlohmann writes them as null).
+nb::object to_python(const nlohmann::json& j) {
+  using T = nlohmann::json::value_t;
+  switch (j.type()) {
+    case T::boolean: return nb::bool_(j.get<bool>());
+    case T::number_integer: return nb::int_(j.get<std::int64_t>());
+    case T::number_unsigned: return nb::int_(j.get<std::uint64_t>());
+    case T::number_float: {
+      const double v = j.get<double>();
+      return std::isfinite(v) ? nb::object(nb::float_(v)) : nb::none();
+    }
+    case T::string: return nb::str(j.get_ref<const std::string&>().c_str());
+    case T::array: {
+      nb::list l;
+      for (const auto& e : j) l.append(to_python(e));
+      return l;
+    }
+    case T::object: {
+      nb::dict d;
+      for (const auto& [k, v] : j.items()) d[k.c_str()] = to_python(v);
+      return d;
+    }
+    default: return nb::none();
+  }
+}
 
-// Adds a float32 / float64 array or tensor of any shape with the GIL released. The package's own checks come
-// first (mpsim._prepare, python/mpsim/__init__.py): a tensor on another device or of another dtype is named
-// in a TypeError, a strided one is made contiguous, one that requires grad is detached, float16 / bfloat16
-// ones are widened to float32 (exact).
-template <class Counter>
-void add_array(Counter& c, nb::handle obj) {
-  const nb::object prepared = nb::module_::import_("mpsim").attr("_prepare")(obj, "x", true)[0];
-  const auto x = nb::cast<AnyArray>(prepared);
-  check_layout(x, "x");
+// The array an analysis object counts, and the dtype name of what was passed, as the command line names a file's.
+struct Counted {
+  nb::object keep;  // the prepared copy, when one was made
+  AnyArray x;
+  std::string dtype;
+};
+
+// obj as a contiguous CPU float32 / float64 array. A numpy array or tensor that already is one is taken as it is,
+// without calling into the package's Python (add() is called per tensor per step by the torch monitor: 1.3 us a
+// call for a numpy array here, 9 us through _prepare). Anything else goes through the package's own checks
+// (mpsim._prepare, python/mpsim/__init__.py): a tensor on another device or of another dtype is named in a
+// TypeError, a strided one is made contiguous, one that requires grad is detached, float16 / bfloat16 ones are
+// widened to float32 (exact).
+Counted counted_array(nb::handle obj) {
+  Counted c;
+  if (nb::try_cast(obj, c.x) && c.x.device_type() == nb::device::cpu::value &&
+      (c.x.dtype() == nb::dtype<float>() || c.x.dtype() == nb::dtype<double>()) &&
+      (c.x.size() == 0 || c.x.stride_ptr() == nullptr || is_c_contiguous(c.x.ndim(), c.x.shape_ptr(), c.x.stride_ptr()))) {
+    c.dtype = dtype_name(c.x.dtype());
+    return c;
+  }
+  c.keep = nb::module_::import_("mpsim").attr("_prepare")(obj, "x", true)[0];
+  c.x = nb::cast<AnyArray>(c.keep);
+  check_layout(c.x, "x");
+  c.dtype = dtype_name(c.x.dtype());
+  if (nb::hasattr(obj, "dtype")) {  // float16 / bfloat16 before the widening
+    std::string name = nb::steal<nb::str>(PyObject_Str(obj.attr("dtype").ptr())).c_str();
+    if (name.rfind("torch.", 0) == 0) name.erase(0, 6);
+    c.dtype = name == "half" ? "float16" : name;
+  }
+  return c;
+}
+
+// Calls add(span) on x's float32 or float64 values with the GIL released.
+template <class Add>
+void count_values(const AnyArray& x, Add add) {
   if (x.dtype() == nb::dtype<float>()) {
     const auto s = input_span<float>(x, "x");
     nb::gil_scoped_release release;
-    c.add(s);
+    add(s);
   } else if (x.dtype() == nb::dtype<double>()) {
     const auto s = input_span<double>(x, "x");
     nb::gil_scoped_release release;
-    c.add(s);
+    add(s);
   } else {
     throw nb::type_error(("x has dtype " + dtype_name(x.dtype()) +
                           "; the analysis objects take float32 and float64 arrays (convert others first)")
                              .c_str());
+  }
+}
+
+void add_to_histogram(Log2Histogram& h, nb::handle obj) {
+  const Counted in = counted_array(obj);
+  count_values(in.x, [&h](auto s) { h.add(s); });
+}
+
+void add_to_counter(Counter& c, nb::handle obj) {
+  const Counted in = counted_array(obj);
+  count_values(in.x, [&c](auto s) {
+    c.range.add(s);
+    if (c.moments) c.moments->add(s);
+  });
+  if (++c.arrays == 1) {
+    c.shape.assign(in.x.shape_ptr(), in.x.shape_ptr() + in.x.ndim());
+    c.dtype = in.dtype;
+  }
+}
+
+void merge_into(Counter& c, const Counter& o) {
+  c.range += o.range;  // checks format and mode
+  if (c.moments && o.moments) *c.moments += *o.moments;
+  else c.moments.reset();  // one side did not count them: the sum does not know them
+  if (c.arrays == 0) {
+    c.shape = o.shape;
+    c.dtype = o.dtype;
+  }
+  c.arrays += o.arrays;
+}
+
+bool same_moments(const std::optional<Moments>& a, const std::optional<Moments>& b) {
+  if (a.has_value() != b.has_value()) return false;
+  if (!a) return true;
+  const auto sa = a->stats(), sb = b->stats();
+  auto eq = [](double x, double y) { return x == y || (std::isnan(x) && std::isnan(y)); };
+  return a->words() == b->words() && eq(sa.min, sb.min) && eq(sa.max, sb.max);
+}
+
+// The per-tensor fields the command line adds to a counter's entry: moments (underflow only), shape, dtype.
+void add_tensor_fields(nlohmann::json& j, const Counter& c, bool with_moments) {
+  if (with_moments && c.moments) j.update(analysis::moment_stats_json(c.moments->stats()));
+  if (c.arrays == 1) {
+    j["shape"] = c.shape;
+    j["dtype"] = c.dtype;
   }
 }
 
@@ -70,100 +185,186 @@ RangeCounter make_counter(const nb::handle& fmt, const std::string& mode) {
 
 
 // The report of `mpsim <command>` over named counters ({"tensors": [...], "total": ..., "failed": []} with
-// its schema tag), each entry made by `entry(label, counter)`.
+// its schema tag), each entry made by `entry(label, counter)` plus the per-tensor fields the command line adds
+// (the moments with `with_moments`; shape and dtype for the tensors, not the total).
 template <class Entry>
-nlohmann::json report_over(const std::string& command, const std::vector<std::pair<std::string, const RangeCounter*>>& named,
-                           const RangeCounter& first, nlohmann::json header, Entry entry) {
-  RangeCounter total(first.format(), first.rounding());
+nlohmann::json report_over(const std::string& command, const std::vector<std::pair<std::string, const Counter*>>& named,
+                           nlohmann::json header, bool with_moments, Entry entry) {
+  const Counter& first = *named.front().second;
+  Counter total{RangeCounter(first.range.format(), first.range.rounding()), Moments(), 0, {}, {}};
   nlohmann::json tensors = nlohmann::json::array();
   for (const auto& [label, c] : named) {
-    total += *c;
-    tensors.push_back(entry(label, *c));
+    merge_into(total, *c);
+    nlohmann::json j = entry(label, c->range);
+    add_tensor_fields(j, *c, with_moments);
+    tensors.push_back(j);
   }
+  nlohmann::json tj = entry("total", total.range);
+  if (with_moments && total.moments) tj.update(analysis::moment_stats_json(total.moments->stats()));
   header["command"] = command;
   header["tensors"] = tensors;
-  header["total"] = entry("total", total);
+  header["total"] = tj;
   header["failed"] = nlohmann::json::array();
   header["schema"] = "mpsim-" + command + "-1";
   header["mpsim_version"] = kVersion;
   return header;
 }
 
-std::vector<std::pair<std::string, const RangeCounter*>> named_counters(const nb::dict& counters) {
-  std::vector<std::pair<std::string, const RangeCounter*>> named;
-  for (auto [k, v] : counters) named.emplace_back(nb::cast<std::string>(k), &nb::cast<const RangeCounter&>(v));
+std::vector<std::pair<std::string, const Counter*>> named_counters(const nb::dict& counters) {
+  std::vector<std::pair<std::string, const Counter*>> named;
+  for (auto [k, v] : counters) named.emplace_back(nb::cast<std::string>(k), &nb::cast<const Counter&>(v));
   if (named.empty()) throw nb::value_error("no counters: pass a dict {tensor name: UnderflowCounter}");
+  const RangeCounter& front = named.front().second->range;
   for (const auto& [label, c] : named)
-    if (!(c->format() == named.front().second->format()) || c->rounding().mode != named.front().second->rounding().mode)
-      throw nb::value_error(("counter '" + label + "' counts " + c->format().name + " " +
-                             std::string(short_name(c->rounding().mode)) + ", the first one " +
-                             named.front().second->format().name + " " +
-                             std::string(short_name(named.front().second->rounding().mode)))
+    if (!(c->range.format() == front.format()) || c->range.rounding().mode != front.rounding().mode)
+      throw nb::value_error(("counter '" + label + "' counts " + c->range.format().name + " " +
+                             std::string(short_name(c->range.rounding().mode)) + ", the first one " +
+                             front.format().name + " " + std::string(short_name(front.rounding().mode)))
                                 .c_str());
   return named;
 }
 
 nlohmann::json hist_report(const nb::dict& counters, int k) {
   const auto named = named_counters(counters);
-  const RangeCounter& first = *named.front().second;
+  const RangeCounter& first = named.front().second->range;
   const nlohmann::json header = {{"format", first.format().name}, {"scale", std::ldexp(1.0, k)}, {"log2_scale", k}};
-  return report_over("hist", named, first, header, [&](const std::string& label, const RangeCounter& c) {
+  return report_over("hist", named, header, false, [&](const std::string& label, const RangeCounter& c) {
     nlohmann::json j = {{"tensor", label}};
     j.update(analysis::hist_stats_json(c, k));
     return j;
   });
 }
 
-nlohmann::json underflow_report(const nb::dict& counters, int log2_scale, double margin, bool with_sweep) {
-  const auto named = named_counters(counters);
-  const RangeCounter& first = *named.front().second;
-  analysis::UnderflowOptions uo;
-  uo.log2_scale = log2_scale;
+void check_margin(double margin) {
   if (!(margin >= 1) || !std::isfinite(margin))
     throw nb::value_error(("margin=" + std::to_string(margin) + ": must be at least 1").c_str());
+}
+
+nlohmann::json underflow_report(const nb::dict& counters, int log2_scale, double margin, bool with_sweep) {
+  const auto named = named_counters(counters);
+  const RangeCounter& first = named.front().second->range;
+  analysis::UnderflowOptions uo;
+  uo.log2_scale = log2_scale;
+  check_margin(margin);
   uo.margin = margin;
   const nlohmann::json header = {{"format", first.format().name},
                                  {"rounding", std::string(ieee_name(first.rounding().mode))},
                                  {"scale", std::ldexp(1.0, log2_scale)},
                                  {"log2_scale", uo.log2_scale},
                                  {"margin", margin}};
-  return report_over("underflow", named, first, header, [&](const std::string& label, const RangeCounter& c) {
+  return report_over("underflow", named, header, true, [&](const std::string& label, const RangeCounter& c) {
     return analysis::underflow_report_json(label, c, uo, with_sweep);
   });
 }
 
-// UnderflowCounter's state as JSON: the format (name and options), the mode, amax / amin_nonzero and the non-zero
-// entries of counts() as [index, count] pairs (the layout is fixed for a format and mode).
-nlohmann::json counter_state_json(const RangeCounter& c) {
-  const Format& f = c.format();
-  nlohmann::json counts = nlohmann::json::array();
-  const auto v = c.counts();
+// Non-zero entries of v as [index, value] pairs.
+nlohmann::json sparse(const std::vector<std::int64_t>& v) {
+  nlohmann::json pairs = nlohmann::json::array();
   for (std::size_t i = 0; i < v.size(); ++i)
-    if (v[i] != 0) counts.push_back({i, v[i]});
-  return {{"schema", "mpsim-underflow-counter-1"},
+    if (v[i] != 0) pairs.push_back({i, v[i]});
+  return pairs;
+}
+std::vector<std::int64_t> dense(const nlohmann::json& pairs, std::size_t size, const char* what) {
+  std::vector<std::int64_t> v(size, 0);
+  for (const auto& e : pairs) {
+    const auto i = e.at(0).get<std::size_t>();
+    if (i >= v.size())
+      throw Error(std::string("UnderflowCounter.from_json: ") + what + " index " + std::to_string(i) + " beyond " +
+                  std::to_string(size));
+    v[i] = e.at(1).get<std::int64_t>();
+  }
+  return v;
+}
+double number_or_nan(const nlohmann::json& j) {
+  return j.is_null() ? std::numeric_limits<double>::quiet_NaN() : j.get<double>();
+}
+
+// UnderflowCounter's state as JSON: the format (name and options), the mode, amax / amin_nonzero and the non-zero
+// entries of the range counts as [index, count] pairs (the layout is fixed for a format and mode), the moments
+// (their exact words, Moments::words, the same way, with min and max; null when not counted), the number of
+// arrays added and the shape and dtype of the first.
+nlohmann::json counter_state_json(const Counter& c) {
+  const Format& f = c.range.format();
+  const auto v = c.range.counts();
+  nlohmann::json moments = nullptr;
+  if (c.moments) {
+    const auto st = c.moments->stats();
+    moments = {{"min", st.min}, {"max", st.max}, {"words", sparse(c.moments->words())}};
+  }
+  return {{"schema", "mpsim-underflow-counter-2"},
           {"format", f.name},
           {"subnormals", std::string(to_string(f.subnormals))},
           {"overflow", f.overflow == Overflow::saturate ? "saturate" : "inf"},
-          {"mode", std::string(short_name(c.rounding().mode))},
-          {"amax", c.amax()},
-          {"amin_nonzero", c.amin_nonzero()},
+          {"mode", std::string(short_name(c.range.rounding().mode))},
+          {"amax", c.range.amax()},
+          {"amin_nonzero", c.range.amin_nonzero()},
           {"counts_size", v.size()},
-          {"counts", counts}};
+          {"counts", sparse(v)},
+          {"moments", moments},
+          {"arrays", c.arrays},
+          {"shape", c.shape},
+          {"dtype", c.dtype}};
 }
 
-RangeCounter counter_from_state_json(const nlohmann::json& j) {
-  if (!j.is_object() || j.value("schema", "") != "mpsim-underflow-counter-1")
-    throw Error("UnderflowCounter.from_json: not an mpsim-underflow-counter-1 object");
+Counter counter_from_state_json(const nlohmann::json& j) {
+  if (!j.is_object() || j.value("schema", "") != "mpsim-underflow-counter-2")
+    throw Error("UnderflowCounter.from_json: not an mpsim-underflow-counter-2 object");
   const Format f = format_with_options(parse_format(j.at("format").get<std::string>()),
                                        j.at("subnormals").get<std::string>(), j.at("overflow").get<std::string>());
   const Rounding r = Rounding::of(parse_rounding_mode(j.at("mode").get<std::string>()));
-  std::vector<std::int64_t> v(j.at("counts_size").get<std::size_t>(), 0);
-  for (const auto& e : j.at("counts")) {
-    const auto i = e.at(0).get<std::size_t>();
-    if (i >= v.size()) throw Error("UnderflowCounter.from_json: count index " + std::to_string(i) + " beyond counts_size");
-    v[i] = e.at(1).get<std::int64_t>();
+  const auto v = dense(j.at("counts"), j.at("counts_size").get<std::size_t>(), "count");
+  Counter c{RangeCounter::from_counts(f, r, v, j.at("amax").get<double>(), j.at("amin_nonzero").get<double>()),
+            std::nullopt, j.at("arrays").get<std::uint64_t>(), j.at("shape").get<std::vector<std::int64_t>>(),
+            j.at("dtype").get<std::string>()};
+  if (const auto& m = j.at("moments"); !m.is_null())
+    c.moments = Moments::from_words(dense(m.at("words"), Moments::kWords, "moment word"), number_or_nan(m.at("min")),
+                                    number_or_nan(m.at("max")));
+  return c;
+}
+
+// counts_array(): the range counts, then the moment words when the counter has moments.
+std::vector<std::int64_t> counts_of(const Counter& c) {
+  std::vector<std::int64_t> v = c.range.counts();
+  if (c.moments) {
+    const auto w = c.moments->words();
+    v.insert(v.end(), w.begin(), w.end());
   }
-  return RangeCounter::from_counts(f, r, v, j.at("amax").get<double>(), j.at("amin_nonzero").get<double>());
+  return v;
+}
+
+Counter counter_from_counts(nb::handle fmt, const std::string& mode, std::span<const std::int64_t> a, double amax,
+                            double amin_nonzero, double min, double max) {
+  const RangeCounter proto = make_counter(fmt, mode);
+  const std::size_t n = proto.counts().size();
+  if (a.size() != n && a.size() != n + Moments::kWords)
+    throw nb::value_error(("counts has " + std::to_string(a.size()) + " values; a " + proto.format().name + " " + mode +
+                           " counter has " + std::to_string(n) + " (without moments) or " +
+                           std::to_string(n + Moments::kWords) + " (with them)")
+                              .c_str());
+  Counter c{RangeCounter::from_counts(proto.format(), proto.rounding(), a.first(n), amax, amin_nonzero), std::nullopt,
+            0, {}, {}};
+  if (a.size() > n) c.moments = Moments::from_words(a.subspan(n), min, max);
+  return c;
+}
+
+// scripts/bench_python.py: the C++ calls UnderflowCounter.add makes, timed in C++ on fresh objects, best of
+// `repeats`: (RangeCounter::add, Moments::add) seconds, so the binding's cost is measured against them.
+std::pair<double, double> time_counter_add(const AnyArray& x, const Format& fmt, int repeats) {
+  const std::span<const float> in = input_span<float>(x, "x");
+  nb::gil_scoped_release release;
+  double range = 1e300, moments = 1e300;
+  for (int i = 0; i < std::max(repeats, 1); ++i) {
+    RangeCounter c(fmt);
+    Moments m;
+    const auto t0 = std::chrono::steady_clock::now();
+    c.add(in);
+    const auto t1 = std::chrono::steady_clock::now();
+    m.add(in);
+    const auto t2 = std::chrono::steady_clock::now();
+    range = std::min(range, std::chrono::duration<double>(t1 - t0).count());
+    moments = std::min(moments, std::chrono::duration<double>(t2 - t1).count());
+  }
+  return {range, moments};
 }
 
 }  // namespace
@@ -175,7 +376,7 @@ void bind_analysis(nb::module_& m) {
                             "Counts of values by binade (bin n: 2^n <= |x| < 2^(n+1)), zeros, NaN, -inf and +inf "
                             "apart: the bins of `mpsim hist`.")
       .def("__init__", [](Log2Histogram* h) { new (h) Log2Histogram(analysis::make_float_histogram()); })
-      .def("add", [](Log2Histogram& h, nb::handle x) { add_array(h, x); }, "x"_a,
+      .def("add", [](Log2Histogram& h, nb::handle x) { add_to_histogram(h, x); }, "x"_a,
            "Counts every element of a float32/float64 array or tensor.")
       .def(
           "merge", [](Log2Histogram& h, const Log2Histogram& o) -> Log2Histogram& { return h += o; }, "other"_a,
@@ -220,51 +421,72 @@ void bind_analysis(nb::module_& m) {
                std::to_string(h.highest_nonempty()) + ")";
       });
 
-  nb::class_<RangeCounter>(m, "UnderflowCounter",
-                           "One pass over values that answers, for every power-of-two loss scale at once, how many "
-                           "would underflow to zero, become subnormal or overflow in a format (`mpsim underflow`).")
-      .def("__init__", [](RangeCounter* c, nb::handle fmt, const std::string& mode) { new (c) RangeCounter(make_counter(fmt, mode)); },
-           "fmt"_a = "fp16", "mode"_a = "rne")
-      .def("add", [](RangeCounter& c, nb::handle x) { add_array(c, x); }, "x"_a,
-           "Counts every element of a float32/float64 array or tensor.")
+  nb::class_<Counter>(m, "UnderflowCounter",
+                      "One pass over values that answers, for every power-of-two loss scale at once, how many "
+                      "would underflow to zero, become subnormal or overflow in a format (`mpsim underflow`), with "
+                      "the exact moments of the values (moments=False leaves them out).")
+      .def("__init__",
+           [](Counter* c, nb::handle fmt, const std::string& mode, bool moments) {
+             new (c) Counter{make_counter(fmt, mode), moments ? std::optional<Moments>(Moments()) : std::nullopt, 0, {}, {}};
+           },
+           "fmt"_a = "fp16", "mode"_a = "rne", "moments"_a = true)
+      .def("add", [](Counter& c, nb::handle x) { add_to_counter(c, x); }, "x"_a,
+           "Counts every element of a float32/float64 array or tensor (float16 / bfloat16 widened).")
       .def(
-          "merge", [](RangeCounter& c, const RangeCounter& o) -> RangeCounter& { return c += o; }, "other"_a,
-          nb::rv_policy::reference_internal, "Adds the counts of another counter of the same format and mode.")
-      .def("__iadd__", [](RangeCounter& c, const RangeCounter& o) -> RangeCounter& { return c += o; },
+          "merge", [](Counter& c, const Counter& o) -> Counter& { merge_into(c, o); return c; }, "other"_a,
+          nb::rv_policy::reference_internal,
+          "Adds the counts of another counter of the same format and mode (the moments only if both have them).")
+      .def("__iadd__", [](Counter& c, const Counter& o) -> Counter& { merge_into(c, o); return c; },
            nb::rv_policy::reference_internal)
-      .def("__add__", [](const RangeCounter& a, const RangeCounter& b) { RangeCounter r = a; r += b; return r; })
-      .def("__eq__",
-           [](const RangeCounter& a, const RangeCounter& b) {
-             return a.format() == b.format() && a.rounding().mode == b.rounding().mode && a.counts() == b.counts() &&
-                    a.amax() == b.amax() && a.amin_nonzero() == b.amin_nonzero();
+      .def("__add__", [](const Counter& a, const Counter& b) { Counter r = a; merge_into(r, b); return r; })
+      .def("__eq__",  // the counts and moments; not the shape and dtype of what was added
+           [](const Counter& a, const Counter& b) {
+             return a.range.format() == b.range.format() && a.range.rounding().mode == b.range.rounding().mode &&
+                    a.range.counts() == b.range.counts() && a.range.amax() == b.range.amax() &&
+                    a.range.amin_nonzero() == b.range.amin_nonzero() && same_moments(a.moments, b.moments);
            },
            nb::is_operator())
-      .def_prop_ro("format", [](const RangeCounter& c) { return c.format(); })
-      .def_prop_ro("mode", [](const RangeCounter& c) { return std::string(short_name(c.rounding().mode)); })
-      .def_prop_ro("total", &RangeCounter::total)
-      .def_prop_ro("amax", &RangeCounter::amax, "Largest finite |x| seen (0 if none).")
-      .def_prop_ro("amin_nonzero", &RangeCounter::amin_nonzero, "Smallest non-zero finite |x| seen (0 if none).")
-      .def("histogram", &RangeCounter::histogram, "The log2 histogram of the values seen.")
+      .def_prop_ro("format", [](const Counter& c) { return c.range.format(); })
+      .def_prop_ro("mode", [](const Counter& c) { return std::string(short_name(c.range.rounding().mode)); })
+      .def_prop_ro("total", [](const Counter& c) { return c.range.total(); })
+      .def_prop_ro("amax", [](const Counter& c) { return c.range.amax(); }, "Largest finite |x| seen (0 if none).")
+      .def_prop_ro("amin_nonzero", [](const Counter& c) { return c.range.amin_nonzero(); },
+                   "Smallest non-zero finite |x| seen (0 if none).")
+      .def_prop_ro("has_moments", [](const Counter& c) { return c.moments.has_value(); })
+      .def_prop_ro("shape", [](const Counter& c) -> std::optional<std::vector<std::int64_t>> {
+            if (c.arrays != 1) return std::nullopt;
+            return c.shape;
+          }, "The shape of the one array added (None after none or several).")
+      .def_prop_ro("dtype", [](const Counter& c) -> std::optional<std::string> {
+            if (c.arrays != 1) return std::nullopt;
+            return c.dtype;
+          }, "The dtype name of the one array added, as the command line names a file's (None after none or several).")
+      .def("moments",
+           [](const Counter& c) -> nb::object {
+             if (!c.moments) return nb::none();
+             return to_python(analysis::moment_stats_json(c.moments->stats()));
+           },
+           "{'min', 'max', 'mean', 'std', 'l1_norm', 'l2_norm'} of the finite values, exact (None values where a "
+           "statistic does not exist), as `mpsim underflow` reports them; None for a counter without moments.")
+      .def("histogram", [](const Counter& c) { return c.range.histogram(); }, "The log2 histogram of the values seen.")
       .def(
           "underflow",
-          [](const RangeCounter& c, int log2_scale) {
-            nlohmann::json j = analysis::range_stats_json(c.at_scale(log2_scale));
-            j.update(analysis::amax_stats_json(c));
-            return json_loads(j);
+          [](const Counter& c, int log2_scale) {
+            nlohmann::json j = analysis::range_stats_json(c.range.at_scale(log2_scale));
+            j.update(analysis::amax_stats_json(c.range));
+            return to_python(j);
           },
           "log2_scale"_a = 0,
           "Under the scale 2^log2_scale: numel, underflows%, underflows_num, subnormals%, overflows%, ... (the "
           "names of `mpsim underflow`) and cur_amax, nonzero_amin, dynamic_range.")
       .def(
           "recommend_scale",
-          [](const RangeCounter& c, double margin, int log2_scale) {
+          [](const Counter& c, double margin, int log2_scale) {
             analysis::UnderflowOptions uo;
+            check_margin(margin);
             uo.margin = margin;
             uo.log2_scale = log2_scale;
-            if (!(margin >= 1) || !std::isfinite(margin))
-              throw nb::value_error(("margin=" + std::to_string(margin) + ": must be at least 1").c_str());
-            const nlohmann::json j = analysis::underflow_report_json("", c, uo, false);
-            return json_loads(j["recommended"]);
+            return to_python(analysis::underflow_report_json("", c.range, uo, false)["recommended"]);
           },
           "margin"_a = 2.0, "log2_scale"_a = 0,
           "The largest power-of-two scale with cur_amax*S*margin <= max finite, with its counts and the "
@@ -272,18 +494,18 @@ void bind_analysis(nb::module_& m) {
           "finite value.")
       .def(
           "sweep",
-          [](const RangeCounter& c, int lo, int hi) {
+          [](const Counter& c, int lo, int hi) {
             analysis::UnderflowOptions uo;
             uo.sweep_lo = lo;
             uo.sweep_hi = hi;
             if (lo > hi) throw nb::value_error("sweep: lo must not exceed hi");
-            return json_loads(analysis::underflow_report_json("", c, uo, true)["sweep"]);
+            return to_python(analysis::underflow_report_json("", c.range, uo, true)["sweep"]);
           },
           "lo"_a = -8, "hi"_a = 32,
           "Every scale 2^lo .. 2^hi: {'rows': [...], 'largest_safe_log2_scale', 'best_window'} as in the report.")
       .def(
           "report_json",
-          [](const RangeCounter& c, const std::string& tensor, int log2_scale, double margin, bool with_sweep) {
+          [](const Counter& c, const std::string& tensor, int log2_scale, double margin, bool with_sweep) {
             nb::dict d;
             d[tensor.c_str()] = nb::cast(c, nb::rv_policy::reference);
             return underflow_report(d, log2_scale, margin, with_sweep).dump(2) + "\n";
@@ -292,49 +514,41 @@ void bind_analysis(nb::module_& m) {
           "The JSON report `mpsim underflow` writes, for these values as one tensor.")
       .def(
           "hist_json",
-          [](const RangeCounter& c, const std::string& tensor, int log2_scale) {
+          [](const Counter& c, const std::string& tensor, int log2_scale) {
             nb::dict d;
             d[tensor.c_str()] = nb::cast(c, nb::rv_policy::reference);
             return hist_report(d, log2_scale).dump(2) + "\n";
           },
           "tensor"_a = "tensor", "log2_scale"_a = 0, "The JSON report `mpsim hist` writes, for these values as one tensor.")
-      .def("counts_array", [](const RangeCounter& c) { return to_numpy(c.counts()); },
-           "Every count in one fixed layout (int64) for this format and mode: counters of several processes merge "
-           "with one sum of these arrays (and a max of amax, a min of amin_nonzero).")
-      .def("to_json", [](const RangeCounter& c) { return counter_state_json(c).dump(); },
-           "The counter's state as JSON (format, mode, amax, amin_nonzero, the non-zero counts); from_json reads it.")
+      .def("counts_array", [](const Counter& c) { return to_numpy(counts_of(c)); },
+           "Every count in one fixed layout (int64) for this format and mode, then the moments' exact words "
+           "(Moments::words) when the counter has moments: counters of several processes merge with one sum of "
+           "these arrays (and a max of amax and max, a min of amin_nonzero and min).")
+      .def("to_json", [](const Counter& c) { return counter_state_json(c).dump(); },
+           "The counter's state as JSON (format, mode, amax, amin_nonzero, the non-zero counts, the moments' words, "
+           "shape and dtype); from_json reads it.")
       .def_static("from_json", [](const std::string& s) { return counter_from_state_json(nlohmann::json::parse(s)); },
                   "s"_a)
       .def_static(
           "from_counts_array",
-          [](nb::handle fmt, const std::string& mode, const AnyArray& a, double amax, double amin_nonzero) {
-            const RangeCounter proto = make_counter(fmt, mode);
-            return RangeCounter::from_counts(proto.format(), proto.rounding(), input_span<std::int64_t>(a, "counts"),
-                                             amax, amin_nonzero);
+          [](nb::handle fmt, const std::string& mode, const AnyArray& a, double amax, double amin_nonzero, double min,
+             double max) {
+            return counter_from_counts(fmt, mode, input_span<std::int64_t>(a, "counts"), amax, amin_nonzero, min, max);
           },
-          "fmt"_a, "mode"_a, "counts"_a, "amax"_a = 0.0, "amin_nonzero"_a = 0.0)
-      .def("__getstate__",
-           [](const RangeCounter& c) {
-             const Format& f = c.format();
-             return nb::make_tuple(f.name, std::string(to_string(f.subnormals)),
-                                   f.overflow == Overflow::saturate ? "saturate" : "inf",
-                                   std::string(short_name(c.rounding().mode)), to_numpy(c.counts()), c.amax(),
-                                   c.amin_nonzero());
-           })
+          "fmt"_a, "mode"_a, "counts"_a, "amax"_a = 0.0, "amin_nonzero"_a = 0.0,
+          "min"_a = std::numeric_limits<double>::quiet_NaN(), "max"_a = std::numeric_limits<double>::quiet_NaN(),
+          "A counter from counts_array() (summed over processes); min / max: the signed extremes of the values "
+          "(NaN: unknown, reported as null).")
+      .def("__getstate__", [](const Counter& c) { return counter_state_json(c).dump(); })
       .def("__setstate__",
-           [](RangeCounter* c, const nb::tuple& t) {
-             const Format f = format_with_options(parse_format(nb::cast<std::string>(t[0])), nb::cast<std::string>(t[1]),
-                                                  nb::cast<std::string>(t[2]));
-             const auto counts = nb::cast<AnyArray>(t[4]);
-             new (c) RangeCounter(RangeCounter::from_counts(f, Rounding::of(parse_rounding_mode(nb::cast<std::string>(t[3]))),
-                                                            input_span<std::int64_t>(counts, "counts"),
-                                                            nb::cast<double>(t[5]), nb::cast<double>(t[6])));
-           })
-      .def("__repr__", [](const RangeCounter& c) {
-        return "mpsim.UnderflowCounter('" + c.format().name + "', mode='" + std::string(short_name(c.rounding().mode)) +
-               "', total=" + std::to_string(c.total()) + ")";
+           [](Counter* c, const std::string& s) { new (c) Counter(counter_from_state_json(nlohmann::json::parse(s))); })
+      .def("__repr__", [](const Counter& c) {
+        return "mpsim.UnderflowCounter('" + c.range.format().name + "', mode='" +
+               std::string(short_name(c.range.rounding().mode)) + "', total=" + std::to_string(c.range.total()) + ")";
       });
 
+  m.def("_time_counter_add", &time_counter_add, "x"_a, "fmt"_a, "repeats"_a,
+        "Benchmark support: best seconds of the C++ RangeCounter::add and Moments::add on float32 x.");
   m.def("hist_report_json", [](const nb::dict& counters, int log2_scale) { return hist_report(counters, log2_scale).dump(2) + "\n"; },
         "counters"_a, "log2_scale"_a = 0,
         "The JSON `mpsim hist` writes, for {tensor name: UnderflowCounter} (one format and mode).");

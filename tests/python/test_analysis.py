@@ -1,6 +1,9 @@
 """mpsim.Histogram and mpsim.UnderflowCounter against `mpsim hist` / `mpsim underflow` on the same data (identical
-JSON apart from the fields named below), merging, `+`, pickling and the flat int64 counts round trip."""
+JSON, the tensor labels apart: the command line names a tensor of an .npz 'file.npz:name'), merging, `+`, pickling
+and the flat int64 counts round trip."""
+import functools
 import json
+import operator
 import pickle
 
 import numpy as np
@@ -10,13 +13,10 @@ import mpsim
 
 RNG_SEED = 20261125
 
-# Fields of a tensor entry the command line adds from its read of the file and the counters do not hold:
-# the array's shape and dtype, and (underflow) the exact moments min, max, mean, std, l1_norm, l2_norm.
-FILE_ONLY_FIELDS = {"shape", "dtype", "min", "max", "mean", "std", "l1_norm", "l2_norm"}
-
 
 def gradients():
-    """Three tensors like activation gradients: log-normal magnitudes over many binades, zeros, a NaN, an inf."""
+    """Four tensors like activation gradients: log-normal magnitudes over many binades, zeros, a NaN, an inf;
+    float32, float64 and float16."""
     rng = np.random.default_rng(RNG_SEED)
     a = (rng.standard_normal(5000) * np.exp(rng.normal(-12, 4, 5000))).astype(np.float32)
     a[:50] = 0
@@ -24,14 +24,8 @@ def gradients():
     a[61] = -np.inf
     b = (rng.standard_normal((40, 30)) * 1e-6).astype(np.float32)
     c = (rng.standard_normal(3000) * np.exp(rng.normal(-20, 6, 3000))).astype(np.float64)
-    return {"a": a, "b": b, "c": c}
-
-
-def strip(report):
-    for t in report["tensors"] + [report["total"]]:
-        for k in FILE_ONLY_FIELDS:
-            t.pop(k, None)
-    return report
+    d = (rng.standard_normal((7, 11, 3)) * 1e-4).astype(np.float16)
+    return {"a": a, "b": b, "c": c, "d": d}
 
 
 def labelled(report, names):
@@ -45,14 +39,14 @@ def labelled(report, names):
 @pytest.mark.parametrize("fmt,scale", [("fp16", 1.0), ("fp16", 1024.0), ("bf16", 1.0), ("fp8_e4m3", 0.5)])
 def test_hist_json_same_as_cli(cli, fmt, scale):
     data = gradients()
-    want = labelled(strip(cli.report("hist", data, "--format", fmt, "--scale", scale)), data)
+    want = labelled(cli.report("hist", data, "--format", fmt, "--scale", scale), data)
     counters = {}
     for name, x in data.items():
         counters[name] = mpsim.UnderflowCounter(fmt)
         counters[name].add(x)
-    got = strip(json.loads(mpsim.hist_report_json(counters, int(np.log2(scale)))))
+    got = json.loads(mpsim.hist_report_json(counters, int(np.log2(scale))))
     assert got == want
-    one = strip(json.loads(counters["b"].hist_json("b", int(np.log2(scale)))))
+    one = json.loads(counters["b"].hist_json("b", int(np.log2(scale))))
     assert one["tensors"][0] == want["tensors"][1]
     for name, x in data.items():
         h = mpsim.Histogram()
@@ -60,7 +54,7 @@ def test_hist_json_same_as_cli(cli, fmt, scale):
         entry = next(t for t in want["tensors"] if t["tensor"] == name)
         assert json.loads(h.to_json()) == entry["histogram"]
     print(f"hist {fmt} scale {scale}: {sum(x.size for x in data.values())} values in {len(data)} tensors, the "
-          f"JSON equal to `mpsim hist --json` apart from {sorted(FILE_ONLY_FIELDS)}")
+          f"JSON equal to `mpsim hist --json` field for field (tensor labels apart)")
 
 
 @pytest.mark.parametrize("fmt,mode,scale,sweep", [("fp16", "rne", 1.0, True), ("fp16", "rtz", 65536.0, False),
@@ -68,24 +62,28 @@ def test_hist_json_same_as_cli(cli, fmt, scale):
 def test_underflow_json_same_as_cli(cli, fmt, mode, scale, sweep):
     data = gradients()
     opts = ["--format", fmt, "--mode", mode, "--scale", scale] + (["--sweep"] if sweep else [])
-    want = labelled(strip(cli.report("underflow", data, *opts)), data)
+    want = labelled(cli.report("underflow", data, *opts), data)
     counters = {}
     for name, x in data.items():
         counters[name] = mpsim.UnderflowCounter(fmt, mode)
         counters[name].add(x)
     k = int(np.log2(scale))
-    got = strip(json.loads(mpsim.underflow_report_json(counters, k, sweep=sweep)))
+    got = json.loads(mpsim.underflow_report_json(counters, k, sweep=sweep))
     assert got == want
-    one = strip(json.loads(counters["a"].report_json("a", k, sweep=sweep)))
+    one = json.loads(counters["a"].report_json("a", k, sweep=sweep))
     assert one["tensors"][0] == want["tensors"][0]
+    for name, entry in zip(data, want["tensors"]):
+        assert counters[name].shape == entry["shape"] and counters[name].dtype == entry["dtype"]
+        assert counters[name].moments() == {k: entry[k] for k in ["min", "max", "mean", "std", "l1_norm", "l2_norm"]}
     u = counters["a"].underflow(k)
     for key in ["underflows%", "underflows_num", "subnormals%", "overflows%", "numel", "cur_amax"]:
         assert u[key] == want["tensors"][0][key]
     assert counters["a"].recommend_scale(log2_scale=k) == want["tensors"][0]["recommended"]
     if sweep:
         assert counters["a"].sweep() == want["tensors"][0]["sweep"]
-    print(f"underflow {fmt} {mode} scale {scale} sweep {sweep}: JSON equal to `mpsim underflow --json` apart "
-          f"from {sorted(FILE_ONLY_FIELDS)}")
+    print(f"underflow {fmt} {mode} scale {scale} sweep {sweep}: {sum(x.size for x in data.values())} values in "
+          f"{len(data)} tensors, the JSON equal to `mpsim underflow --json` field for field (moments, shape and dtype "
+          f"included; tensor labels apart)")
 
 
 def test_merge_add_pickle_counts():
@@ -100,21 +98,46 @@ def test_merge_add_pickle_counts():
         h.add(x)
         parts_c.append(c)
         parts_h.append(h)
-    assert parts_c[0] + parts_c[1] + parts_c[2] == whole_c
-    assert parts_h[0] + parts_h[1] + parts_h[2] == whole_h
+    assert functools.reduce(operator.add, parts_c) == whole_c
+    assert functools.reduce(operator.add, parts_h) == whole_h
     m = mpsim.UnderflowCounter("fp16")
     for c in parts_c:
         m.merge(c)
     assert m == whole_c and m.total == sum(x.size for x in data.values())
     assert pickle.loads(pickle.dumps(whole_c)) == whole_c
     assert pickle.loads(pickle.dumps(whole_h)) == whole_h
-    # The all-reduce recipe: sum the int64 counts, max the amax, min the amin_nonzero.
+    # The all-reduce recipe: sum the int64 counts (the moments' exact words included), max the amax and max,
+    # min the amin_nonzero and min.
     summed = sum(c.counts_array() for c in parts_c)
     assert summed.dtype == np.int64
     rebuilt = mpsim.UnderflowCounter.from_counts_array("fp16", "rne", summed, max(c.amax for c in parts_c),
-                                                       min(c.amin_nonzero for c in parts_c))
-    assert rebuilt == whole_c
+                                                       min(c.amin_nonzero for c in parts_c),
+                                                       min=min(c.moments()["min"] for c in parts_c),
+                                                       max=max(c.moments()["max"] for c in parts_c))
+    # The shape and dtype belong to one array added: a counter made from counts has none, nor has whole_c.
+    assert whole_c.shape is None and rebuilt.shape is None
+    assert rebuilt.moments() == whole_c.moments() and rebuilt.has_moments
     assert rebuilt.report_json("t", sweep=True) == whole_c.report_json("t", sweep=True)
+    # Without min / max the other moments are still exact, min and max unknown (null).
+    partial = mpsim.UnderflowCounter.from_counts_array("fp16", "rne", summed, whole_c.amax, whole_c.amin_nonzero)
+    assert {k: v for k, v in partial.moments().items() if k not in ("min", "max")} == \
+        {k: v for k, v in whole_c.moments().items() if k not in ("min", "max")}
+    assert partial.moments()["min"] is None
+    # moments=False: the range counts alone (a shorter counts array); merged with one that has moments, none.
+    bare = mpsim.UnderflowCounter("fp16", moments=False)
+    for x in data.values():
+        bare.add(x)
+    assert not bare.has_moments and bare.moments() is None
+    assert len(bare.counts_array()) < len(whole_c.counts_array())
+    assert np.array_equal(bare.counts_array(), whole_c.counts_array()[:len(bare.counts_array())])
+    assert json.loads(bare.report_json("t"))["total"].keys() < json.loads(whole_c.report_json("t"))["total"].keys()
+    assert (bare + whole_c).moments() is None
+    assert pickle.loads(pickle.dumps(bare)) == bare
+    one = mpsim.UnderflowCounter("fp16")
+    one.add(data["b"])
+    back = pickle.loads(pickle.dumps(one))
+    assert back == one and (back.shape, back.dtype) == ([40, 30], "float32")
+    assert mpsim.UnderflowCounter.from_json(one.to_json()).report_json("b") == one.report_json("b")
     hsum = sum(h.counts_array() for h in parts_h)
     assert mpsim.Histogram.from_counts_array(hsum) == whole_h
     assert mpsim.Histogram.from_json(whole_h.to_json()) == whole_h
@@ -142,6 +165,13 @@ def test_analysis_bad_input():
     h1.add(v)
     h2.add(np.ascontiguousarray(v))
     assert h1 == h2 and h1.total == v.size
+    c1, c2 = mpsim.UnderflowCounter("fp16"), mpsim.UnderflowCounter("fp16")
+    c1.add(v)
+    c2.add(np.ascontiguousarray(v))
+    assert c1 == c2 and (c1.shape, c1.dtype) == ([8, 3], "float32")
+    c3 = mpsim.UnderflowCounter("fp16")
+    c3.add([1.0, 2.0, 3.0])  # a list: numpy's float64 array of it
+    assert (c3.shape, c3.dtype, c3.moments()["mean"]) == ([3], "float64", 2.0)
     with pytest.raises(ValueError):
         mpsim.UnderflowCounter.from_counts_array("fp16", "rne", np.zeros(5, np.int64))
     with pytest.raises(ValueError):

@@ -1,5 +1,7 @@
 """mpsim.round / encode / decode against numpy's and ml_dtypes' casts (where those are exact) and against the
 `mpsim round` command line on the same input, bit for bit; options, shapes, in-place output and bad input."""
+import subprocess
+
 import numpy as np
 import pytest
 
@@ -229,6 +231,24 @@ def test_bad_input_raises():
             call()
         print(f"case {i}: {exc.__name__}: {info.value}")
         assert str(info.value)
+
+
+def test_mode_names_as_the_cli(cli):
+    """The module takes exactly the command line's mode names (one parser, parse_rounding_mode): each accepted
+    name gives the CLI's bits, and a name the CLI rejects ("rz": the toward-zero mode is "rtz") is rejected by both
+    with the same message."""
+    x = (np.random.default_rng(3).standard_normal(256) * 1e3).astype(np.float32)
+    for mode in ["rne", "rtz", "toward-zero", "roundTowardZero", "ru", "rd", "rna", "rto"]:
+        want, _ = cli.round(x, "--to", "fp16", "--mode", mode)
+        assert np.array_equal(mpsim.round(x, "fp16", mode).view(np.uint32), want.view(np.uint32)), mode
+    src = cli.path("in.npy")
+    np.save(src, x)
+    r = subprocess.run([cli.binary, "round", "--to", "fp16", "--mode", "rz", src, cli.path("out.npy")],
+                       capture_output=True, text=True)
+    with pytest.raises(ValueError) as info:
+        mpsim.round(x, "fp16", "rz")
+    print(f"mode 'rz': the CLI exits {r.returncode} ({r.stderr.strip()}); the module: ValueError({info.value})")
+    assert r.returncode == 2 and str(info.value) in r.stderr
 
 
 def test_format_objects():

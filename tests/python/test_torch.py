@@ -57,7 +57,8 @@ def test_tensor_in_place_views_and_grad():
     c = mpsim.UnderflowCounter("fp16")
     c.add(x)
     counts = torch.from_numpy(c.counts_array())
-    assert mpsim.UnderflowCounter.from_counts_array("fp16", "rne", counts, c.amax, c.amin_nonzero) == c
+    assert mpsim.UnderflowCounter.from_counts_array("fp16", "rne", counts, c.amax, c.amin_nonzero,
+                                                    min=c.moments()["min"], max=c.moments()["max"]) == c
     assert mpsim.Histogram.from_counts_array(torch.from_numpy(h.counts_array())) == h
 
 

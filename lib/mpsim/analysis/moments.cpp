@@ -5,6 +5,9 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <string>
+
+#include "mpsim/error.hpp"
 
 #include <boost/multiprecision/cpp_bin_float.hpp>
 #include <boost/multiprecision/cpp_int.hpp>
@@ -48,6 +51,25 @@ BigInt shifted(__int128 v, int k) {
 }
 
 double to_double(const Wide& w) { return w.convert_to<double>(); }
+
+// The non-negative v as n 32-bit limbs, least significant first.
+void put_limbs(BigInt v, std::int64_t* out, std::size_t n) {
+  const BigInt mask = 0xffffffffu;
+  for (std::size_t i = 0; i < n; ++i) {
+    out[i] = static_cast<std::int64_t>(BigInt(v & mask).convert_to<std::uint64_t>());
+    v >>= 32;
+  }
+  if (v != 0) throw Error("Moments::words: a sum beyond its limbs (more than 2^64 values?)");
+}
+// sum w[i] 2^(32 i): the limbs of several streams added word by word carry here.
+BigInt from_limbs(const std::int64_t* w, std::size_t n) {
+  BigInt v = 0;
+  for (std::size_t i = n; i-- > 0;) {
+    v <<= 32;
+    v += static_cast<std::uint64_t>(w[i]);
+  }
+  return v;
+}
 
 }  // namespace
 
@@ -237,6 +259,40 @@ MomentStats Moments::stats() const {
     r.std = to_double(ldexp(sqrt(var), -kLowExp));
   }
   return r;
+}
+
+std::vector<std::int64_t> Moments::words() const {
+  fold();
+  const Exact& s = *exact_;
+  std::vector<std::int64_t> w(kWords, 0);
+  if (count_ > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+    throw Error("Moments::words: more than 2^63 values");
+  w[0] = static_cast<std::int64_t>(count_);
+  std::int64_t* p = w.data() + 1;
+  put_limbs(s.s1 > 0 ? s.s1 : BigInt(0), p, kSumLimbs);
+  put_limbs(s.s1 < 0 ? BigInt(-s.s1) : BigInt(0), p + kSumLimbs, kSumLimbs);
+  put_limbs(s.sa, p + 2 * kSumLimbs, kSumLimbs);
+  put_limbs(s.s2, p + 3 * kSumLimbs, kSquareLimbs);
+  return w;
+}
+
+Moments Moments::from_words(std::span<const std::int64_t> w, double min, double max) {
+  if (w.size() != kWords)
+    throw Error("moment words: " + std::to_string(w.size()) + " values, expected " + std::to_string(kWords));
+  for (std::size_t i = 0; i < w.size(); ++i)
+    if (w[i] < 0) throw Error("moment words: word " + std::to_string(i) + " is negative (" + std::to_string(w[i]) + ")");
+  Moments m;
+  m.count_ = static_cast<std::uint64_t>(w[0]);
+  const std::int64_t* p = w.data() + 1;
+  Exact& s = *m.exact_;
+  s.s1 = from_limbs(p, kSumLimbs) - from_limbs(p + kSumLimbs, kSumLimbs);
+  s.sa = from_limbs(p + 2 * kSumLimbs, kSumLimbs);
+  s.s2 = from_limbs(p + 3 * kSumLimbs, kSquareLimbs);
+  if (m.count_ > 0) {
+    m.min_ = min;
+    m.max_ = max;
+  }
+  return m;
 }
 
 nlohmann::json moment_stats_json(const MomentStats& s) {

@@ -15,6 +15,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <span>
+#include <vector>
 
 namespace mpsim::analysis {
 
@@ -38,6 +39,18 @@ class Moments {
   Moments& operator+=(const Moments& other);
 
   MomentStats stats() const;
+
+  // The exact state as non-negative int64 words in one fixed layout of kWords: the count of finite values, then
+  // sum x (its positive part, then its negative part), sum |x| and sum x^2 in 32-bit limbs (units 2^-1074,
+  // 2^-1074 and 2^-2148). The words of several streams, added word by word (an all-reduce SUM of fewer than
+  // 2^31 streams), are the words of their union: from_words carries the limbs. min and max merge by MIN / MAX.
+  static constexpr std::size_t kSumLimbs = 68;     // sum |x| < 2^64 * 2^1024 = 2^2162 units of 2^-1074
+  static constexpr std::size_t kSquareLimbs = 134;  // sum x^2 < 2^64 * 2^2048 = 2^4260 units of 2^-2148
+  static constexpr std::size_t kWords = 1 + 3 * kSumLimbs + kSquareLimbs;
+  std::vector<std::int64_t> words() const;
+  // Throws mpsim::Error if words has another size or a negative word. min / max: the signed extremes of the
+  // finite values (ignored when the count is 0; NaN when unknown, reported as null).
+  static Moments from_words(std::span<const std::int64_t> words, double min, double max);
 
  private:
   struct Exact;  // the big-integer sums (Boost.Multiprecision stays out of this header)
