@@ -93,7 +93,20 @@ nb::object round_values(const AnyArray& x, const WritableArray& out, const Forma
     const std::span<const T> in = input_span<T>(x, "x");
     const std::span<T> o = output_span<T>(out, "out", in.size());
     nb::gil_scoped_release release;
-    round_array(in, o, device.format, device.rounding, want_stats ? &stats : nullptr, opt);
+    if (device.is_plain()) {
+      round_array(in, o, device.format, device.rounding, want_stats ? &stats : nullptr, opt);
+      return;
+    }
+    // A device profile rewrites NaN results from the input's payload (DeviceRounding::convert_values, as
+    // `mpsim round --like` does), so the inputs must outlive the output: in place (out=x) they are kept first.
+    std::vector<T> kept;
+    std::span<const T> src = in;
+    if (static_cast<const void*>(in.data()) == static_cast<const void*>(o.data())) {
+      kept.assign(in.begin(), in.end());
+      src = kept;
+    }
+    round_array(src, o, device.format, device.rounding, want_stats ? &stats : nullptr, opt);
+    device.convert_values(src, o, opt.index0);
   };
   if (is_f64(x)) run(double{});
   else run(float{});

@@ -76,7 +76,7 @@ class SiteCounts:
             # Copies of empty counters (the sum of an empty counter with itself) are about ten times quicker to
             # make than new ones, which first find the format's rounding thresholds.
             counters = ({f: empty[f] + empty[f] for f in formats} if empty is not None
-                        else {f: mpsim.UnderflowCounter(f, mode) for f in formats})
+                        else {f: mpsim.UnderflowCounter(f, mode, moments=False) for f in formats})
         self.counters = counters
 
     @property
@@ -156,7 +156,9 @@ class GradientMonitor:
         if not formats:
             raise ValueError("GradientMonitor: formats is empty")
         self.formats = tuple(mpsim.Format(f).name for f in formats)  # unknown names fail here, named
-        self._empty = {f: mpsim.UnderflowCounter(f, mode) for f in self.formats}
+        # Without the exact moments: they cost about five times the range counts per value (docs/performance.md),
+        # and the monitor reports shares and windows, not moments.
+        self._empty = {f: mpsim.UnderflowCounter(f, mode, moments=False) for f in self.formats}
         if int(every) < 1 or int(hist_every) < 0:
             raise ValueError(f"GradientMonitor: every={every} must be >= 1 and hist_every={hist_every} >= 0")
         if reduce not in ("auto", "never"):
@@ -342,7 +344,7 @@ class GradientMonitor:
                     if kind in detail_kinds:
                         rows[site] = _stats(c)
                     if total is None:
-                        total = mpsim.UnderflowCounter(f, self.mode)
+                        total = mpsim.UnderflowCounter(f, self.mode, moments=False)
                     total.merge(c)
                 entry = {"sites": rows, "total": _stats(total)}
                 if kind not in detail_kinds:
