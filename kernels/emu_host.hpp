@@ -1,4 +1,4 @@
-// Host side of the emulation port: builds the kernel-parameter structs of emu.hpp from the library's
+// Host side of the device emulation: builds the kernel-parameter structs of emu.hpp from the library's
 // Format / Rounding and a device profile. Host only (never compiled into device code).
 #pragma once
 
