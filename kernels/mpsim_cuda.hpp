@@ -62,7 +62,7 @@ void arith_16(std::uint8_t op, Half16 fmt, std::span<const std::uint16_t> a, std
               std::span<const std::uint16_t> c, std::span<std::uint16_t> out);
 void unary_16(Unary op, Half16 fmt, std::span<const std::uint16_t> a, std::span<std::uint16_t> out);
 
-// ---- exhaustive comparisons on the device (hardware vs the emu.hpp port, 2^32 elements) ----
+// ---- exhaustive comparisons on the device (hardware vs the emu.hpp emulation, 2^32 elements) ----
 struct CompareResult {
   std::uint64_t elements = 0;
   std::uint64_t mismatches = 0;       // hardware bits != emulated bits

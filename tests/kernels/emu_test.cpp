@@ -1,7 +1,9 @@
-// Tests of kernels/emu.hpp, the __host__ __device__ port of round_bits() and the correctly rounded
-// fp16/bf16 arithmetic the GPU comparisons run on the device. Compiled here for the host: the port must
-// give round_bits()'s bits for every input we try, and the arithmetic must match exact references
-// computed independently (exact double sums/products, exact 128-bit integer fma, neighbour checks).
+// Tests of kernels/emu.hpp, the device emulation (the host/device specification round_spec.hpp under a
+// device profile) and the correctly rounded fp16/bf16 arithmetic the GPU comparisons run on the device.
+// Compiled here for the host: the emulation must give the library's round_bits() bits for every format,
+// mode and input (all 2^32 floats in the [exhaustive] cases), and the arithmetic must match exact
+// references computed independently (exact double sums/products, exact 128-bit integer fma, neighbour
+// checks).
 #include "catch_compat.hpp"
 
 #if defined(__x86_64__)
@@ -9,6 +11,8 @@
 #endif
 
 #include <atomic>
+#include <chrono>
+#include <cstdlib>
 #include <bit>
 #include <cmath>
 #include <cstdio>
@@ -38,10 +42,18 @@ const Format& fmt_by(int k) {
     case 5: return sat_e5m2;
     case 6: return ftz_fp16;
     case 7: return tf32();
-    default: return fp8_e4m3fnuz();
+    case 8: return fp8_e4m3fnuz();
+    // The other ml_dtypes element types: unsigned and zero-less (e8m0), without NaN (fp6, fp4).
+    case 9: return float8_e4m3();
+    case 10: return float8_e3m4();
+    case 11: return float8_e4m3b11fnuz();
+    case 12: return float8_e8m0fnu();
+    case 13: return float6_e2m3fn();
+    case 14: return float6_e3m2fn();
+    default: return float4_e2m1fn();
   }
 }
-constexpr int kFormats = 9;
+constexpr int kFormats = 16;
 
 std::vector<std::uint32_t> probe_floats() {
   std::vector<std::uint32_t> v;
@@ -428,4 +440,56 @@ TEST_CASE("emu arithmetic equals the library's arith.hpp (written apart) in ever
   std::printf("emu arithmetic vs arith.hpp: %llu (op, mode, operands) checked, %llu mismatches\n",
               (unsigned long long)checked, (unsigned long long)mismatches);
   CHECK(mismatches == 0);
+}
+
+TEST_CASE("the host build of the device emulation equals the library on float inputs, every format and mode "
+          "(every 8191st float; all 2^32 for the device's formats with MPSIM_EXHAUSTIVE_FULL=1)",
+          "[emu][exhaustive]") {
+  // Element i of a run is the float with bits i, rounded with stochastic index i, as the device's
+  // exhaustive runs do (kernels/runs.hpp emulate_convert). The library side is round_bits(); the
+  // emulation is emu::round_float over the DevFormat / DevRounding that make_dev builds (profile ieee).
+  // 8191 is odd and prime: the sample meets every residue of the low mantissa bits and every exponent.
+  const bool full = std::getenv("MPSIM_EXHAUSTIVE_FULL") != nullptr;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::uint64_t checked_all = 0, mismatches_all = 0;
+  for (int k = 0; k < kFormats; ++k)
+    for (int mode = 0; mode < 7; ++mode) {
+      const Format& f = fmt_by(k);
+      // The formats the device converts to (kernels/runs_host.hpp) in full; the others sampled.
+      const bool device_format = f == fp16() || f == bf16() || f == fp8_e4m3() || f == fp8_e5m2() || f == tf32();
+      const std::uint64_t stride = full && device_format ? 1 : 8191;
+      Rounding r = Rounding::of(static_cast<RoundingMode>(mode));
+      if (r.mode == RoundingMode::stochastic) r = Rounding::stochastic(0x9e3779b97f4a7c15ull + k, 1 + (5 * k) % 32);
+      emu::DevFormat df;
+      emu::DevRounding dr;
+      emu::make_dev(f, r, profile_ieee(), Operation::convert, df, dr);
+      std::atomic<std::uint64_t> mismatches{0}, checked{0};
+      std::atomic<std::uint64_t> next{0};
+      constexpr std::uint64_t kChunk = std::uint64_t{1} << 22;
+      const int n = std::max(2u, std::thread::hardware_concurrency());
+      std::vector<std::thread> pool;
+      for (int t = 0; t < n; ++t)
+        pool.emplace_back([&] {
+          std::uint64_t bad = 0, done = 0;
+          for (std::uint64_t c; (c = next.fetch_add(kChunk)) < (std::uint64_t{1} << 32);) {
+            // The first multiple of the stride at or after c.
+            for (std::uint64_t i = (c + stride - 1) / stride * stride; i < c + kChunk; i += stride) {
+              const auto x = static_cast<std::uint32_t>(i);
+              ++done;
+              bad += emu::round_float(x, df, dr, i) != round_bits(std::bit_cast<float>(x), f, r, i);
+            }
+          }
+          mismatches += bad;
+          checked += done;
+        });
+      for (auto& th : pool) th.join();
+      checked_all += checked;
+      mismatches_all += mismatches;
+      if (mismatches != 0) UNSCOPED_INFO(f.name << " " << short_name(r.mode) << ": " << mismatches << " mismatches");
+    }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("emu round_float vs round_bits, %d formats x 7 modes, %s: %llu inputs, %llu mismatches (%.1f s)\n",
+              kFormats, full ? "all 2^32 floats for fp16/bf16/fp8/tf32, every 8191st for the others" : "every 8191st float",
+              (unsigned long long)checked_all, (unsigned long long)mismatches_all, secs);
+  CHECK(mismatches_all == 0);
 }

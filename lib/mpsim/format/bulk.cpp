@@ -201,9 +201,15 @@ inline void account(Stats& s, T x, std::uint64_t bits, const Format& f) {
 template <class In, class Out, class Store>
 void scalar_range(const In* in, Out* out, std::size_t begin, std::size_t end, const Format& f, const Rounding& r,
                   bool want_stats, Stats& local, std::uint64_t index0, Store store) {
+  const spec::FormatSpec fs = format_spec(f);  // round_bits() per element, the structs built once
+  const spec::RoundingSpec rs = rounding_spec(r);
   for (std::size_t i = begin; i < end; ++i) {
     const In x = in[i];
-    const std::uint64_t bits = round_bits(x, f, r, index0 + i);
+    std::uint64_t bits;
+    if constexpr (std::is_same_v<In, float>)
+      bits = spec::round_float_bits(std::bit_cast<std::uint32_t>(x), fs, rs, index0 + i);
+    else
+      bits = spec::round_double_bits(std::bit_cast<std::uint64_t>(x), fs, rs, index0 + i);
     if (want_stats) account(local, x, bits, f);
     out[i] = store(bits);
   }
@@ -308,9 +314,8 @@ bd::KernelParams make_params(const Format& f, const Rounding& r, const BulkOptio
                   std::string(short_name(m)) + " are not those the vector kernel counts");
   }
   p.sr_mask = r.sr_bits >= 32 ? 0xffffffffu : ~((1u << (32 - r.sr_bits)) - 1);
-  const SrKey key = sr_key(r.seed);
-  p.sr_key_lo = key.lo;
-  p.sr_key_hi = key.hi;
+  p.sr_seed_lo = static_cast<std::uint32_t>(r.seed);
+  p.sr_seed_hi = static_cast<std::uint32_t>(r.seed >> 32);
   p.dec_add = (127 - f.bias) * (1 << 23);
   p.sub_by_shift = f.emin == -126;
   p.sub_scale = std::ldexp(1.0f, f.emin - m);
@@ -372,7 +377,7 @@ void to_stats(const bd::StatsAcc& a, std::size_t n, Stats& s) {
 }
 
 // Runs the vector kernel of `path` over in[begin, end), splitting where the stochastic index crosses
-// a multiple of 2^32 (the generator's per-block offset changes there).
+// a multiple of 2^34 (the high word of the Philox block counter index / 4 changes there).
 void vector_range(Path path, const float* in, void* out, std::size_t out_size, bd::OutKind kind, std::size_t begin,
                   std::size_t end, std::uint64_t index0, const bd::KernelParams& p, bool want_stats, Stats& local) {
   auto* kernel = path == Path::avx512 ? bd::round_f32_avx512 : bd::round_f32_avx2;
@@ -380,7 +385,8 @@ void vector_range(Path path, const float* in, void* out, std::size_t out_size, b
   std::size_t i = begin;
   while (i < end) {
     const std::uint64_t idx = index0 + i;
-    const std::uint64_t to_boundary = (std::uint64_t{1} << 32) - (idx & 0xffffffffu);
+    constexpr std::uint64_t kCounterSpan = std::uint64_t{1} << 34;
+    const std::uint64_t to_boundary = kCounterSpan - (idx & (kCounterSpan - 1));
     const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(end - i, to_boundary));
     unsigned char* const dst = static_cast<unsigned char*>(out) + i * out_size;
     // Streaming: the elements before the first 64-byte boundary of the output are written with ordinary

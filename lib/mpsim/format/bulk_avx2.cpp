@@ -61,7 +61,22 @@ struct Avx2 {
   static I srlv(I a, I n) { return _mm256_srlv_epi32(a, n); }
   static I max(I a, I b) { return _mm256_max_epi32(a, b); }
   static I min(I a, I b) { return _mm256_min_epi32(a, b); }
-  static I mullo(I a, I b) { return _mm256_mullo_epi32(a, b); }
+  // Philox lanes (bulk_kernel.hpp, PhiloxLanes): one block's four words per 128-bit half.
+  static I set4(std::int32_t w0, std::int32_t w1, std::int32_t w2, std::int32_t w3) {
+    return _mm256_setr_epi32(w0, w1, w2, w3, w0, w1, w2, w3);
+  }
+  static I block_iota() { return _mm256_setr_epi32(0, 0, 0, 0, 1, 0, 0, 0); }  // block b in word 0
+  static I add_block_lane0(I c, std::int32_t v) { return _mm256_add_epi32(c, _mm256_setr_epi32(v, 0, 0, 0, v, 0, 0, 0)); }
+  static I mul_epu32(I a, I b) { return _mm256_mul_epu32(a, b); }
+  static I swap_words(I a) { return _mm256_shuffle_epi32(a, 0x1b); }  // words 3 2 1 0 of each block
+  static I srli64_32(I a) { return _mm256_srli_epi64(a, 32); }
+  static I xor3(I a, I b, I c) { return _mm256_xor_si256(_mm256_xor_si256(a, b), c); }
+  // Lane k of the 16 lanes lo:hi from lane idx[k] (idx = iota + r, r in 0..3).
+  static I concat_shift(I lo, I hi, I idx) {
+    const I low3 = _mm256_and_si256(idx, _mm256_set1_epi32(7));
+    return _mm256_blendv_epi8(_mm256_permutevar8x32_epi32(lo, low3), _mm256_permutevar8x32_epi32(hi, low3),
+                              _mm256_cmpgt_epi32(idx, _mm256_set1_epi32(7)));
+  }
   // Float addition / subtraction of bit patterns, rounded as MXCSR says (round_loop's Mxcsr).
   static I addf(I a, I b) { return _mm256_castps_si256(_mm256_add_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(b))); }
   static I subf(I a, I b) { return _mm256_castps_si256(_mm256_sub_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(b))); }

@@ -48,7 +48,15 @@ struct Avx512 {
   static I srlv(I a, I n) { return _mm512_srlv_epi32(a, n); }
   static I max(I a, I b) { return _mm512_max_epi32(a, b); }
   static I min(I a, I b) { return _mm512_min_epi32(a, b); }
-  static I mullo(I a, I b) { return _mm512_mullo_epi32(a, b); }
+  // Philox lanes (bulk_kernel.hpp, PhiloxLanes): one block's four words per 128-bit quarter.
+  static I set4(std::int32_t w0, std::int32_t w1, std::int32_t w2, std::int32_t w3) { return _mm512_set4_epi32(w3, w2, w1, w0); }
+  static I block_iota() { return _mm512_setr_epi32(0, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0); }
+  static I add_block_lane0(I c, std::int32_t v) { return _mm512_mask_add_epi32(c, 0x1111, c, _mm512_set1_epi32(v)); }
+  static I mul_epu32(I a, I b) { return _mm512_mul_epu32(a, b); }
+  static I swap_words(I a) { return _mm512_shuffle_epi32(a, static_cast<_MM_PERM_ENUM>(0x1b)); }
+  static I srli64_32(I a) { return _mm512_srli_epi64(a, 32); }
+  static I xor3(I a, I b, I c) { return _mm512_ternarylogic_epi32(a, b, c, 0x96); }
+  static I concat_shift(I lo, I hi, I idx) { return _mm512_permutex2var_epi32(lo, idx, hi); }
   // Float addition / subtraction of bit patterns, rounded as MXCSR says (round_loop's Mxcsr).
   static I addf(I a, I b) { return _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(a), _mm512_castsi512_ps(b))); }
   static I subf(I a, I b) { return _mm512_castps_si512(_mm512_sub_ps(_mm512_castsi512_ps(a), _mm512_castsi512_ps(b))); }

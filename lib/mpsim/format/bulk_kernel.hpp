@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "mpsim/format/bulk_params.hpp"
+#include "mpsim/format/philox.hpp"
 
 namespace mpsim::bulk_detail {
 namespace {
@@ -114,25 +115,60 @@ inline typename S::I decode_finite_vec(typename S::I res, const KernelParams& p)
   return S::or_(S::sel(S::gt(S::set1(p.one_m), mag), sub, normal), sign);
 }
 
+// Stochastic rounding's random words, W lanes at a time: Philox4x32-10 (philox.hpp) with element e of
+// the stream taking word e % 4 of block e / 4. One vector evaluates W / 4 blocks, block b's counter and
+// state in lanes 4b .. 4b + 3, so a round is one 32x32->64 multiply of the even lanes (words 0 and 2 by
+// M0 and M1), one in-lane word reversal of the products, and one three-way xor with the odd words
+// shifted down and the round key:
+//   out = (hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0)   (Random123's _philox4x32round)
+// A call whose first element index0 is not a multiple of 4 (r = index0 % 4) takes lanes r .. r + W - 1
+// of two consecutive block vectors; the second is kept for the next vector of the call, so a call in
+// order still evaluates one block vector per vector. Only philox.hpp's constants are used here (see the
+// top of this file).
 template <class S>
-inline typename S::I lowbias32_vec(typename S::I x) {
-  // Wellons' lowbias32, as round.hpp defines it.
-  x = S::xor_(x, S::template srli<16>(x));
-  x = S::mullo(x, S::set1(static_cast<std::int32_t>(0x7feb352du)));
-  x = S::xor_(x, S::template srli<15>(x));
-  x = S::mullo(x, S::set1(static_cast<std::int32_t>(0x846ca68bu)));
-  x = S::xor_(x, S::template srli<16>(x));
-  return x;
-}
+struct PhiloxLanes {
+  using I = typename S::I;
+  I key[philox::kRounds];  // round j: (k0 + j W0, 0, k1 + j W1, 0) in every block
+  I mul;                   // (M0, 0, M1, 0)
+  I ctr0;                  // (lo32(q0 + b), hi32(q0), 0, 0) for block b of the call's first vector
+  I shift;                 // iota + r: the lanes of two block vectors a misaligned call takes
+  int r;
+  std::size_t ahead_pos = ~std::size_t{0};
+  I ahead;
 
-constexpr std::uint32_t lowbias32_scalar(std::uint32_t x) {
-  x ^= x >> 16;
-  x *= 0x7feb352dU;
-  x ^= x >> 15;
-  x *= 0x846ca68bU;
-  x ^= x >> 16;
-  return x;
-}
+  PhiloxLanes(std::uint32_t seed_lo, std::uint32_t seed_hi, std::uint64_t index0)
+      : r(static_cast<int>(index0 & 3)), ahead(S::zero()) {
+    std::uint32_t k0 = seed_lo, k1 = seed_hi;
+    for (int j = 0; j < philox::kRounds; ++j) {
+      key[j] = S::set4(static_cast<std::int32_t>(k0), 0, static_cast<std::int32_t>(k1), 0);
+      k0 += philox::kW0;
+      k1 += philox::kW1;
+    }
+    mul = S::set4(static_cast<std::int32_t>(philox::kM0), 0, static_cast<std::int32_t>(philox::kM1), 0);
+    const std::uint64_t q0 = index0 >> 2;
+    ctr0 = S::add(S::set4(static_cast<std::int32_t>(static_cast<std::uint32_t>(q0)),
+                          static_cast<std::int32_t>(static_cast<std::uint32_t>(q0 >> 32)), 0, 0),
+                  S::block_iota());
+    shift = S::add(S::iota(), S::set1(r));
+  }
+
+  // The W / 4 blocks starting with block q0 + pos / 4 (pos a multiple of 4). The high counter word stays
+  // hi32(q0): bulk.cpp splits calls where it would change.
+  __attribute__((always_inline)) I blocks(std::size_t pos) const {
+    I c = S::add_block_lane0(ctr0, static_cast<std::int32_t>(static_cast<std::uint32_t>(pos >> 2)));
+    for (int j = 0; j < philox::kRounds; ++j) c = S::xor3(S::swap_words(S::mul_epu32(c, mul)), S::srli64_32(c), key[j]);
+    return c;
+  }
+
+  // The random words of elements pos .. pos + W - 1 of the call (pos a multiple of W).
+  __attribute__((always_inline)) I at(std::size_t pos) {
+    if (r == 0) return blocks(pos);
+    const I cur = pos == ahead_pos ? ahead : blocks(pos);
+    ahead = blocks(pos + S::W);
+    ahead_pos = pos + S::W;
+    return S::concat_shift(cur, ahead, shift);
+  }
+};
 
 // NT: non-temporal stores (KernelParams::stream), for f32 / u32 (f16c_loop stores u16 itself).
 template <class S, OutKind KIND, bool NT>
@@ -556,9 +592,8 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
   const int m = p.man_bits;
   const int sh0 = p.sh0;
   const int nan_shift = 23 - m;
-  // Stochastic rounding: element index0 + i draws lowbias32(lo32(index0 + i) + offset(hi32)).
-  const std::uint32_t sr_off = p.sr_key_lo + lowbias32_scalar(static_cast<std::uint32_t>(index0 >> 32) ^ p.sr_key_hi);
-  const I kIdxBase = S::add(S::iota(), S::set1(static_cast<std::int32_t>(static_cast<std::uint32_t>(index0) + sr_off)));
+  // Stochastic rounding: element index0 + blk + i draws word (index0 + blk + i) % 4 of its Philox block.
+  PhiloxLanes<S> sr(p.sr_seed_lo, p.sr_seed_hi, index0);
 
   // Lookup counting (make_lut): round_uniform_or_not sends PLAIN calls here only where lut_ok holds.
   constexpr bool LUT = STATS && !UNIFORM && PLAIN && S::kHasLut;
@@ -567,10 +602,6 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
   const I kLut0 = S::load32(lut_tables.t), kLut1 = S::load32(lut_tables.t + (S::W == 16 ? 16 : 8));
 
   Counters<S> c;
-  // Stochastic rounding's counters (see the stochastic case below).
-  I idx_run = kZero;
-  std::size_t idx_next = ~std::size_t{0};
-  const I kIdxStep = S::set1(S::W);
   for (std::size_t blk = 0; blk < n; blk += kCounterBlock) {
     const std::size_t len = n - blk < kCounterBlock ? n - blk : kCounterBlock;
     I l_lut = kZero, l_min_s = S::set1(INT32_MAX);
@@ -695,7 +726,7 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
               if constexpr (MODE == Mode::to_odd) enc = with_sticky(enc, rem);
             } else {
               const I frac32 = S::sll(rem, 32 - sh0);
-              const I rnd = lowbias32_vec<S>(S::add(kIdxBase, S::set1(static_cast<std::int32_t>(blk + i))));
+              const I rnd = sr.at(blk + i);
               enc = S::count(S::srl(ar, sh0), S::carry(S::and_(frac32, kSrMask), S::and_(rnd, kSrMask)));
             }
           } else if constexpr (kFpuMode<MODE>) {
@@ -746,14 +777,7 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
               // zeros in frac32, and frac32 & sr_mask drops only bits whose counterparts in r are masked
               // off), and the sum fits in 32 bits. Lanes with sh >= 32 (|x| below 2^(emin - m - 8)) get 0
               // from the shifted r: a vector holding such a non-zero input takes the carry form.
-              // The counter vector continues from the previous call where the calls run in order (one
-              // add instead of a broadcast from a general register and an add). In cache, best of 6
-              // alternated runs: fp16 stochastic packed 0.336 -> 0.322 ns/element (AVX-512), 0.388 ->
-              // 0.366 (AVX2); AVX2 simulate 0.488 -> 0.431.
-              if (blk + i != idx_next) idx_run = S::add(kIdxBase, S::set1(static_cast<std::int32_t>(blk + i)));
-              const I rnd = lowbias32_vec<S>(idx_run);
-              idx_run = S::add(idx_run, kIdxStep);
-              idx_next = blk + i + S::W;
+              const I rnd = sr.at(blk + i);
               const I rm = S::and_(rnd, kSrMask);
               const I k = S::sub(k32, sh);
               mag = S::srlv(S::add(sig, S::srlv(rm, k)), sh);
@@ -940,8 +964,7 @@ void float_layout_loop(const float* in, void* out, std::size_t n, std::uint64_t 
   const I kLow = S::set1((1 << sh0) - 1), kKeep = S::set1(~((1 << sh0) - 1)), kHalfM1 = S::set1(((1 << sh0) - 1) >> 1);
   const I kHalf = S::set1(1 << (sh0 - 1)), kBit = S::set1(1 << sh0), kQuiet = S::set1(0x00400000);
   const I kSrMask = S::set1(static_cast<std::int32_t>(p.sr_mask));
-  const std::uint32_t sr_off = p.sr_key_lo + lowbias32_scalar(static_cast<std::uint32_t>(index0 >> 32) ^ p.sr_key_hi);
-  const I kIdxBase = S::add(S::iota(), S::set1(static_cast<std::int32_t>(static_cast<std::uint32_t>(index0) + sr_off)));
+  PhiloxLanes<S> sr(p.sr_seed_lo, p.sr_seed_hi, index0);
   // The pattern to truncate at bit sh0 (element i of the call, input bits b).
   auto rounded = [&](std::size_t i, I b) __attribute__((always_inline)) {
     if constexpr (MODE == Mode::nearest_even) return S::add(S::add(b, kHalfM1), S::and_(S::srl(b, sh0), kOne));
@@ -951,7 +974,7 @@ void float_layout_loop(const float* in, void* out, std::size_t n, std::uint64_t 
     else if constexpr (MODE == Mode::down) return S::add(b, S::maskz(S::negmask(b), kLow));
     else if constexpr (MODE == Mode::to_odd) return S::or_(b, S::maskz_not(S::eq(S::and_(b, kLow), kZero), kBit));
     else {
-      const I rnd = lowbias32_vec<S>(S::add(kIdxBase, S::set1(static_cast<std::int32_t>(i))));
+      const I rnd = sr.at(i);
       return S::add(b, S::srl(S::and_(rnd, kSrMask), 32 - sh0));
     }
   };

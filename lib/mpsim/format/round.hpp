@@ -1,12 +1,15 @@
 // The one rounding function (DESIGN.md). Everything that rounds — the bulk engine, the value types,
 // the training simulator, the analysis reports, the CLI — calls round_bits()/round() here or a path
-// that is tested bit for bit against them.
+// that is tested bit for bit against them. round_bits() and decode() are the host/device specification
+// of round_spec.hpp applied to a Format; the CUDA emulation (kernels/emu.hpp) calls the same functions.
 #pragma once
 
 #include <cstdint>
 #include <string_view>
 
 #include "mpsim/format/format.hpp"
+#include "mpsim/format/philox.hpp"
+#include "mpsim/format/round_spec.hpp"
 
 namespace mpsim {
 
@@ -29,8 +32,8 @@ struct Rounding {
   // lower neighbour is truncated to sr_bits bits and compared with an sr_bits-bit random number, as
   // hardware SR units do; with sr_bits at least the number of discarded bits the rounding is unbiased.
   int sr_bits = 32;
-  // Stochastic rounding: key of the counter-based generator. The random number used for element i is
-  // sr_random(seed, i): the result never depends on thread count or call order.
+  // Stochastic rounding: key of the counter-based generator (Philox4x32-10). The random number used for
+  // element i is sr_random(seed, i): the result never depends on thread count or call order.
   std::uint64_t seed = 0;
   InputSubnormals input_subnormals = InputSubnormals::keep;
 
@@ -52,40 +55,55 @@ std::string_view ieee_name(RoundingMode);
 RoundingMode parse_rounding_mode(std::string_view);
 
 // ---- the counter-based generator for stochastic rounding -------------------------------------------
-// 32 random bits for element `index` under `seed`. Built so that vector code can evaluate it 8 or 16
-// lanes at a time with 32-bit multiplies: a per-seed key (splitmix64 of the seed, Steele et al. 2014)
-// mixed with the high half of the index, added to the low half, then Wellons' "lowbias32" integer hash
-// (a bijection on 32 bits with low avalanche bias).
-struct SrKey {
-  std::uint32_t lo;  // added to the low 32 bits of the index
-  std::uint32_t hi;  // mixed with the high 32 bits
-};
+// 32 random bits for element `index` under `seed`: Philox4x32-10 (philox.hpp) keyed by the seed, counter
+// (index / 4, 0), word index % 4. Every seed is its own stream of 2^64 words (docs/formats.md).
+constexpr std::uint32_t sr_random(std::uint64_t seed, std::uint64_t index) { return philox::sr_random(seed, index); }
+
+// splitmix64 (Steele, Lea & Flood, "Fast splittable pseudorandom number generators", OOPSLA 2014): a
+// 64-bit mixing function for seeding and hashing (digests, test data), not part of rounding.
 constexpr std::uint64_t splitmix64(std::uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   return x ^ (x >> 31);
 }
-constexpr std::uint32_t lowbias32(std::uint32_t x) {
-  x ^= x >> 16;
-  x *= 0x7feb352dU;
-  x ^= x >> 15;
-  x *= 0x846ca68bU;
-  x ^= x >> 16;
-  return x;
+
+// The plain structs of the host/device specification (round_spec.hpp) for a Format / Rounding.
+inline spec::FormatSpec format_spec(const Format& f) {
+  spec::FormatSpec s;
+  s.man_bits = f.man_bits;
+  s.emin = f.emin;
+  s.emax = f.emax;
+  s.bias = f.bias;
+  s.nan = static_cast<std::uint8_t>(f.nan);
+  s.has_inf = f.has_inf;
+  s.has_sign = f.has_sign;
+  s.has_zero = f.has_zero;
+  s.flush_subnormals = f.subnormals == Subnormals::flush;
+  s.saturate = f.overflow == Overflow::saturate;
+  s.sign_bit = f.sign_bit();
+  s.storage_mask = f.storage_mask();
+  s.max_finite_bits = f.max_finite_bits;
+  s.inf_bits = f.inf_bits;
+  s.nan_bits = f.nan_bits;
+  return s;
 }
-constexpr SrKey sr_key(std::uint64_t seed) {
-  const std::uint64_t k = splitmix64(seed);
-  return {static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(k >> 32)};
+inline spec::RoundingSpec rounding_spec(const Rounding& r) {
+  spec::RoundingSpec s;
+  s.mode = static_cast<std::uint8_t>(r.mode);
+  s.inputs_subnormal_to_zero = r.input_subnormals == InputSubnormals::zero;
+  s.sr_bits = r.sr_bits;
+  s.seed = r.seed;
+  return s;
 }
-// The offset for a block of 2^32 indices sharing the same high half: vector code computes it once.
-constexpr std::uint32_t sr_block_offset(SrKey key, std::uint32_t index_hi) {
-  return key.lo + lowbias32(index_hi ^ key.hi);
-}
-constexpr std::uint32_t sr_random(SrKey key, std::uint64_t index) {
-  return lowbias32(static_cast<std::uint32_t>(index) + sr_block_offset(key, static_cast<std::uint32_t>(index >> 32)));
-}
-constexpr std::uint32_t sr_random(std::uint64_t seed, std::uint64_t index) { return sr_random(sr_key(seed), index); }
+static_assert(spec::kNanNone == static_cast<int>(NanEncoding::none) &&
+              spec::kNanNegZero == static_cast<int>(NanEncoding::neg_zero) &&
+              spec::kNanAllOnes == static_cast<int>(NanEncoding::all_ones));
+static_assert(spec::kStochastic == static_cast<int>(RoundingMode::stochastic) &&
+              spec::kToOdd == static_cast<int>(RoundingMode::to_odd) &&
+              spec::kNearestAway == static_cast<int>(RoundingMode::nearest_away) &&
+              spec::kDown == static_cast<int>(RoundingMode::down) && spec::kUp == static_cast<int>(RoundingMode::up) &&
+              spec::kTowardZero == static_cast<int>(RoundingMode::toward_zero));
 
 // ---- the specification -------------------------------------------------------------------------
 // Rounds x to `fmt` under `r` and returns the encoding (the format's bits, in the low storage_bits).
