@@ -24,6 +24,7 @@ struct DevFormat : spec::FormatSpec {
   bool canonical_nan = false;       // NaN inputs (and invalid operations) give canonical_nan_bits
   bool canonical_made_nan = false;  // ... and so do NaNs made by overflow / inf into a format without inf
   bool truncate_nan = false;        // NanRule::truncate_payload: NaN inputs cut to the format, not quieted
+  bool truncate_nan_minus_one = false;  // ... then lowered by one unit (ProfileRule::truncated_nan_minus_one)
   bool sat_zero_positive = false;   // the .sat forms write +0 for a -0 result
   std::uint64_t canonical_nan_bits = 0;
 };
@@ -67,6 +68,8 @@ MPSIM_HD std::uint64_t nan_result(std::uint64_t xbits, const DevFormat& f) {
     // The payload's top bits as they are; none left: ±inf, or ±max finite.
     const bool neg = xbits & spec::kDoubleSign;
     const std::uint64_t payload = (xbits & spec::kDoubleManMask) >> (52 - f.man_bits);
+    // inf_bits - 1 is max_finite_bits in an IEEE encoding: the borrow never reaches the sign.
+    if (f.truncate_nan_minus_one) return ((neg ? f.sign_bit : 0) | f.inf_bits | payload) - 1;
     if (payload != 0) return (neg ? f.sign_bit : 0) | f.inf_bits | payload;
     return (neg ? f.sign_bit : 0) | (f.saturate ? f.max_finite_bits : f.inf_bits);
   }

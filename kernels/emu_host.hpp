@@ -25,6 +25,7 @@ inline void make_dev(const Format& fmt_in, const Rounding& r_in, const Profile& 
       f.canonical_nan_bits = rule->canonical_nan_bits;
     }
     f.truncate_nan = rule->nan == NanRule::truncate_payload;
+    f.truncate_nan_minus_one = f.truncate_nan && rule->truncated_nan_minus_one;
     f.sat_zero_positive = rule->saturated_zero_positive;
   }
   r = rounding_spec(rr);

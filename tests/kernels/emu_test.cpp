@@ -176,6 +176,41 @@ TEST_CASE("profiles reach the device structs: cuda-sm90 NaN, x86 bf16 DAZ", "[em
   CHECK(mismatches == 0);
 }
 
+TEST_CASE("the device structs carry cuda-sm90's tf32 NaN rules: every NaN float, rna / rna.satfinite / rn / rz",
+          "[emu]") {
+  // The recorded H100 rules for tf32 (lib/mpsim/format/profile.cpp) act on NaN inputs only: cvt.rna cuts the
+  // payload, cvt.rna.satfinite cuts it and lowers the encoding by one, cvt.rn / cvt.rz write 0x7FFFE000.
+  struct Case {
+    const char* name;
+    Rounding r;
+    Overflow overflow;
+  };
+  const Case cases[] = {{"rna", Rounding::of(RoundingMode::nearest_away), Overflow::to_inf},
+                        {"rna.satfinite", Rounding::of(RoundingMode::nearest_away), Overflow::saturate},
+                        {"rn", Rounding{}, Overflow::to_inf},
+                        {"rz", Rounding::of(RoundingMode::toward_zero), Overflow::to_inf}};
+  for (const Case& c : cases) {
+    Format f = tf32();
+    f.overflow = c.overflow;
+    emu::DevFormat df;
+    emu::DevRounding dr;
+    emu::make_dev(f, c.r, profile_cuda_sm90(), Operation::convert, df, dr);
+    std::uint64_t checked = 0, mismatches = 0, changed = 0;
+    for (std::uint32_t sign : {0u, 0x80000000u})
+      for (std::uint32_t m = 1; m < (1u << 23); ++m) {
+        const std::uint32_t x = sign | 0x7f800000u | m;
+        const std::uint64_t want = round_bits_like(profile_cuda_sm90(), std::bit_cast<float>(x), f, c.r);
+        ++checked;
+        if (emu::round_float(x, df, dr) != want) ++mismatches;
+        if (want != round_bits(std::bit_cast<float>(x), f, c.r)) ++changed;
+      }
+    std::printf("tf32 %s under cuda-sm90: %llu NaN floats, emu vs library %llu mismatches (%llu differ from IEEE)\n",
+                c.name, (unsigned long long)checked, (unsigned long long)mismatches, (unsigned long long)changed);
+    CHECK(mismatches == 0);
+    CHECK(changed > 0);  // the rule is in force, so the comparison can fail
+  }
+}
+
 namespace {
 
 // fp16 values are integers times 2^-24; products times 2^-48. The exact a*b + c scaled by 2^48 fits in
