@@ -61,18 +61,10 @@ MPSIM_HD double sqrt_d(double a) {
 }
 
 // The device's result for a NaN input (double bits `xbits`): the profile's canonical NaN, the payload
-// cut without quieting (profile.cpp's truncated_nan()), or the specification's payload-keeping NaN.
+// cut without quieting (spec::truncated_nan(), as the library's profile), or the specification's payload-keeping NaN.
 MPSIM_HD std::uint64_t nan_result(std::uint64_t xbits, const DevFormat& f) {
   if (f.canonical_nan) return f.canonical_nan_bits;
-  if (f.truncate_nan && f.nan == spec::kNanIeee) {
-    // The payload's top bits as they are; none left: ±inf, or ±max finite.
-    const bool neg = xbits & spec::kDoubleSign;
-    const std::uint64_t payload = (xbits & spec::kDoubleManMask) >> (52 - f.man_bits);
-    // inf_bits - 1 is max_finite_bits in an IEEE encoding: the borrow never reaches the sign.
-    if (f.truncate_nan_minus_one) return ((neg ? f.sign_bit : 0) | f.inf_bits | payload) - 1;
-    if (payload != 0) return (neg ? f.sign_bit : 0) | f.inf_bits | payload;
-    return (neg ? f.sign_bit : 0) | (f.saturate ? f.max_finite_bits : f.inf_bits);
-  }
+  if (f.truncate_nan && f.nan == spec::kNanIeee) return spec::truncated_nan(xbits, f, f.truncate_nan_minus_one);
   return spec::nan_result(xbits, f);
 }
 

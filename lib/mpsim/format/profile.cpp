@@ -191,29 +191,14 @@ std::uint64_t canonical_or_bits(const ProfileRule& rule, const Format& fmt, std:
   return rule.canonical_nan_bits;
 }
 
-// truncate_payload for an input NaN with sign `negative` and mantissa `mantissa` of `source_man_bits`
-// bits, into an IEEE-encoded `fmt`: the mantissa's top man_bits kept as they are, then with
-// `minus_one` the encoding lowered by one.
-std::uint64_t truncated_nan(bool negative, std::uint64_t mantissa, int source_man_bits, const Format& fmt,
-                            bool minus_one) {
-  const std::uint64_t sign = negative ? fmt.sign_bit() : 0;
-  const int cut = source_man_bits - fmt.man_bits;  // a wider format keeps the whole payload
-  const std::uint64_t payload = cut >= 0 ? mantissa >> cut : mantissa << -cut;
-  // inf_bits - 1 is max_finite_bits in an IEEE encoding: the borrow never reaches the sign.
-  if (minus_one) return (sign | fmt.inf_bits | payload) - 1;
-  if (payload != 0) return sign | fmt.inf_bits | payload;
-  // Only the cut bits were set: the bits left are ±inf's, which a saturating conversion clamps.
-  return sign | (fmt.overflow == Overflow::saturate ? fmt.max_finite_bits : fmt.inf_bits);
-}
-
 }  // namespace
 
 std::uint64_t DeviceRounding::convert_result(std::uint64_t bits, float x) const {
   if (!rule) return bits;
   if (rule->nan == NanRule::truncate_payload) {
     if (x == x || format.nan != NanEncoding::ieee) return bits;
-    const std::uint32_t xb = std::bit_cast<std::uint32_t>(x);
-    return truncated_nan(xb >> 31, xb & 0x7fffffu, 23, format, rule->truncated_nan_minus_one);
+    return spec::truncated_nan(spec::widen_float_bits(std::bit_cast<std::uint32_t>(x)), format_spec(format),
+                               rule->truncated_nan_minus_one);
   }
   return canonical_or_bits(*rule, format, bits, x != x);
 }
@@ -222,8 +207,7 @@ std::uint64_t DeviceRounding::convert_result(std::uint64_t bits, double x) const
   if (!rule) return bits;
   if (rule->nan == NanRule::truncate_payload) {
     if (x == x || format.nan != NanEncoding::ieee) return bits;
-    const std::uint64_t xb = std::bit_cast<std::uint64_t>(x);
-    return truncated_nan(xb >> 63, xb & 0x000fffffffffffffull, 52, format, rule->truncated_nan_minus_one);
+    return spec::truncated_nan(std::bit_cast<std::uint64_t>(x), format_spec(format), rule->truncated_nan_minus_one);
   }
   return canonical_or_bits(*rule, format, bits, x != x);
 }

@@ -73,6 +73,19 @@ MPSIM_HD std::uint64_t nan_result(std::uint64_t xbits, const FormatSpec& f) {
   }
 }
 
+// A device's unquieted NaN (profile.hpp's NanRule::truncate_payload) for a NaN input (double bits `xbits`)
+// into an IEEE-encoded format: the sign and the payload's top man_bits kept as they are, nothing quieted.
+// With `minus_one` the encoding is then lowered by one unit (H100 cvt.rna.satfinite.tf32.f32, recorded):
+// inf_bits - 1 is max_finite_bits, and the borrow never reaches the sign. Without it a payload that lay only
+// in the cut bits leaves ±inf's bits, which a saturating conversion clamps to ±max finite.
+MPSIM_HD std::uint64_t truncated_nan(std::uint64_t xbits, const FormatSpec& f, bool minus_one) {
+  const std::uint64_t sign = (xbits & kDoubleSign) ? f.sign_bit : 0;
+  const std::uint64_t payload = (xbits & kDoubleManMask) >> (52 - f.man_bits);
+  if (minus_one) return (sign | f.inf_bits | payload) - 1;
+  if (payload != 0) return sign | f.inf_bits | payload;
+  return sign | (f.saturate ? f.max_finite_bits : f.inf_bits);
+}
+
 // The encoding of an overflowed result of sign `neg` in mode `m`.
 MPSIM_HD std::uint64_t overflow_result(bool neg, const FormatSpec& f, std::uint8_t m) {
   const std::uint64_t sign = neg ? f.sign_bit : 0;
