@@ -127,6 +127,12 @@ def _row_len(shape):
     return int(shape[-1]) if len(shape) else 1
 
 
+def _check_no_element_options(fmt, subnormals, overflow, like):
+    if subnormals != "keep" or overflow != "inf" or like != "ieee":
+        raise ValueError(f"subnormals, overflow and like do not apply to {fmt}: its elements keep subnormals "
+                         "and saturate (OCP MX v1.0)")
+
+
 def round(x, fmt, mode="rne", *, seed=0, sr_bits=32, subnormals="keep", overflow="inf", like="ieee", daz=False,
           out=None, stats=False, block=0, block_scale="floor", index0=0, threads=0):
     """The values of x rounded to fmt, in x's dtype (simulate mode), as `mpsim round` computes them.
@@ -155,9 +161,7 @@ def round(x, fmt, mode="rne", *, seed=0, sr_bits=32, subnormals="keep", overflow
     if isinstance(fmt, str) and is_block_format(fmt):
         if str(x.dtype) not in ("float32", "torch.float32"):
             raise TypeError(f"x has dtype {x.dtype}; block formats take float32")
-        if subnormals != "keep" or overflow != "inf" or like != "ieee":
-            raise ValueError(f"subnormals, overflow and like do not apply to {fmt}: its elements keep subnormals "
-                             "and saturate (OCP MX v1.0)")
+        _check_no_element_options(fmt, subnormals, overflow, like)
         st = _core.round_blocks_into(x, out, fmt, block, block_scale, _row_len(x.shape), mode, seed, sr_bits, daz,
                                      stats)
     else:
@@ -198,9 +202,7 @@ def encode(x, fmt, mode="rne", *, seed=0, sr_bits=32, subnormals="keep", overflo
     """
     x, kind = _prepare(x, widen=True)
     if isinstance(fmt, str) and is_block_format(fmt):
-        if subnormals != "keep" or overflow != "inf" or like != "ieee":
-            raise ValueError(f"subnormals, overflow and like do not apply to {fmt}: its elements keep subnormals "
-                             "and saturate (OCP MX v1.0)")
+        _check_no_element_options(fmt, subnormals, overflow, like)
         shape = tuple(x.shape)
         row = _row_len(shape)
         eff_block = block or (16 if fmt == "nvfp4" else 32)

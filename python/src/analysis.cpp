@@ -294,7 +294,7 @@ nlohmann::json counter_state_json(const Counter& c) {
   return {{"schema", "mpsim-underflow-counter-2"},
           {"format", f.name},
           {"subnormals", std::string(to_string(f.subnormals))},
-          {"overflow", f.overflow == Overflow::saturate ? "saturate" : "inf"},
+          {"overflow", std::string(to_string(f.overflow))},
           {"mode", std::string(short_name(c.range.rounding().mode))},
           {"amax", c.range.amax()},
           {"amin_nonzero", c.range.amin_nonzero()},
@@ -309,7 +309,7 @@ nlohmann::json counter_state_json(const Counter& c) {
 Counter counter_from_state_json(const nlohmann::json& j) {
   if (!j.is_object() || j.value("schema", "") != "mpsim-underflow-counter-2")
     throw Error("UnderflowCounter.from_json: not an mpsim-underflow-counter-2 object");
-  const Format f = format_with_options(parse_format(j.at("format").get<std::string>()),
+  const Format f = format_with_kwargs(parse_format(j.at("format").get<std::string>()),
                                        j.at("subnormals").get<std::string>(), j.at("overflow").get<std::string>());
   const Rounding r = Rounding::of(parse_rounding_mode(j.at("mode").get<std::string>()));
   const auto v = dense(j.at("counts"), j.at("counts_size").get<std::size_t>(), "count");

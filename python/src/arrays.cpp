@@ -61,8 +61,8 @@ nb::dict block_stats_dict(const BlockStats& s, const BlockFormat& bf, float tens
 DeviceRounding resolve(const Format& fmt, const std::string& subnormals, const std::string& overflow,
                        const std::string& mode, int sr_bits, std::uint64_t seed, bool daz, const std::string& like,
                        bool double_input) {
-  const Format requested = format_with_options(fmt, subnormals, overflow);
-  const Rounding r = rounding_with_options(mode, sr_bits, seed, daz);
+  const Format requested = format_with_kwargs(fmt, subnormals, overflow);
+  const Rounding r = rounding_with_kwargs(mode, sr_bits, seed, daz);
   return resolve_profile(find_profile(like), requested, r, Operation::convert,
                          double_input ? InputType::float64 : InputType::float32);
 }
@@ -202,7 +202,7 @@ nb::object round_blocks_values(const AnyArray& x, const WritableArray& out, cons
                                const std::string& block_scale, std::size_t row_len, const std::string& mode,
                                std::uint64_t seed, int sr_bits, bool daz, bool want_stats) {
   const BlockFormat bf = block_format(name, block, block_scale);
-  const Rounding r = rounding_with_options(mode, sr_bits, seed, daz);
+  const Rounding r = rounding_with_kwargs(mode, sr_bits, seed, daz);
   const std::span<const float> in = input_span<float>(x, "x");
   const std::span<float> o = output_span<float>(out, "out", in.size());
   BlockStats st;
@@ -222,7 +222,7 @@ nb::object encode_blocks(const AnyArray& x, const WritableArray& elements, const
                          const std::string& name, int block, const std::string& block_scale, std::size_t row_len,
                          const std::string& mode, std::uint64_t seed, int sr_bits, bool daz, bool want_stats) {
   const BlockFormat bf = block_format(name, block, block_scale);
-  const Rounding r = rounding_with_options(mode, sr_bits, seed, daz);
+  const Rounding r = rounding_with_kwargs(mode, sr_bits, seed, daz);
   const std::span<const float> in = input_span<float>(x, "x");
   const std::span<std::uint8_t> e = output_span<std::uint8_t>(elements, "elements", in.size());
   BlockStats st;

@@ -37,12 +37,12 @@ std::span<const T> input_span(const AnyArray& a, const char* what);
 template <class T>
 std::span<T> output_span(const WritableArray& a, const char* what, std::size_t expected_size);
 
-// The format, with the subnormals ("keep" | "flush") and overflow ("inf" | "saturate") options applied;
-// ValueError naming the argument for an unknown value.
-Format format_with_options(const Format& base, std::string_view subnormals, std::string_view overflow);
+// The format, with the subnormals ("keep" | "flush") and overflow ("inf" | "saturate") keyword arguments
+// applied (lib/mpsim/format/options.hpp); ValueError naming the argument for an unknown value.
+Format format_with_kwargs(const Format& base, std::string_view subnormals, std::string_view overflow);
 // The rounding: mode name as the CLI takes it, validated (sr_bits 1..32; sr_bits other than 32 only
 // with stochastic rounding, as the CLI's --sr-bits).
-Rounding rounding_with_options(std::string_view mode, int sr_bits, std::uint64_t seed, bool daz);
+Rounding rounding_with_kwargs(std::string_view mode, int sr_bits, std::uint64_t seed, bool daz);
 
 void bind_formats(nb::module_& m);
 void bind_arrays(nb::module_& m);

@@ -10,6 +10,7 @@
 #include "mpsim/error.hpp"
 #include "mpsim/format/block.hpp"
 #include "mpsim/format/format.hpp"
+#include "mpsim/format/options.hpp"
 #include "mpsim/format/round.hpp"
 #include "mpsim/version.hpp"
 
@@ -29,29 +30,36 @@ std::string dtype_name(nb::dlpack::dtype d) {
   return name;
 }
 
-Format format_with_options(const Format& base, std::string_view subnormals, std::string_view overflow) {
-  Subnormals sub;
-  if (subnormals == "keep") sub = Subnormals::keep;
-  else if (subnormals == "flush") sub = Subnormals::flush;
-  else throw nb::value_error(("subnormals='" + std::string(subnormals) + "': unknown (known: keep, flush)").c_str());
-  Overflow ovf;
-  if (overflow == "inf") ovf = Overflow::to_inf;
-  else if (overflow == "saturate") ovf = Overflow::saturate;
-  else throw nb::value_error(("overflow='" + std::string(overflow) + "': unknown (known: inf, saturate)").c_str());
-  if (sub == base.subnormals && ovf == base.overflow) return base;
-  return with_options(base, sub, ovf);
+namespace {
+// A wrong option in Python's words (keyword arguments).
+[[noreturn]] void throw_option_error(const OptionError& e) {
+  switch (e.key) {
+    case OptionKey::subnormals:
+    case OptionKey::overflow: {
+      const std::string arg = e.key == OptionKey::subnormals ? "subnormals" : "overflow";
+      throw nb::value_error(
+          (arg + "='" + e.value + "': unknown (known: " + std::string(option_words(e.key)) + ")").c_str());
+    }
+    case OptionKey::sr_bits: throw nb::value_error("sr_bits applies only to mode='sr' (stochastic rounding)");
+  }
+  throw nb::value_error(e.what());
+}
+}  // namespace
+
+Format format_with_kwargs(const Format& base, std::string_view subnormals, std::string_view overflow) {
+  try {
+    return format_with_options(base, subnormals, overflow);
+  } catch (const OptionError& e) {
+    throw_option_error(e);
+  }
 }
 
-Rounding rounding_with_options(std::string_view mode, int sr_bits, std::uint64_t seed, bool daz) {
-  Rounding r;
-  r.mode = parse_rounding_mode(mode);
-  r.sr_bits = sr_bits;
-  r.seed = seed;
-  r.input_subnormals = daz ? InputSubnormals::zero : InputSubnormals::keep;
-  validate(r);
-  if (sr_bits != 32 && r.mode != RoundingMode::stochastic)
-    throw nb::value_error("sr_bits applies only to mode='sr' (stochastic rounding)");
-  return r;
+Rounding rounding_with_kwargs(std::string_view mode, int sr_bits, std::uint64_t seed, bool daz) {
+  try {
+    return rounding_with_options(mode, sr_bits, seed, daz);
+  } catch (const OptionError& e) {
+    throw_option_error(e);
+  }
 }
 
 void bind_formats(nb::module_& m) {
@@ -83,7 +91,7 @@ void bind_formats(nb::module_& m) {
       .def(
           "with_options",
           [](const Format& f, std::string_view subnormals, std::string_view overflow) {
-            return format_with_options(f, subnormals, overflow);
+            return format_with_kwargs(f, subnormals, overflow);
           },
           nb::arg("subnormals") = "keep", nb::arg("overflow") = "inf",
           "The same format with subnormal results kept or flushed and overflow to inf or saturating.")
@@ -99,15 +107,14 @@ void bind_formats(nb::module_& m) {
              std::string s = "mpsim.Format('" + f.name + "')";
              if (f.subnormals != Subnormals::keep || f.overflow != Overflow::to_inf)
                s += ".with_options(subnormals='" + std::string(to_string(f.subnormals)) + "', overflow='" +
-                    (f.overflow == Overflow::saturate ? "saturate" : "inf") + "')";
+                    std::string(to_string(f.overflow)) + "')";
              return s;
            })
       .def("__getstate__", [](const Format& f) {
-        return nb::make_tuple(f.name, std::string(to_string(f.subnormals)),
-                              f.overflow == Overflow::saturate ? "saturate" : "inf");
+        return nb::make_tuple(f.name, std::string(to_string(f.subnormals)), std::string(to_string(f.overflow)));
       })
       .def("__setstate__", [](Format* f, const nb::tuple& t) {
-        new (f) Format(format_with_options(parse_format(nb::cast<std::string>(t[0])), nb::cast<std::string>(t[1]),
+        new (f) Format(format_with_kwargs(parse_format(nb::cast<std::string>(t[0])), nb::cast<std::string>(t[1]),
                                            nb::cast<std::string>(t[2])));
       });
 

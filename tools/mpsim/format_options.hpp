@@ -1,5 +1,6 @@
 // The format and rounding options shared by `mpsim round` and `mpsim arith`: a format name plus
-// --subnormals keep|flush and --overflow inf|saturate; --mode, --sr-bits, --seed, --daz.
+// --subnormals keep|flush and --overflow inf|saturate; --mode, --sr-bits, --seed, --daz. The words are
+// parsed in lib/mpsim/format/options.hpp; here a wrong one is named as the command line spells it.
 #pragma once
 
 #include <cstdint>
@@ -7,34 +8,41 @@
 
 #include "mpsim/error.hpp"
 #include "mpsim/format/format.hpp"
+#include "mpsim/format/options.hpp"
 #include "mpsim/format/round.hpp"
 
 namespace mpsim::cli {
 
+// The message of a wrong option in the command line's words.
+inline Error option_error(const OptionError& e) {
+  switch (e.key) {
+    case OptionKey::subnormals:
+    case OptionKey::overflow: {
+      const std::string flag = e.key == OptionKey::subnormals ? "--subnormals" : "--overflow";
+      return Error(flag + ": unknown value '" + e.value + "' (known: " + std::string(option_words(e.key)) + ")");
+    }
+    case OptionKey::sr_bits: return Error("--sr-bits applies only to --mode sr");
+  }
+  return Error(e.what());
+}
+
 inline Format format_with_options(const std::string& name, const std::string& subnormals,
                                   const std::string& overflow) {
   const Format base = parse_format(name);
-  Subnormals sub;
-  if (subnormals == "keep") sub = Subnormals::keep;
-  else if (subnormals == "flush") sub = Subnormals::flush;
-  else throw Error("--subnormals: unknown value '" + subnormals + "' (known: keep, flush)");
-  Overflow ovf;
-  if (overflow == "inf") ovf = Overflow::to_inf;
-  else if (overflow == "saturate") ovf = Overflow::saturate;
-  else throw Error("--overflow: unknown value '" + overflow + "' (known: inf, saturate)");
-  return with_options(base, sub, ovf);
+  try {
+    return mpsim::format_with_options(base, subnormals, overflow);
+  } catch (const OptionError& e) {
+    throw option_error(e);
+  }
 }
 
 // The Rounding the options name, validated; --sr-bits other than the default needs --mode sr.
 inline Rounding rounding_with_options(const std::string& mode, int sr_bits, std::uint64_t seed, bool daz) {
-  Rounding r;
-  r.mode = parse_rounding_mode(mode);
-  r.sr_bits = sr_bits;
-  r.seed = seed;
-  r.input_subnormals = daz ? InputSubnormals::zero : InputSubnormals::keep;
-  validate(r);
-  if (sr_bits != 32 && r.mode != RoundingMode::stochastic) throw Error("--sr-bits applies only to --mode sr");
-  return r;
+  try {
+    return mpsim::rounding_with_options(mode, sr_bits, seed, daz);
+  } catch (const OptionError& e) {
+    throw option_error(e);
+  }
 }
 
 }  // namespace mpsim::cli
