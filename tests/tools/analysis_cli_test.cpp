@@ -20,6 +20,7 @@
 #include "../io/test_files.hpp"
 #include "run_mpsim.hpp"
 #include "mpsim/analysis/updates.hpp"
+#include "mpsim/format/block.hpp"
 #include "mpsim/format/format.hpp"
 #include "mpsim/format/round.hpp"
 #include "mpsim/io/npy.hpp"
@@ -345,4 +346,87 @@ TEST_CASE("bad input: exit 2 and no output; one bad file among good ones is name
   const auto m = run_mpsim(dir, "updates " + quote((dir / "w3.npy").string()) + " " + quote((dir / "u4.npy").string()) +
                                     " --json " + out);
   CHECK(m.status == 2);
+}
+
+TEST_CASE("block formats stream in underflow, hist and rounding-error: any chunk gives the whole tensor's report",
+          "[analysis_cli]") {
+  // An .npz of three tensors whose rows (100, 37 and 16 values) are no multiple of the chunks (7, 1000): a
+  // tensor spans many chunks and a chunk ends inside rows and blocks. The default chunk (2^20 values) reads
+  // every tensor in one piece. The reports must agree number for number; underflow's block counts are also
+  // checked against quantize_blocks on each whole tensor in-process.
+  ScratchDir dir("analysis-cli");
+  const auto a = gradients(97 * 100, 11), b = gradients(50 * 37, 12), c = gradients(16 * 16, 13);
+  const std::vector<std::pair<std::string, io::NpyArray>> members = {
+      {"a", io::make_npy(std::span<const float>(a), {97, 100})},
+      {"b", io::make_npy(std::span<const float>(b), {50, 37})},
+      {"c", io::make_npy(std::span<const float>(c), {16, 16})}};
+  const auto bytes = io::npz_bytes(members);
+  mpsim::test::write_bytes(dir / "t.npz", bytes);
+  const std::string in = quote((dir / "t.npz").string()), out = quote((dir / "r.json").string());
+  int reports = 0, numbers = 0;
+  auto count_numbers = [](const nlohmann::json& j, auto&& self) -> int {
+    if (j.is_number()) return 1;
+    int n = 0;
+    if (j.is_structured())
+      for (const auto& v : j) n += self(v, self);
+    return n;
+  };
+  const std::vector<std::string> commands = {
+      "underflow --format mxfp8_e4m3,mxfp4_e2m1,nvfp4,fp8_e4m3,fp16 --scale 1024",
+      "hist --format nvfp4", "hist --format mxfp4_e2m1", "hist --format mxfp8_e4m3",
+      "rounding-error --format nvfp4 --modes rne,sr --seed 3", "rounding-error --format mxfp8_e4m3 --modes rne,sr",
+      "rounding-error --format mxfp4_e2m1"};
+  for (const std::string& cmd : commands) {
+    const auto whole = run_mpsim(dir, cmd + " " + in + " --json " + out);
+    INFO(cmd << ": " << whole.output);
+    REQUIRE(whole.status == 0);
+    auto want = read_json(dir / "r.json");
+    want.erase("mpsim_version");
+    for (const char* chunk : {" --chunk 7", " --chunk 1000"}) {
+      const auto res = run_mpsim(dir, cmd + chunk + " " + in + " --json " + out);
+      REQUIRE(res.status == 0);
+      auto got = read_json(dir / "r.json");
+      got.erase("mpsim_version");
+      CHECK(got == want);
+      ++reports;
+      numbers += count_numbers(got, count_numbers);
+    }
+    if (cmd.rfind("underflow", 0) == 0) {
+      // Each block format's counts against the whole tensor quantized at once.
+      const std::vector<std::pair<const std::vector<float>*, std::size_t>> tensors = {{&a, 100}, {&b, 37}, {&c, 16}};
+      for (std::size_t t = 0; t < tensors.size(); ++t) {
+        for (std::size_t k = 0; k < 3; ++k) {
+          const auto& j = want["tensors"][t]["formats"][k];
+          const BlockFormat bf = parse_block_format(j["format"].get<std::string>());
+          BlockStats s;
+          quantize_blocks(*tensors[t].first, tensors[t].second, bf, Rounding{}, &s);
+          CHECK(j["flushed_num"] == s.flushed);
+          CHECK(j["subnormal_num"] == s.subnormal);
+          CHECK(j["saturated_num"] == s.saturated);
+          CHECK(j["blocks"] == s.blocks);
+          std::printf("underflow %s %s: flushed %llu subnormal %llu saturated %llu blocks %llu (quantize_blocks on "
+                      "the whole tensor: the same)\n",
+                      want["tensors"][t]["tensor"].get<std::string>().c_str(), bf.name.c_str(),
+                      static_cast<unsigned long long>(s.flushed), static_cast<unsigned long long>(s.subnormal),
+                      static_cast<unsigned long long>(s.saturated), static_cast<unsigned long long>(s.blocks));
+        }
+      }
+    }
+  }
+  std::printf("block formats streamed: %d reports with chunks of 7 and 1000 values equal to the one-chunk report "
+              "(%d JSON numbers compared)\n",
+              reports, numbers);
+
+  // A truncated file: exit 2, nothing written.
+  write_truncated(dir / "short.npy", a);
+  std::filesystem::remove(dir / "r.json");
+  const auto before = dir.files();
+  for (const std::string& cmd : commands) {
+    const auto r = run_mpsim(dir, cmd + " --chunk 7 " + quote((dir / "short.npy").string()) + " --json " + out +
+                                      " --csv " + quote((dir / "r.csv").string()));
+    CHECK(r.status == 2);
+    CHECK(r.output.find("short.npy") != std::string::npos);
+    CHECK(dir.files() == before);
+    std::printf("%s, truncated input: exit %d, %s", cmd.c_str(), r.status, r.output.c_str());
+  }
 }

@@ -521,3 +521,87 @@ TEST_CASE("mpsim round --to an MX format streams by rows: any chunk gives round_
               compared, differ);
   CHECK(differ == 0);
 }
+
+TEST_CASE("mpsim round --to a block format, values and --bits, streams by rows: any chunk gives the whole tensor's bytes",
+          "[round_cli]") {
+  ScratchDir dir("round-cli");
+  // 97 rows of 100 (MX: three blocks of 32 and one of 4 per row; nvfp4: six of 16 and one of 4); chunks of 1,
+  // 150 and 4096 values end inside rows and blocks. The reference is the whole tensor quantized at once
+  // in-process: round_blocks' values, and for --bits the very bytes npz_bytes makes of quantize_blocks'
+  // elements, scales (and nvfp4's tensor scale). "with specials" holds inf and NaN: an MX block of them is
+  // NaN, and the whole nvfp4 tensor is (its tensor scale is NaN).
+  const std::size_t rows = 97, row = 100;
+  const std::vector<float> with_specials = test_inputs(rows * row - 22);
+  std::vector<float> finite = with_specials;
+  for (auto& v : finite)
+    if (!std::isfinite(v)) v = 0.5f;
+  std::size_t values_compared = 0, values_differ = 0, files_compared = 0, bytes_compared = 0;
+  for (const std::vector<float>* input : std::initializer_list<const std::vector<float>*>{&finite, &with_specials}) {
+    const std::vector<float>& x = *input;
+    mpsim::io::write_npy(dir / "x.npy", mpsim::io::make_npy(std::span<const float>(x), {97, 100}));
+    for (const char* to : {"mxfp8_e4m3 --mode sr --seed 5", "mxfp4_e2m1 --mode rtz", "nvfp4", "nvfp4 --mode sr --seed 9"}) {
+      const std::string spec(to);
+      const mpsim::BlockFormat bf = mpsim::parse_block_format(spec.substr(0, spec.find(' ')));
+      mpsim::Rounding r = mpsim::Rounding::of(spec.find("sr") != std::string::npos ? mpsim::RoundingMode::stochastic
+                                             : spec.find("rtz") != std::string::npos ? mpsim::RoundingMode::toward_zero
+                                                                                      : mpsim::RoundingMode::nearest_even);
+      r.seed = spec.find("seed 5") != std::string::npos ? 5 : spec.find("seed 9") != std::string::npos ? 9 : 0;
+      std::vector<float> want(x.size());
+      mpsim::round_blocks(x, want, row, bf, r);
+      const mpsim::BlockQuantized q = mpsim::quantize_blocks(x, row, bf, r);
+      std::vector<std::pair<std::string, mpsim::io::NpyArray>> members = {
+          {"elements", mpsim::io::make_npy(std::span<const std::uint8_t>(q.elements), {97, 100})},
+          {"scales", mpsim::io::make_npy(std::span<const std::uint8_t>(q.scales),
+                                         {97, static_cast<std::int64_t>((row + bf.block - 1) / bf.block)})}};
+      if (bf.two_level) members.push_back({"tensor_scale", mpsim::io::make_npy(std::span<const float>(&q.tensor_scale, 1), {1})});
+      const auto want_bits = mpsim::io::npz_bytes(members);
+      for (const char* chunk : {"", " --chunk 1", " --chunk 150", " --chunk 4096"}) {
+        const std::string io = " " + quote((dir / "x.npy").string()) + " " + quote((dir / "y.out").string());
+        auto res = run_mpsim(dir, std::string("round --to ") + to + chunk + io);
+        INFO(to << chunk << ": " << res.output);
+        REQUIRE(res.status == 0);
+        const auto y = mpsim::io::read_npy(dir / "y.out");
+        REQUIRE(y.shape == std::vector<std::int64_t>{97, 100});
+        const auto got = mpsim::io::to_float(y);
+        for (std::size_t i = 0; i < x.size(); ++i, ++values_compared)
+          values_differ += std::bit_cast<std::uint32_t>(got[i]) != std::bit_cast<std::uint32_t>(want[i]);
+        res = run_mpsim(dir, std::string("round --bits --to ") + to + chunk + io);
+        REQUIRE(res.status == 0);
+        const auto got_bits = mpsim::test::read_bytes(dir / "y.out");
+        CHECK(got_bits == want_bits);
+        ++files_compared;
+        bytes_compared += got_bits.size();
+      }
+    }
+  }
+  std::printf("round --to mxfp8_e4m3 / mxfp4_e2m1 / nvfp4 streamed by rows (chunks of 1, 150, 4096 and the default), "
+              "inputs finite and with inf/NaN: %zu values vs round_blocks on the whole tensor, %zu differ; %zu --bits "
+              ".npz files (%zu bytes) vs npz_bytes of quantize_blocks on the whole tensor\n",
+              values_compared, values_differ, files_compared, bytes_compared);
+  CHECK(values_differ == 0);
+}
+
+TEST_CASE("mpsim round --to a block format: a truncated input fails with one message and leaves no output",
+          "[round_cli]") {
+  ScratchDir dir("round-cli");
+  const auto x = test_inputs(64 * 100 - 22);
+  mpsim::io::write_npy(dir / "x.npy", mpsim::io::make_npy(std::span<const float>(x), {64, 100}));
+  auto bytes = mpsim::test::read_bytes(dir / "x.npy");
+  bytes.resize(bytes.size() - 4 * 1000 - 1);  // 1000 values and a byte short
+  mpsim::test::write_bytes(dir / "short.npy", bytes);
+  const auto before = dir.files().size();
+  int runs = 0;
+  for (const char* to : {"nvfp4", "nvfp4 --bits", "mxfp8_e4m3 --bits", "mxfp4_e2m1"}) {
+    const auto res = run_mpsim(dir, std::string("round --to ") + to + " --chunk 512 --stats-json " +
+                                        quote((dir / "st.json").string()) + " " + quote((dir / "short.npy").string()) +
+                                        " " + quote((dir / "out.npz").string()));
+    INFO(to << ": " << res.output);
+    CHECK(res.status == 2);
+    CHECK(res.output.find("short.npy") != std::string::npos);
+    CHECK(std::count(res.output.begin(), res.output.end(), '\n') == 1);
+    CHECK(dir.files().size() == before);
+    std::printf("round --to %s, truncated input: exit %d, %s", to, res.status, res.output.c_str());
+    ++runs;
+  }
+  CHECK(runs == 4);
+}

@@ -30,6 +30,9 @@ struct CommonOptions {
   std::string format = "fp16";
   double scale = 1;
   std::string json_path, csv_path, dtype;
+  // Elements per chunk of the streamed reads (and per run of rows of a block format): the tests make it
+  // small so that a tensor spans many chunks.
+  std::size_t chunk = std::size_t{1} << 20;
 };
 
 inline void add_common(CLI::App* cmd, CommonOptions& o, bool with_inputs = true) {
@@ -39,6 +42,7 @@ inline void add_common(CLI::App* cmd, CommonOptions& o, bool with_inputs = true)
   cmd->add_option("--json", o.json_path, "Write the report as JSON to this file (-: standard output)");
   cmd->add_option("--csv", o.csv_path, "Write the report as tidy CSV (tensor,format,scale,stat,value; -: standard output)");
   cmd->add_option("--dtype", o.dtype, "Read integer arrays as the bits of this type (bf16, fp16, fp8_e4m3, fp8_e5m2)");
+  cmd->add_option("--chunk", o.chunk, "Elements read per chunk")->group("");  // hidden: for the tests
 }
 
 // --block / --block-scale, for the commands whose --format may name a block format (hist, rounding-error).
@@ -74,6 +78,8 @@ inline int log2_scale(double scale) {
 // `progress` (may be null) is advanced as the inputs are read.
 inline analysis::InputOptions input_options(const CommonOptions& o, io::ProgressBar* progress = nullptr) {
   analysis::InputOptions io;
+  if (o.chunk == 0) throw Error("--chunk must be at least 1");
+  io.chunk_elements = o.chunk;
   if (!o.dtype.empty()) io.dtype = io::parse_dtype(o.dtype, "--dtype");
   io.progress = progress;
   // "e4m3" used to mean OCP's e4m3fn here while --format read it as IEEE-style; one name table now gives
@@ -85,8 +91,11 @@ inline analysis::InputOptions input_options(const CommonOptions& o, io::Progress
 }
 
 // The progress line of a command reading these files (drawn only on a terminal).
-inline std::unique_ptr<io::ProgressBar> input_progress(const std::string& command, const std::vector<std::string>& files) {
-  return std::make_unique<io::ProgressBar>(command, analysis::total_bytes(files), io::ProgressBar::Unit::bytes);
+// `passes`: how many times each tensor is read (2 where nvfp4's tensor scale or a per-tensor amax is needed first).
+inline std::unique_ptr<io::ProgressBar> input_progress(const std::string& command, const std::vector<std::string>& files,
+                                                      int passes = 1) {
+  return std::make_unique<io::ProgressBar>(command, analysis::total_bytes(files) * static_cast<std::uint64_t>(passes),
+                                           io::ProgressBar::Unit::bytes);
 }
 
 // After the inputs were read: with no tensor read at all, an error (exit 2, nothing written); with

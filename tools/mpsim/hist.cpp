@@ -16,13 +16,14 @@ using namespace mpsim::cli::analysis_cli;
 // --format naming a block format (mxfp8_e4m3, ..., nvfp4): the histogram of the dequantized values (what the
 // tensor holds after a quantize-dequantize round trip, nearest-even elements), beside the block telemetry
 // (the shares of the non-zero values flushed inside their block, left subnormal, saturated). Tensors are
-// quantized row by row as they stream in (analysis::BlockRowStream).
+// quantized row by row as they stream in (analysis::for_each_block_rows; nvfp4's tensors are read twice, the
+// amax first).
 void run_block_hist(const CommonOptions& o, const BlockFormat& bf, bool per_tensor) {
   if (o.scale != 1)
     throw Error(fmt::format("--scale {}: block formats set their own scales; a loss scale does not apply to {}",
                             o.scale, bf.name));
   const auto files = analysis::expand_inputs(o.inputs);
-  const auto progress = input_progress("hist", files);
+  const auto progress = input_progress("hist", files, bf.two_level ? 2 : 1);
   struct Result {
     analysis::TensorInfo info;
     analysis::RangeCounter values;  // the dequantized values (fp32's ranges: they are floats)
@@ -35,18 +36,13 @@ void run_block_hist(const CommonOptions& o, const BlockFormat& bf, bool per_tens
                                                                                const analysis::TensorRead& read) {
     Result res{info, analysis::RangeCounter(fp32()), {}};
     std::vector<float> y;
-    analysis::BlockRowStream rows(row_length(info), bf.two_level, [&](std::span<const float> x, std::uint64_t index0) {
+    analysis::for_each_block_rows(read, row_length(info), bf, [&](std::span<const float> x, std::uint64_t index0, float t) {
       y.resize(x.size());
       BulkOptions opt;
       opt.index0 = index0;
-      round_blocks(x, y, row_length(info), bf, Rounding{}, &res.stats, opt);
+      round_blocks(x, y, row_length(info), bf, Rounding{}, &res.stats, opt, t);
       res.values.add(std::span<const float>(y));
-    });
-    read([&](std::span<const float> x, std::span<const double> d, std::uint64_t) {
-      if (!x.empty()) rows.add(x);
-      if (!d.empty()) rows.add(d);
-    });
-    rows.finish();
+    }, o.chunk);
     results.push_back(std::move(res));
   });
   progress->finish();

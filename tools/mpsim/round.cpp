@@ -36,13 +36,13 @@
 #include "mpsim/io/npy.hpp"
 #include "mpsim/version.hpp"
 #include "mpsim/io/npy_writer.hpp"
+#include "mpsim/io/npz_writer.hpp"
 #include "mpsim/io/progress.hpp"
 #include "mpsim/io/tensor_source.hpp"
 
 namespace {
 
 using mpsim::io::DType;
-using mpsim::io::NpyArray;
 
 struct Options {
   std::string to, mode = "rne", subnormals = "keep", overflow = "inf", like = "ieee", stats_json, in, out;
@@ -105,56 +105,13 @@ void block_summary(const Options& o, const mpsim::BlockFormat& bf, const mpsim::
              st.saturated, st.blocks, st.nan_blocks);
 }
 
-// MX values (not --bits): the input mapped and streamed row by row (analysis::BlockRowStream: --chunk values,
-// 2^20 by default, at a time), each run of rows quantized, dequantized and appended to the output, so memory stays bounded
-// whatever the file's size. nvfp4 (its per-tensor scale needs every value) and --bits (an .npz whose members
-// are written whole) read the input whole (run_block).
-void run_block_streamed(const Options& o, const mpsim::BlockFormat& bf, const mpsim::Rounding& r) {
-  const auto src = mpsim::cli::open_npy(o.in);
-  const mpsim::io::TensorRef& in = src.tensors().front();
-  if (in.dtype != DType::f32 && in.dtype != DType::f16)
-    throw mpsim::Error(fmt::format("{}: block formats take float16/float32 arrays, this one is {}", o.in,
-                                   mpsim::io::to_string(in.dtype)));
-  const std::size_t row_len = in.shape.empty() ? in.count : static_cast<std::size_t>(in.shape.back());
-  mpsim::io::NpyWriter out(o.out, in.dtype, in.shape);
-  std::optional<mpsim::io::AtomicFile> stats_file;
-  if (!o.stats_json.empty() && o.stats_json != "-") stats_file.emplace(o.stats_json);
-  mpsim::io::ProgressBar progress("round " + o.in, in.count * mpsim::io::dtype_size(in.stored),
-                                  mpsim::io::ProgressBar::Unit::bytes);
-  mpsim::BlockStats st;
-  std::vector<float> y;
-  std::vector<std::uint16_t> h;
-  if (o.chunk == 0) throw mpsim::Error("--chunk must be at least 1");
-  mpsim::analysis::BlockRowStream rows(row_len, false, [&](std::span<const float> x, std::uint64_t index0) {
-    y.resize(x.size());
-    mpsim::BulkOptions opt;
-    opt.index0 = index0;
-    mpsim::round_blocks(x, y, row_len, bf, r, &st, opt);
-    if (in.dtype == DType::f16) {
-      // float16 output: the dequantized values rounded once more, to nearest float16.
-      h.resize(y.size());
-      mpsim::round_array(std::span<const float>(y), std::span<std::uint16_t>(h), mpsim::fp16());
-      out.append(std::span<const std::uint16_t>(h));
-    } else {
-      out.append(std::span<const float>(y));
-    }
-  }, o.chunk);
-  src.for_each_chunk(in, o.chunk, [&](std::span<const float> x, std::uint64_t) {
-    rows.add(x);
-    progress.advance(x.size() * mpsim::io::dtype_size(in.stored));
-  });
-  rows.finish();
-  progress.finish();
-  const std::string stats_text = o.stats_json.empty() ? "" : block_stats_json(o, bf, r, st, 1.0f);
-  if (stats_file) stats_file->write(stats_text);
-  out.commit();
-  if (stats_file) stats_file->commit();
-  block_summary(o, bf, r, st, stats_text);
-}
-
 // Block formats (mxfp8_e4m3, ..., nvfp4; lib/mpsim/format/block.hpp): blocks along the last axis. Values:
 // the dequantized array in the input's dtype; --bits: an .npz of 'elements' and 'scales' (uint8; nvfp4
-// also 'tensor_scale', float32).
+// also 'tensor_scale', float32). The input is mapped and streamed by runs of whole rows
+// (analysis::for_each_block_rows: about --chunk values at a time), each run quantized and its results
+// written to their place in the output as they come (io::NpyWriter, io::NpzWriter), so memory stays bounded
+// whatever the file's size; nvfp4's per-tensor scale needs every value, so its input is read twice, the
+// amax first.
 void run_block(const Options& o) {
   const mpsim::BlockFormat bf =
       mpsim::parse_block_format(o.to, o.block, mpsim::parse_block_scale_rule(o.block_scale));
@@ -163,48 +120,72 @@ void run_block(const Options& o) {
     throw mpsim::Error(fmt::format("--subnormals, --overflow and --like do not apply to {}: its elements keep "
                                    "subnormals and saturate (OCP MX v1.0)",
                                    bf.name));
-  if (!o.bits && !bf.two_level) return run_block_streamed(o, bf, r);
-  const NpyArray in = mpsim::io::read_npy(o.in);
+  if (o.chunk == 0) throw mpsim::Error("--chunk must be at least 1");
+  const auto src = mpsim::cli::open_npy(o.in);
+  const mpsim::io::TensorRef& in = src.tensors().front();
   if (in.dtype != DType::f32 && in.dtype != DType::f16)
     throw mpsim::Error(fmt::format("{}: block formats take float16/float32 arrays, this one is {}", o.in,
                                    mpsim::io::to_string(in.dtype)));
-  const std::size_t row_len = in.shape.empty() ? in.count() : static_cast<std::size_t>(in.shape.back());
-  mpsim::io::AtomicFile out_file(o.out);
-  std::optional<mpsim::io::AtomicFile> stats_file;
-  if (!o.stats_json.empty() && o.stats_json != "-") stats_file.emplace(o.stats_json);
+  const std::size_t row_len = in.shape.empty() ? in.count : static_cast<std::size_t>(in.shape.back());
 
-  const auto x = mpsim::io::to_float(in);
-  mpsim::BlockStats st;
-  const mpsim::BlockQuantized q = mpsim::quantize_blocks(x, row_len, bf, r, &st);
-  std::vector<std::byte> bytes;
+  // Open the outputs before the work, so a bad output path fails before anything is written.
+  std::optional<mpsim::io::NpyWriter> values;
+  std::optional<mpsim::io::NpzWriter> bits;
   if (o.bits) {
     std::vector<std::int64_t> scale_shape = in.shape;
     if (scale_shape.empty()) scale_shape.push_back(1);
     scale_shape.back() = static_cast<std::int64_t>((row_len + bf.block - 1) / bf.block);
-    std::vector<std::pair<std::string, NpyArray>> members = {
-        {"elements", mpsim::io::make_npy(std::span<const std::uint8_t>(q.elements), in.shape, DType::u8)},
-        {"scales", mpsim::io::make_npy(std::span<const std::uint8_t>(q.scales), scale_shape, DType::u8)}};
-    if (bf.two_level) {
-      const float t[1] = {q.tensor_scale};
-      members.push_back({"tensor_scale", mpsim::io::make_npy(std::span<const float>(t), {1})});
-    }
-    bytes = mpsim::io::npz_bytes(members);
+    std::vector<mpsim::io::NpzWriter::Member> members = {{"elements", DType::u8, in.shape},
+                                                        {"scales", DType::u8, scale_shape}};
+    if (bf.two_level) members.push_back({"tensor_scale", DType::f32, {1}});
+    bits.emplace(o.out, std::move(members));
   } else {
-    std::vector<float> y(x.size());
-    mpsim::dequantize_blocks(q, row_len, bf, y);
-    if (in.dtype == DType::f16) {
-      // float16 output: the dequantized values rounded once more, to nearest float16.
-      std::vector<std::uint16_t> h(y.size());
-      mpsim::round_array(std::span<const float>(y), std::span<std::uint16_t>(h), mpsim::fp16());
-      bytes = mpsim::io::npy_bytes(mpsim::io::make_npy(std::span<const std::uint16_t>(h), in.shape, DType::f16));
-    } else {
-      bytes = mpsim::io::npy_bytes(mpsim::io::make_npy(std::span<const float>(y), in.shape));
-    }
+    values.emplace(o.out, in.dtype, in.shape);
   }
-  out_file.write(bytes.data(), bytes.size());
-  const std::string stats_text = o.stats_json.empty() ? "" : block_stats_json(o, bf, r, st, q.tensor_scale);
+  std::optional<mpsim::io::AtomicFile> stats_file;
+  if (!o.stats_json.empty() && o.stats_json != "-") stats_file.emplace(o.stats_json);
+  const int reads = bf.two_level ? 2 : 1;
+  mpsim::io::ProgressBar progress("round " + o.in, reads * in.count * mpsim::io::dtype_size(in.stored),
+                                  mpsim::io::ProgressBar::Unit::bytes);
+  const mpsim::analysis::TensorRead read = [&](const mpsim::analysis::ChunkVisitor& visit) {
+    src.for_each_chunk(in, o.chunk, [&](std::span<const float> x, std::uint64_t offset) {
+      visit(x, {}, offset);
+      progress.advance(x.size() * mpsim::io::dtype_size(in.stored));
+    });
+  };
+
+  mpsim::BlockStats st;
+  std::vector<float> y;
+  std::vector<std::uint16_t> h;
+  const float tensor_scale = mpsim::analysis::for_each_block_rows(
+      read, row_len, bf,
+      [&](std::span<const float> x, std::uint64_t index0, float t) {
+        mpsim::BulkOptions opt;
+        opt.index0 = index0;
+        if (bits) {
+          const mpsim::BlockQuantized q = mpsim::quantize_blocks(x, row_len, bf, r, &st, opt, t);
+          bits->append(0, std::span<const std::uint8_t>(q.elements));
+          bits->append(1, std::span<const std::uint8_t>(q.scales));
+          return;
+        }
+        y.resize(x.size());
+        mpsim::round_blocks(x, y, row_len, bf, r, &st, opt, t);
+        if (in.dtype == DType::f16) {
+          // float16 output: the dequantized values rounded once more, to nearest float16.
+          h.resize(y.size());
+          mpsim::round_array(std::span<const float>(y), std::span<std::uint16_t>(h), mpsim::fp16());
+          values->append(std::span<const std::uint16_t>(h));
+        } else {
+          values->append(std::span<const float>(y));
+        }
+      },
+      o.chunk);
+  progress.finish();
+  if (bits && bf.two_level) bits->append(2, std::span<const float>(&tensor_scale, 1));
+  const std::string stats_text = o.stats_json.empty() ? "" : block_stats_json(o, bf, r, st, tensor_scale);
   if (stats_file) stats_file->write(stats_text);
-  out_file.commit();
+  if (bits) bits->commit();
+  else values->commit();
   if (stats_file) stats_file->commit();
   block_summary(o, bf, r, st, stats_text);
 }

@@ -62,7 +62,7 @@ void setup_named(CLI::App& app, const std::string& name, bool old_name) {
     const int k = log2_scale(o->scale);
     const auto rs = parse_modes(*modes, *seed, *sr_bits);
     const auto files = analysis::expand_inputs(o->inputs);
-    const auto progress = input_progress("rounding", files);
+    const auto progress = input_progress("rounding", files, bf && bf->two_level ? 2 : 1);
     struct Result {
       analysis::TensorInfo info;
       std::vector<analysis::RoundingError> per_mode;
@@ -76,14 +76,9 @@ void setup_named(CLI::App& app, const std::string& name, bool old_name) {
       for (const auto& r : rs) acc.emplace_back(f, r, k);
       if (bf) {
         const std::size_t row_len = row_length(info);
-        analysis::BlockRowStream rows(row_len, bf->two_level, [&](std::span<const float> x, std::uint64_t index0) {
-          for (auto& a : acc) analysis::add_block_rounding_error(a, x, row_len, *bf, index0);
-        });
-        read([&](std::span<const float> x, std::span<const double> d, std::uint64_t) {
-          if (!x.empty()) rows.add(x);
-          if (!d.empty()) rows.add(d);
-        });
-        rows.finish();
+        analysis::for_each_block_rows(read, row_len, *bf, [&](std::span<const float> x, std::uint64_t index0, float t) {
+          for (auto& a : acc) analysis::add_block_rounding_error(a, x, row_len, *bf, index0, t);
+        }, o->chunk);
       } else {
         read([&](std::span<const float> x, std::span<const double> d, std::uint64_t offset) {
           for (auto& a : acc) {

@@ -28,37 +28,23 @@ void run_block_comparison(const CommonOptions& o, const std::string& mode, const
     if (e > b) names.push_back(o.format.substr(b, e - b));
   }
   const Rounding r = Rounding::of(parse_rounding_mode(mode));
-  struct Target {
-    std::optional<BlockFormat> block;
-    Format element;
-  };
-  std::vector<Target> targets;
+  std::vector<analysis::ScalingTarget> targets;
   for (const auto& n : names) {
     if (is_block_format_name(n)) targets.push_back({parse_block_format(n, block, parse_block_scale_rule(block_scale)), fp32()});
     else targets.push_back({std::nullopt, parse_format(n)});
   }
   const auto files = analysis::expand_inputs(o.inputs);
+  const auto progress = input_progress("underflow", files, analysis::telemetry_reads(targets));
   struct Result {
     analysis::TensorInfo info;
     std::vector<analysis::ScalingResult> per_format;
   };
   std::vector<Result> results;
-  const auto failures = analysis::for_each_tensor(files, input_options(o), [&](const analysis::TensorInfo& info,
+  const auto failures = analysis::for_each_tensor(files, input_options(o, progress.get()), [&](const analysis::TensorInfo& info,
                                                                                const analysis::TensorRead& read) {
-    std::vector<float> x;
-    x.reserve(info.count);
-    read([&](std::span<const float> f, std::span<const double> d, std::uint64_t) {
-      x.insert(x.end(), f.begin(), f.end());
-      for (double v : d) x.push_back(static_cast<float>(v));  // float64 tensors are compared as float32
-    });
-    const std::size_t row_len = info.shape.empty() ? x.size() : static_cast<std::size_t>(info.shape.back());
-    Result res{info, {}};
-    for (const auto& t : targets) {
-      if (t.block) res.per_format.push_back(analysis::block_scaling(x, row_len, *t.block, r));
-      else res.per_format.push_back(analysis::tensor_scaling(x, t.element, t.element.storage_bits <= 8, o.scale, r));
-    }
-    results.push_back(std::move(res));
+    results.push_back({info, analysis::scaling_telemetry(read, row_length(info), targets, o.scale, r, o.chunk)});
   });
+  progress->finish();
   check_failures(failures, results.size());
 
   std::vector<analysis::ScalingResult> total(targets.size());

@@ -285,6 +285,15 @@ class Quantizer {
   std::vector<std::size_t> nan_blocks_;
 };
 
+// nvfp4's per-tensor scale T from the bits of the tensor's largest magnitude (max_magnitude_bits).
+float scale_of_amax(std::uint32_t amax_bits) {
+  if (amax_bits >= kInfBits) return std::numeric_limits<float>::quiet_NaN();
+  const float amax = std::bit_cast<float>(amax_bits);
+  // An all-zero tensor gets T = 1 (Transformer Engine's convention; torchao would divide 0 by 0).
+  const DefaultFpEnv env;  // T may be a float subnormal, which FTZ would flush
+  return amax == 0 ? 1.0f : amax / (kE4m3Max * kE2m1Max);
+}
+
 // nvfp4's per-tensor scale T from the tensor's amax (a max over the workers' ranges: the same whatever
 // their number); NaN when the tensor holds NaN or inf. 1 for MX.
 float tensor_scale(std::span<const float> x, const BlockFormat& f, const BulkOptions& opt) {
@@ -294,12 +303,14 @@ float tensor_scale(std::span<const float> x, const BlockFormat& f, const BulkOpt
   parallel_for(x.size(), t, "block", [&](int w, std::size_t b, std::size_t e) {
     part[static_cast<std::size_t>(w)] = max_magnitude_bits(x, b, e);
   });
-  const std::uint32_t amax_bits = *std::max_element(part.begin(), part.end());
-  if (amax_bits >= kInfBits) return std::numeric_limits<float>::quiet_NaN();
-  const float amax = std::bit_cast<float>(amax_bits);
-  // An all-zero tensor gets T = 1 (Transformer Engine's convention; torchao would divide 0 by 0).
-  const DefaultFpEnv env;  // T may be a float subnormal, which FTZ would flush
-  return amax == 0 ? 1.0f : amax / (kE4m3Max * kE2m1Max);
+  return scale_of_amax(*std::max_element(part.begin(), part.end()));
+}
+
+// The tensor scale a quantization runs under: the caller's (x a run of rows of a larger tensor) or x's own.
+float tensor_scale(std::span<const float> x, const BlockFormat& f, const BulkOptions& opt,
+                   std::optional<float> given) {
+  if (!f.two_level) return 1.0f;
+  return given ? *given : tensor_scale(x, f, opt);
 }
 
 // Dequantizes blocks [jb, je) (elements indexed from the range's first element) into out[0 ..).
@@ -331,6 +342,12 @@ void dequantize_tile(const BlockGrid& g, const BlockFormat& f, float tensor_scal
 }
 
 }  // namespace
+
+void TensorAmax::add(std::span<const float> x) {
+  amax_bits_ = std::max(amax_bits_, max_magnitude_bits(x, 0, x.size()));
+}
+
+float TensorAmax::tensor_scale(const BlockFormat& fmt) const { return fmt.two_level ? scale_of_amax(amax_bits_) : 1.0f; }
 
 void BlockStats::merge(const BlockStats& o) {
   count += o.count;
@@ -387,13 +404,13 @@ BlockFormat parse_block_format(std::string_view name, int block, BlockScaleRule 
 }
 
 BlockQuantized quantize_blocks(std::span<const float> x, std::size_t row_len, const BlockFormat& f, const Rounding& r,
-                               BlockStats* stats, const BulkOptions& opt) {
+                               BlockStats* stats, const BulkOptions& opt, std::optional<float> given_tensor_scale) {
   validate(r);
   const BlockGrid g(x.size(), row_len, f.block);
   BlockQuantized q;
   q.elements.assign(x.size(), 0);
   q.scales.assign(g.count(), 0);
-  q.tensor_scale = tensor_scale(x, f, opt);
+  q.tensor_scale = tensor_scale(x, f, opt, given_tensor_scale);
   for_block_ranges(g, x.size(), opt, stats, [&](BlockStats& s, std::size_t jb, std::size_t je) {
     Quantizer qz(x, g, f, r, opt, q.tensor_scale);
     for_each_tile(g, jb, je, [&](std::size_t tb, std::size_t te) {
@@ -433,12 +450,12 @@ std::vector<double> block_scale_factors(const BlockQuantized& q, const BlockForm
 }
 
 void round_blocks(std::span<const float> x, std::span<float> out, std::size_t row_len, const BlockFormat& f,
-                  const Rounding& r, BlockStats* stats, const BulkOptions& opt) {
+                  const Rounding& r, BlockStats* stats, const BulkOptions& opt, std::optional<float> given_tensor_scale) {
   if (out.size() != x.size())
     throw Error(fmt::format("block round: input has {} elements but output has {}", x.size(), out.size()));
   validate(r);
   const BlockGrid g(x.size(), row_len, f.block);
-  const float t = tensor_scale(x, f, opt);
+  const float t = tensor_scale(x, f, opt, given_tensor_scale);
   // Each tile is quantized (reading x) before it is dequantized (writing out), so out may alias x.
   for_block_ranges(g, x.size(), opt, stats, [&](BlockStats& s, std::size_t jb, std::size_t je) {
     Quantizer qz(x, g, f, r, opt, t);

@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -76,10 +77,27 @@ struct BlockQuantized {
   float tensor_scale = 1.0f;           // nvfp4's per-tensor scale T (1 for MX)
 };
 
+// The largest magnitude of a tensor that arrives in pieces, for nvfp4's per-tensor scale: when a tensor is
+// quantized by runs of rows (to bound memory), a first pass adds every piece and the second quantizes each run
+// under tensor_scale(), the T that quantize_blocks computes from the whole tensor.
+class TensorAmax {
+ public:
+  void add(std::span<const float> x);
+  // T = amax / (448 * 6) for a two-level format (1 for an all-zero tensor; NaN once a NaN or inf was added);
+  // 1 for MX.
+  float tensor_scale(const BlockFormat& fmt) const;
+
+ private:
+  std::uint32_t amax_bits_ = 0;  // of |x| as float bits: their order is the order of the magnitudes, NaN above inf
+};
+
 // Quantizes x, viewed as rows of row_len elements (the last axis; row_len 0 = the whole array is one
 // row), into blocks of fmt.block along each row. r rounds the elements; fmt.rule picks MX scales.
+// tensor_scale: for a two-level format (nvfp4) when x is a run of rows of a larger tensor, that tensor's T
+// (TensorAmax; opt.index0 then gives x's place in it); by default T is computed from x. Ignored for MX.
 BlockQuantized quantize_blocks(std::span<const float> x, std::size_t row_len, const BlockFormat& fmt,
-                               const Rounding& r = {}, BlockStats* stats = nullptr, const BulkOptions& opt = {});
+                               const Rounding& r = {}, BlockStats* stats = nullptr, const BulkOptions& opt = {},
+                               std::optional<float> tensor_scale = std::nullopt);
 // The values the quantized blocks stand for, as float (exact for MX under the floor rule, where element * 2^k
 // stays below 2^128; rceil can reach 2^128 near float's top, which becomes inf).
 void dequantize_blocks(const BlockQuantized& q, std::size_t row_len, const BlockFormat& fmt, std::span<float> out,
@@ -89,6 +107,7 @@ void dequantize_blocks(const BlockQuantized& q, std::size_t row_len, const Block
 std::vector<double> block_scale_factors(const BlockQuantized& q, const BlockFormat& fmt);
 // Quantize then dequantize (simulate mode), out may alias x.
 void round_blocks(std::span<const float> x, std::span<float> out, std::size_t row_len, const BlockFormat& fmt,
-                  const Rounding& r = {}, BlockStats* stats = nullptr, const BulkOptions& opt = {});
+                  const Rounding& r = {}, BlockStats* stats = nullptr, const BulkOptions& opt = {},
+                  std::optional<float> tensor_scale = std::nullopt);
 
 }  // namespace mpsim

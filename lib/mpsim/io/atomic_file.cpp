@@ -1,5 +1,6 @@
 #include "mpsim/io/atomic_file.hpp"
 
+#include <stdio.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -27,6 +28,12 @@ AtomicFile::~AtomicFile() {
 void AtomicFile::write(const void* data, std::size_t bytes) {
   if (bytes && std::fwrite(data, 1, bytes, file_) != bytes)
     throw Error(target_.string() + ": write failed: " + std::strerror(errno));
+}
+
+void AtomicFile::write_at(std::uint64_t offset, const void* data, std::size_t bytes) {
+  if (::fseeko(file_, static_cast<off_t>(offset), SEEK_SET) != 0)
+    throw Error(target_.string() + ": seek failed: " + std::strerror(errno));
+  write(data, bytes);
 }
 
 void AtomicFile::commit() {

@@ -2,6 +2,7 @@
 // target, then rename over it. An AtomicFile that is destroyed without commit() removes its temporary.
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -18,6 +19,9 @@ class AtomicFile {
 
   void write(const void* data, std::size_t bytes);
   void write(std::string_view text) { write(text.data(), text.size()); }
+  // Writes at a byte offset (a file laid out in advance; a gap reads as zeros until written). A later
+  // write() continues after these bytes.
+  void write_at(std::uint64_t offset, const void* data, std::size_t bytes);
   // Flushes, closes and renames onto the target. Throws mpsim::Error naming the file on failure.
   void commit();
   const std::filesystem::path& target() const { return target_; }
