@@ -370,6 +370,25 @@ def test_fp8_and_stochastic_rounding_are_representable_and_reproducible():
             assert differs
 
 
+def test_weights_false_and_a_gradient_format_of_its_own():
+    torch.manual_seed(51)
+    lstm = nn.LSTM(4, 5, num_layers=2)
+    x = torch.randn(6, 3, 4, requires_grad=True)
+    with mt.emulate(lstm, "fp8_e4m3", grad_format="fp8_e5m2", weights=False) as emulation:
+        out, _ = lstm(x)
+        out.sum().backward()
+    kinds = {}
+    for site in emulation.sites.values():
+        kinds.setdefault(site.kind, set()).add(site.fmt)
+    print(f"weights=False, e4m3 forward, e5m2 backward: {len(emulation.sites)} sites, formats by kind {kinds}")
+    assert kinds == {"forward": {"fp8_e4m3"}, "activation_grad": {"fp8_e5m2"}}
+    assert len(emulation.sites) == 2 * 7  # in, ih_out, h_in, hh_out, gates_grad, h_grad, in_grad per layer
+    # The input's gradient was rounded to e5m2; the weight gradients (fp32 sums of e5m2 values) were not.
+    assert torch.equal(x.grad, x.grad.to(torch.float8_e5m2).float())
+    w = lstm.weight_hh_l0.grad
+    assert not torch.equal(w, w.to(torch.float8_e5m2).float())
+
+
 # ------------------------------------------------------------ refusals, remove(), the monitor ---------------
 
 def test_refusals_name_the_module_and_the_option():
