@@ -121,7 +121,7 @@ def _emulated_forward(module, x):
 # gradient reaching h_{t-1} through the recurrence, then the input's gradient and the weight gradients.
 # The bias, the cell state c_t, the gate nonlinearities and the output h_t stay fp32, as in the simulator
 # (h_t is rounded where it is consumed: the next step's h_in, the next layer's or module's input).
-_LSTM_STEP_SITES = (("w_ih", "weight"), ("w_hh", "weight"), ("ih_out", "forward"), ("h_in", "forward"),
+_LSTM_DIRECTION_SITES = (("w_ih", "weight"), ("w_hh", "weight"), ("ih_out", "forward"), ("h_in", "forward"),
                     ("hh_out", "forward"), ("gates_grad", "activation_grad"), ("h_grad", "activation_grad"))
 _LSTM_WEIGHT_GRAD_SITES = (("w_ih_grad", "weight_grad"), ("w_hh_grad", "weight_grad"), ("b_grad", "weight_grad"))
 _GEMM_SITES = (("in", "forward"), ("weight", "weight"), ("out", "forward"), ("out_grad", "activation_grad"),
@@ -145,7 +145,7 @@ def _lstm_sites(name, module, make):
         prefix = name if layers == 1 and directions == 1 else f"{name}/l{k}"
         prefixes = (prefix, f"{prefix}_reverse")[:directions]
         layer = {"in": make(f"{prefix}/in", "forward")}
-        layer["directions"] = [{key: make(f"{p}/{key}", kind) for key, kind in _LSTM_STEP_SITES} for p in prefixes]
+        layer["directions"] = [{key: make(f"{p}/{key}", kind) for key, kind in _LSTM_DIRECTION_SITES} for p in prefixes]
         layer["in_grad"] = make(f"{prefix}/in_grad", "activation_grad")
         for p, d in zip(prefixes, layer["directions"]):
             for key, kind in _LSTM_WEIGHT_GRAD_SITES:
@@ -178,9 +178,9 @@ def _lstm_step(pre_x, h, c, w_hh, b, s):
     return torch.sigmoid(o) * torch.tanh(c), c
 
 
-def _differentiable_zero_state(h):
-    """h itself, or (with autograd on) a copy that requires grad: the simulator computes and rounds the
-    gradient of h_0 too (lstm_backward's last h_grad), so the h_grad site sees every time step."""
+def _with_gradient(h):
+    """The initial state h_0 itself, or (with autograd on) a copy that requires grad: the simulator computes
+    and rounds the gradient of h_0 too (lstm_backward's last h_grad), so the h_grad site sees every step."""
     if torch.is_grad_enabled() and not h.requires_grad:
         return h.detach().clone().requires_grad_()
     return h
@@ -190,7 +190,7 @@ def _lstm_direction(x, w_ih, w_hh, b, h, c, s, reverse):
     """One direction of one layer over x (T, B, I) (already rounded): outputs (T, B, H), h_T, c_T."""
     T, B = x.shape[0], x.shape[1]
     pre_x = _round(x.reshape(T * B, -1) @ w_ih.t(), s["ih_out"], None)
-    h = _differentiable_zero_state(h)
+    h = _with_gradient(h)
     outputs = [None] * T
     for t in (range(T - 1, -1, -1) if reverse else range(T)):
         h, c = _lstm_step(pre_x[t * B:(t + 1) * B], h, c, w_hh, b, s)
@@ -231,8 +231,8 @@ def _emulated_lstm_forward(module, input, hx=None):
         outs = []
         for d, s in enumerate(layer["directions"]):
             sfx = f"l{k}" + ("_reverse" if d else "")
-            w_ih, w_hh, b = _lstm_weights(s, getattr(module, f"weight_ih_{sfx}"), getattr(module, f"weight_hh_{sfx}"),
-                                          getattr(module, f"bias_ih_{sfx}", None), getattr(module, f"bias_hh_{sfx}", None))
+            params = (getattr(module, f"{p}_{sfx}", None) for p in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"))
+            w_ih, w_hh, b = _lstm_weights(s, *params)
             out, h, c = _lstm_direction(xr, w_ih, w_hh, b, hx[0][k * D + d], hx[1][k * D + d], s, reverse=d == 1)
             outs.append(out)
             h_n.append(h)
@@ -265,7 +265,7 @@ def _emulated_lstm_cell_forward(module, input, hx=None):
     xr = _round(x, layer["in"], layer["in_grad"])
     w_ih, w_hh, b = _lstm_weights(s, module.weight_ih, module.weight_hh, module.bias_ih, module.bias_hh)
     pre_x = _round(xr @ w_ih.t(), s["ih_out"], None)
-    h, c = _lstm_step(pre_x, _differentiable_zero_state(hx[0]), hx[1], w_hh, b, s)
+    h, c = _lstm_step(pre_x, _with_gradient(hx[0]), hx[1], w_hh, b, s)
     return (h, c) if batched else (h.squeeze(0), c.squeeze(0))
 
 
