@@ -276,6 +276,10 @@ def check_against_simulator(batch, loss_scale, fmt):
         if not ok:
             failures.append(f"{name}: max |difference| {diff:.3e} = {ulps:.2f} ulps of {fmt} at {scale:.3e}")
 
+    # The input and the weight copies come before any summation: the same bits as the simulator's.
+    for site in ("lstm/in", "lstm/w_ih", "lstm/w_hh"):
+        if not torch.equal(rows[site], torch.from_numpy(tensors[f"site/{site}"])):
+            failures.append(f"{site}: not the simulator's values bit for bit")
     cpp_stats = meta["site_stats"]
     for site in lstm_sites:
         cells = []
@@ -409,8 +413,14 @@ def test_refusals_name_the_module_and_the_option():
             lstm(torch.randn(5))
         with pytest.raises(TypeError, match=r"LSTM input: dtype torch.float16"):
             lstm(torch.randn(5, 2, 4, dtype=torch.float16))
-    print("proj_size, GRU, PackedSequence, a bare h_0, a wrong batch, a 1-D input, a float16 input: refused, "
-          "each naming the module and what is wrong")
+    cell = nn.LSTMCell(4, 6)
+    with mt.emulate(cell, "fp16"):
+        with pytest.raises(ValueError, match=r"LSTMCell: hx must be a tuple \(h_0, c_0\) of 2-D tensors"):
+            cell(torch.randn(2, 4), (torch.zeros(2, 6), None))
+        with pytest.raises(ValueError, match="LSTMCell: LSTMCell input must be 1-D"):
+            cell(torch.randn(1, 2, 4))
+    print("proj_size, GRU, PackedSequence, a bare h_0, a wrong batch, a 1-D input, a float16 input, an LSTMCell's "
+          "state without c_0 and its 3-D input: refused, each naming the module and what is wrong")
 
 
 def test_remove_restores_the_fp32_modules():

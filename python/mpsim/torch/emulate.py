@@ -198,6 +198,13 @@ def _lstm_direction(x, w_ih, w_hh, b, h, c, s, reverse):
     return torch.stack(outputs), h, c
 
 
+def _check_state_pair(name, hx, rank):
+    """hx must be (h_0, c_0), two tensors of the input's rank (torch's own LSTM asserts less clearly)."""
+    if (not isinstance(hx, (tuple, list)) or len(hx) != 2 or
+            any(not isinstance(t, torch.Tensor) or t.dim() != rank for t in hx)):
+        raise ValueError(f"emulate: {name}: hx must be a tuple (h_0, c_0) of {rank}-D tensors")
+
+
 def _emulated_lstm_forward(module, input, hx=None):
     """nn.LSTM.forward (bound to the module) unrolled over time with the rounding sites."""
     name = module._mpsim_name
@@ -215,9 +222,7 @@ def _emulated_lstm_forward(module, input, hx=None):
         zeros = torch.zeros(L * D, x.shape[batch_dim], H, dtype=x.dtype, device=x.device)
         hx = (zeros, zeros)
     else:
-        want = 3 if batched else 2
-        if not isinstance(hx, (tuple, list)) or len(hx) != 2 or any(t.dim() != want for t in hx):
-            raise ValueError(f"emulate: {name}: hx must be a tuple (h_0, c_0) of {want}-D tensors")
+        _check_state_pair(name, hx, input.dim())
         if not batched:
             hx = (hx[0].unsqueeze(1), hx[1].unsqueeze(1))
     module.check_forward_args(x, hx, None)  # torch's own shape checks and messages
@@ -258,8 +263,10 @@ def _emulated_lstm_cell_forward(module, input, hx=None):
     if hx is None:
         zeros = torch.zeros(x.shape[0], module.hidden_size, dtype=x.dtype, device=x.device)
         hx = (zeros, zeros)
-    elif not batched:
-        hx = (hx[0].unsqueeze(0), hx[1].unsqueeze(0))
+    else:
+        _check_state_pair(name, hx, input.dim())
+        if not batched:
+            hx = (hx[0].unsqueeze(0), hx[1].unsqueeze(0))
     layer = module._mpsim_sites[0]
     s = layer["directions"][0]
     xr = _round(x, layer["in"], layer["in_grad"])
