@@ -12,8 +12,9 @@ On every `every`-th step (the first included) it counts, per layer:
   * activation gradients: the gradient arriving at each module's output (a tensor hook on the output,
     registered by a forward hook only on sampled steps, so the other steps pay for one Python call per
     module; a full backward hook would wrap every forward in autograd nodes on every step). Given the
-    emulation hooks (emulation=, emulate.py), the gradients at their backward rounding sites instead,
-    MODULE/out_grad and MODULE/in_grad, before they are rounded;
+    emulation hooks (emulation=, emulate.py), the gradients at their activation-gradient rounding sites
+    instead (MODULE/out_grad and MODULE/in_grad; an LSTM's gates_grad, h_grad, in_grad), before they are
+    rounded;
   * weight gradients: each parameter's .grad when backward has accumulated it (post-accumulate-grad
     hooks; with gradient accumulation the last backward's .grad; under DDP this rank's own gradient, as
     the hooks run before DDP averages it);
@@ -201,13 +202,14 @@ class GradientMonitor:
             modules = [(names[id(m)], m) for m in modules]
         emulated = set()
         if emulation is not None:
-            # The gradients at the emulation's rounding sites, before they are rounded (MODULE/out_grad: what
-            # arrives at the output; MODULE/in_grad: the input's gradient the GEMM computed), as the simulator
-            # counts its sites; the output hooks below would see the out_grad values once more.
+            # The gradients at the emulation's activation-gradient sites, before they are rounded
+            # (MODULE/out_grad: what arrives at the output; MODULE/in_grad: the input's gradient the GEMM
+            # computed; an LSTM's gates_grad and h_grad), as the simulator counts its sites; the output hooks
+            # below would see the out_grad values once more.
             emulated = {id(m) for m in emulation.modules}
             ref = self._ref
             for site in emulation.sites.values():
-                if activation_grads and site.name.endswith(("/out_grad", "/in_grad")):
+                if activation_grads and site.kind == "activation_grad":
                     site.observers.append(_site_observer(ref))
                     self._observed_sites.append(site)
         if activation_grads or activations:
