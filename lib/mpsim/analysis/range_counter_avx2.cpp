@@ -35,10 +35,12 @@ std::size_t count_fast_avx2(const float* p, std::size_t n, FastState& st) {
   // Lane j increments copy j % kFastCopies of the table.
   static_assert(kFastCopies == 1 || kFastCopies == 2 || kFastCopies == 4 || kFastCopies == 8);
   alignas(32) std::int32_t offsets[8];
-  for (int j = 0; j < 8; ++j) offsets[j] = static_cast<std::int32_t>((j % kFastCopies) * kCopyStride);
+  for (int j = 0; j < 8; ++j) offsets[j] = static_cast<std::int32_t>((j % kFastCopies) * copy_stride(st.code_bits));
   const __m256i copy_offset = _mm256_load_si256(reinterpret_cast<const __m256i*>(offsets));
-  __m256i t_pos[3], t_neg_xor[3];
-  for (int r = 0; r < 3; ++r) {
+  const __m128i code_shift = _mm_cvtsi32_si128(st.code_bits);
+  const int thresholds = st.thresholds;
+  __m256i t_pos[kMaxThresholds], t_neg_xor[kMaxThresholds];
+  for (int r = 0; r < thresholds; ++r) {
     t_pos[r] = _mm256_set1_epi32(st.threshold_minus1[0][r]);
     t_neg_xor[r] = _mm256_set1_epi32(st.threshold_minus1[0][r] ^ st.threshold_minus1[1][r]);
   }
@@ -55,8 +57,8 @@ std::size_t count_fast_avx2(const float* p, std::size_t n, FastState& st) {
     mn = _mm256_min_epu32(mn, am1);
     const __m256i neg = _mm256_srai_epi32(u, 31);
     const __m256i m = _mm256_and_si256(u, mant);
-    __m256i key = _mm256_add_epi32(_mm256_slli_epi32(_mm256_srli_epi32(u, 23), 2), copy_offset);
-    for (int r = 0; r < 3; ++r) {
+    __m256i key = _mm256_add_epi32(_mm256_sll_epi32(_mm256_srli_epi32(u, 23), code_shift), copy_offset);
+    for (int r = 0; r < thresholds; ++r) {
       const __m256i t = _mm256_xor_si256(t_pos[r], _mm256_and_si256(neg, t_neg_xor[r]));
       key = _mm256_sub_epi32(key, _mm256_cmpgt_epi32(m, t));  // +1 where m >= threshold
     }
@@ -98,8 +100,9 @@ __attribute__((noinline)) void correct(const float* q, unsigned mask, const Pair
     mask &= mask - 1;
     const unsigned s = u >> 31;
     const std::uint32_t m = u & 0x7fffffu;
-    const unsigned code = (m >= st.threshold[s][0]) + (m >= st.threshold[s][1]) + (m >= st.threshold[s][2]);
-    const std::size_t bin = static_cast<std::size_t>(u >> 23) << 2;
+    unsigned code = 0;
+    for (int r = 0; r < st.thresholds; ++r) code += m >= st.threshold[s][r];
+    const std::size_t bin = static_cast<std::size_t>(u >> 23) << st.code_bits;
     st.corrections[bin | code] += delta;
     st.corrections[bin | st.dominant[s]] -= delta;
   }

@@ -69,7 +69,8 @@ SWEEP_LOG2 = 128
 
 class SiteCounts:
     """Everything counted at one site: one underflow counter per format (each also holds the site's log2
-    histogram, so the values pass once per format and no histogram pass is added)."""
+    histogram, so no histogram pass is added), all filled by one pass over the values
+    (mpsim.UnderflowCounter.add_many)."""
 
     def __init__(self, formats, mode, counters=None, empty=None):
         if counters is None:
@@ -78,6 +79,7 @@ class SiteCounts:
             counters = ({f: empty[f] + empty[f] for f in formats} if empty is not None
                         else {f: mpsim.UnderflowCounter(f, mode, moments=False) for f in formats})
         self.counters = counters
+        self._all = list(counters.values())
 
     @property
     def hist(self):
@@ -85,8 +87,7 @@ class SiteCounts:
         return next(iter(self.counters.values())).histogram()
 
     def add(self, values):
-        for c in self.counters.values():
-            c.add(values)
+        mpsim.UnderflowCounter.add_many(self._all, values)
 
     def merge(self, other):
         for f, c in self.counters.items():
