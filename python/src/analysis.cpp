@@ -503,6 +503,15 @@ void bind_analysis(nb::module_& m) {
           "Under the scale 2^log2_scale: numel, underflows%, underflows_num, subnormals%, overflows%, ... (the "
           "names of `mpsim underflow`) and cur_amax, nonzero_amin, dynamic_range.")
       .def(
+          "range_counts",
+          [](const Counter& c, int log2_scale) {
+            const analysis::RangeCounts r = c.range.at_scale(log2_scale);
+            return nb::make_tuple(r.nonzero_finite, r.underflow, r.subnormal, r.overflow);
+          },
+          "log2_scale"_a = 0,
+          "(nonzero_finite, underflows, subnormals, overflows) under the scale 2^log2_scale: the counts underflow() "
+          "reports as *_num, without building its dict (a search over scales asks for many).")
+      .def(
           "recommend_scale",
           [](const Counter& c, double margin, int log2_scale) {
             analysis::UnderflowOptions uo;

@@ -239,6 +239,12 @@ def test_add_many_equals_separate_counters():
         for c in alone:
             c.add(x)
     assert together == alone and together[0].moments() == alone[0].moments()
+    # range_counts(k): underflow(k)'s counts without its dict.
+    for c in together[:4]:
+        for k in range(-20, 21, 4):
+            st = c.underflow(k)
+            assert c.range_counts(k) == (st["nonzero_finite_num"], st["underflows_num"], st["subnormals_num"],
+                                         st["overflows_num"])
     assert together[0].total == random.size * 2 + edge_values(MANY_FORMATS).size
     with pytest.raises(TypeError):
         mpsim.UnderflowCounter.add_many([together[0], None], random)

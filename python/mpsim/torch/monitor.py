@@ -345,8 +345,11 @@ class GradientMonitor:
                     if kind in detail_kinds:
                         rows[site] = _stats(c)
                     if total is None:
-                        total = mpsim.UnderflowCounter(f, self.mode, moments=False)
-                    total.merge(c)
+                        # A copy (the sum with an empty counter): a new counter would find its format's
+                        # thresholds again, about seventy times the cost.
+                        total = self._empty[f] + c
+                    else:
+                        total.merge(c)
                 entry = {"sites": rows, "total": _stats(total)}
                 if kind not in detail_kinds:
                     per_kind[kind] = entry
@@ -551,8 +554,8 @@ def best_window(counter, lo, hi):
 
     def at(k):
         if k not in memo:
-            st = counter.underflow(k)
-            memo[k] = (st["overflows_num"], st["underflows_num"])
+            _, underflows, _, overflows = counter.range_counts(k)  # underflow(k)'s counts, without its dict
+            memo[k] = (overflows, underflows)
         return memo[k]
 
     if at(lo)[0] > 0:
