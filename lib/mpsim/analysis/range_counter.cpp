@@ -136,7 +136,7 @@ struct Extremes {
 // zeroes it all.
 struct PairScratch {
   std::vector<std::uint32_t> pairs = std::vector<std::uint32_t>(rd::kPairCounts, 0);
-  std::vector<std::int32_t> corrections = std::vector<std::int32_t>(rd::kFastBinsMax, 0);
+  std::vector<std::int32_t> corrections = std::vector<std::int32_t>(rd::kCorrectionSlots, 0);
 };
 PairScratch& pair_scratch() {
   thread_local PairScratch scratch;
@@ -207,15 +207,19 @@ void count_pairs(const float* p, std::size_t n, const ThresholdUnion& un, std::s
     for (std::size_t a = 0; a < nrows; ++a) {
       const unsigned k = rows[a], s = k >> 8, e = k & 0xffu;
       const std::size_t bin = (s * kFloatKeys + (e == 0 ? 0 : e + 23)) << 2;
-      for (const Target& t : targets) t.counts[bin + t.code[s][ps.dominant[s]]] += per_key[k];
+      // The rare values: counted at the dominant code by the pairs, and at their own in the corrections.
+      std::uint64_t rare = 0;
       for (unsigned code = 0; code <= static_cast<unsigned>(un.count); ++code) {
         std::int32_t& corr = ps.corrections[(k << un.code_bits) | code];
         if (corr == 0) continue;
-        for (const Target& t : targets)
-          t.counts[bin + t.code[s][code]] += static_cast<std::uint64_t>(static_cast<std::int64_t>(corr));
+        const auto c = static_cast<std::uint64_t>(static_cast<std::int64_t>(corr));  // modulo 2^64, as the counts
+        rare += c;
+        for (const Target& t : targets) t.counts[bin + t.code[s][code]] += c;
         corr = 0;
       }
+      for (const Target& t : targets) t.counts[bin + t.code[s][ps.dominant[s]]] += per_key[k] - rare;
     }
+    std::fill(ps.corrections + rd::kFastBinsMax, ps.corrections + rd::kCorrectionSlots, 0);
   };
   const std::size_t whole = n - n % 16;
   std::size_t i = 0;

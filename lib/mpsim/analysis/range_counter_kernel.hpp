@@ -58,16 +58,24 @@ std::size_t count_fast_avx2(const float* p, std::size_t n, FastState& st);
 // the other's), halves the increments. The threshold code is not in the key: every value is
 // counted as if its significand lay in its sign's widest code interval (the dominant one, which
 // holds nearly every significand for the formats' thresholds near 0 and near the top of a binade),
-// and the few that do not (rare lanes) add a correction: +1 at their code, -1 at the dominant code.
+// and the few that do not (rare lanes) are counted once more at their code in the corrections; the fold
+// moves them from the dominant code to theirs. The fp8 formats' overflow thresholds (e4m3: significand
+// 1.8125, e5m2: 1.875) leave about one value in seven outside the dominant interval, so a sixteen holding
+// a rare lane computes the codes of all sixteen with vector compares and makes sixteen increments, the
+// lanes that are not rare into spare slots: no branch per lane.
 // Rows are kPairKeys + 16 counters apart: 512-counter rows put every row's hot bins at one address
 // modulo 4 KiB, into a few L1 sets (measured here 0.52 -> 0.34 ns/value in cache with the padding).
 constexpr std::size_t kPairKeys = 512;
 constexpr std::size_t kPairRow = kPairKeys + 16;
 constexpr std::size_t kPairCounts = kPairKeys * kPairRow;
 
+// The corrections: the bins [(sign << 8 | exponent field) << code_bits | code], then sixteen spare slots
+// (one per lane of a sixteen, so that lanes do not wait on each other's increments) that nothing reads.
+constexpr std::size_t kCorrectionSlots = kFastBinsMax + 16;
+
 struct PairState {
   std::uint32_t* pairs;        // kPairCounts: [row key * kPairRow + column key]
-  std::int32_t* corrections;   // kFastBinsMax: [(sign << 8 | exponent field) << code_bits | code]
+  std::int32_t* corrections;   // kCorrectionSlots
   std::uint32_t lo[2];         // per sign, the dominant interval [lo, lo + width) of significand fields
   std::uint32_t width[2];
   int thresholds;              // per sign, as FastState's
