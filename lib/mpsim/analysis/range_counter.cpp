@@ -110,7 +110,9 @@ bool needs_key(std::uint32_t u) {
 }
 
 // The significand thresholds one pass compares against: per sign, the union of its counters' thresholds
-// (float units), sorted, without repeats, the shorter sign padded with 2^23 (no significand reaches it).
+// (float units), sorted, without repeats, padded with 2^23 (no significand reaches it) to count: 3, 7 or
+// 15, so that a code fills its bits and the per-value loops have a fixed length (one counter's three
+// compares cost what they cost before there were several).
 struct ThresholdUnion {
   int count = 0;
   int code_bits = 0;  // bit_width(count): the bits of a union code in a bin index
@@ -252,11 +254,12 @@ void count_pairs(const float* p, std::size_t n, const ThresholdUnion& un, std::s
 constexpr std::size_t kFastMin = 512;
 
 // Counts p[0, n) into every target, reading each value once; returns the extremes of |x|. `vector`: the
-// AVX2 loops (the CPU has them).
+// AVX2 loops (the CPU has them). Thresholds: un.count.
+template <int Thresholds>
 Extremes count_floats(const float* p, std::size_t n, const ThresholdUnion& un, std::span<const Target> targets,
                       bool vector) {
   const auto& th = un.th;
-  const int thresholds = un.count, code_bits = un.code_bits;
+  constexpr int thresholds = Thresholds, code_bits = std::bit_width(static_cast<unsigned>(Thresholds));
   Extremes ext;
   // How many of sign s's union thresholds the significand field m (23 bits) reaches.
   auto union_code = [&](unsigned s, std::uint32_t m) {
@@ -383,26 +386,30 @@ void RangeCounter::add_each(std::span<RangeCounter* const> counters, std::span<c
     ThresholdUnion un;
     std::array<Target, kPerPass> targets;
     for (int s = 0; s < 2; ++s) {
-      std::vector<std::uint32_t> all;
+      std::array<std::uint32_t, rd::kMaxThresholds> all;
+      std::size_t n = 0;
       for (const RangeCounter* c : group)
-        for (const std::uint64_t t : c->float_table_.sorted_threshold[s]) all.push_back(static_cast<std::uint32_t>(t));
-      std::sort(all.begin(), all.end());
-      all.erase(std::unique(all.begin(), all.end()), all.end());
-      un.count = std::max(un.count, static_cast<int>(all.size()));
-      std::copy(all.begin(), all.end(), un.th[s]);
-      std::fill(un.th[s] + all.size(), un.th[s] + rd::kMaxThresholds, 0x800000u);
+        for (const std::uint64_t t : c->float_table_.sorted_threshold[s]) all[n++] = static_cast<std::uint32_t>(t);
+      std::sort(all.begin(), all.begin() + n);
+      n = static_cast<std::size_t>(std::unique(all.begin(), all.begin() + n) - all.begin());
+      un.count = std::max(un.count, static_cast<int>(n));
+      std::copy(all.begin(), all.begin() + n, un.th[s]);
+      std::fill(un.th[s] + n, un.th[s] + rd::kMaxThresholds, 0x800000u);
       for (std::size_t g = 0; g < group.size(); ++g) {
         // A counter's threshold T is union threshold j; a significand of union code c reaches it iff j < c.
         for (const std::uint64_t t : group[g]->float_table_.sorted_threshold[s]) {
-          const auto j = std::lower_bound(all.begin(), all.end(), static_cast<std::uint32_t>(t)) - all.begin();
+          const auto j = std::lower_bound(all.begin(), all.begin() + n, static_cast<std::uint32_t>(t)) - all.begin();
           for (std::size_t c = static_cast<std::size_t>(j) + 1; c <= rd::kMaxThresholds; ++c) ++targets[g].code[s][c];
         }
       }
     }
+    un.count = un.count <= 3 ? 3 : un.count <= 7 ? 7 : 15;
     un.code_bits = std::bit_width(static_cast<unsigned>(un.count));
     for (std::size_t g = 0; g < group.size(); ++g) targets[g].counts = group[g]->float_table_.counts.data();
-    const Extremes e = count_floats(values.data(), values.size(), un, std::span<const Target>(targets.data(), group.size()),
-                                    vector);
+    const std::span<const Target> to(targets.data(), group.size());
+    const Extremes e = un.count == 3   ? count_floats<3>(values.data(), values.size(), un, to, vector)
+                       : un.count == 7 ? count_floats<7>(values.data(), values.size(), un, to, vector)
+                                       : count_floats<15>(values.data(), values.size(), un, to, vector);
     for (RangeCounter* c : group) {
       if (e.max_abs != 0) c->amax_ = std::max(c->amax_, static_cast<double>(std::bit_cast<float>(e.max_abs)));
       if (e.min_abs_m1 != 0xffffffffu) {
