@@ -11,7 +11,8 @@ bench_cli.py) are rounded, each job timed in the same run, interleaved, the medi
   mpsim.round(t, "fp16") / t.to(float16)    torch CPU tensors, where torch is importable
   np.copyto(y, x)                           a memory copy, the floor
   UnderflowCounter(F).add(x)                fp16, bf16, fp8 e4m3, e5m2, with and without moments, against the C++
-                                            RangeCounter::add and Moments::add (timed in C++), in ns per value
+                                            RangeCounter::add and Moments::add (timed in C++), in ns per value;
+                                            and all four formats by add() on each against one add_many pass
 Every mpsim result is checked against its baseline (bit for bit, as the tests do) before it is timed.
 Writes a CSV with --csv. The machine may be shared: ratios from the same run are what to read.
 """
@@ -127,6 +128,25 @@ def counter_rows(x, repeats):
         for label, t in zip(["moments=False", "C++ RangeCounter::add", "moments=True", "C++ RangeCounter+Moments"],
                             (bare, cpp_range, full, cpp_range + cpp_moments)):
             rows.append([f"UnderflowCounter {fmt} {label}", t, "", "", n / t / 1e6])
+    # The torch monitor's case: the same values counted in all four formats, by a counter each or in one pass.
+    formats = ["fp16", "bf16", "fp8_e4m3", "fp8_e5m2"]
+    def four(one_pass):
+        best = float("inf")
+        for _ in range(repeats):
+            cs = [mpsim.UnderflowCounter(f, moments=False) for f in formats]
+            t0 = time.perf_counter()
+            if one_pass:
+                mpsim.UnderflowCounter.add_many(cs, x)
+            else:
+                for c in cs:
+                    c.add(x)
+            best = min(best, time.perf_counter() - t0)
+        return best
+    each, many = four(False), four(True)
+    print(f"{'all four: add() on each':42s} {each / n * 1e9:14.2f}")
+    print(f"{'all four: UnderflowCounter.add_many':42s} {many / n * 1e9:14.2f}   ({each / many:.2f}x faster)")
+    rows += [["UnderflowCounter four formats add each", each, "", "", n / each / 1e6],
+             ["UnderflowCounter four formats add_many", many, "", "", n / many / 1e6]]
     return rows
 
 

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -130,16 +131,28 @@ void add_to_histogram(Log2Histogram& h, nb::handle obj) {
   count_values(in.x, [&h](auto s) { h.add(s); });
 }
 
-void add_to_counter(Counter& c, nb::handle obj) {
+// The same values into every counter: the array is prepared once and read once for all their range counts
+// (RangeCounter::add_each), and once per counter that keeps moments.
+void add_to_counters(std::span<Counter* const> counters, nb::handle obj) {
   const Counted in = counted_array(obj);
-  count_values(in.x, [&c](auto s) {
-    c.range.add(s);
-    if (c.moments) c.moments->add(s);
+  std::vector<RangeCounter*> ranges;
+  ranges.reserve(counters.size());
+  for (Counter* c : counters) ranges.push_back(&c->range);
+  count_values(in.x, [&](auto s) {
+    RangeCounter::add_each(ranges, s);
+    for (Counter* c : counters)
+      if (c->moments) c->moments->add(s);
   });
-  if (++c.arrays == 1) {
-    c.shape.assign(in.x.shape_ptr(), in.x.shape_ptr() + in.x.ndim());
-    c.dtype = in.dtype;
-  }
+  for (Counter* c : counters)
+    if (++c->arrays == 1) {
+      c->shape.assign(in.x.shape_ptr(), in.x.shape_ptr() + in.x.ndim());
+      c->dtype = in.dtype;
+    }
+}
+
+void add_to_counter(Counter& c, nb::handle obj) {
+  Counter* one = &c;
+  add_to_counters(std::span<Counter* const>(&one, 1), obj);
 }
 
 void merge_into(Counter& c, const Counter& o) {
@@ -432,6 +445,16 @@ void bind_analysis(nb::module_& m) {
            "fmt"_a = "fp16", "mode"_a = "rne", "moments"_a = true)
       .def("add", [](Counter& c, nb::handle x) { add_to_counter(c, x); }, "x"_a,
            "Counts every element of a float32/float64 array or tensor (float16 / bfloat16 widened).")
+      .def_static(
+          "add_many",
+          [](const std::vector<Counter*>& counters, nb::handle x) {
+            for (const Counter* c : counters)
+              if (c == nullptr) throw nb::type_error("add_many: counters must be UnderflowCounter objects, not None");
+            add_to_counters(counters, x);
+          },
+          "counters"_a, "x"_a,
+          "Counts every element of x into each of counters (any formats and modes), reading x once: each ends "
+          "as its own add(x) would leave it, count for count.")
       .def(
           "merge", [](Counter& c, const Counter& o) -> Counter& { merge_into(c, o); return c; }, "other"_a,
           nb::rv_policy::reference_internal,
@@ -479,6 +502,15 @@ void bind_analysis(nb::module_& m) {
           "log2_scale"_a = 0,
           "Under the scale 2^log2_scale: numel, underflows%, underflows_num, subnormals%, overflows%, ... (the "
           "names of `mpsim underflow`) and cur_amax, nonzero_amin, dynamic_range.")
+      .def(
+          "range_counts",
+          [](const Counter& c, int log2_scale) {
+            const analysis::RangeCounts r = c.range.at_scale(log2_scale);
+            return nb::make_tuple(r.nonzero_finite, r.underflow, r.subnormal, r.overflow);
+          },
+          "log2_scale"_a = 0,
+          "(nonzero_finite, underflows, subnormals, overflows) under the scale 2^log2_scale: the counts underflow() "
+          "reports as *_num, without building its dict (a search over scales asks for many).")
       .def(
           "recommend_scale",
           [](const Counter& c, double margin, int log2_scale) {

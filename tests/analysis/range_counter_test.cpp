@@ -408,3 +408,74 @@ TEST_CASE("counts(): the flat int64 layout sums like the counters and rebuilds t
   bad[5] = -2;
   CHECK_THROWS(RangeCounter::from_counts(fp16(), {}, bad, 0, 0));
 }
+
+TEST_CASE("add_each: one pass into several counters equals each counter's own add, every pair of formats",
+          "[range_counter]") {
+  // Pairs (a, b) of formats under modes whose thresholds differ per sign (up) or not (nearest-even, toward
+  // zero): counters filled by one add_each must hold the counts their own add() gives, bit for bit; and a
+  // pass into every format at once (more counters than one threshold union holds) as well.
+  std::mt19937_64 g(41);
+  auto random_bits = [&](std::size_t n) {
+    std::vector<float> v(n);
+    for (auto& x : v) x = std::bit_cast<float>(static_cast<std::uint32_t>(g()));
+    return v;
+  };
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  auto with_specials = [&](std::vector<float> v) {
+    for (std::size_t i = 7; i < v.size(); i += 613)
+      v[i] = (i / 613) % 3 == 0 ? inf : (i / 613) % 3 == 1 ? -nan : std::bit_cast<float>(0x80012345u);
+    return v;
+  };
+  const std::vector<Format>& fs = formats();
+  std::vector<std::vector<float>> common = {log_uniform(300, 3, -150, 128),  // below the fast table's minimum
+                                            with_specials(log_uniform(4099, 4, -60, 30)), random_bits(2100)};
+  std::size_t checks = 0, bad = 0, values = 0;
+  auto compare = [&](std::vector<RangeCounter>& alone, std::vector<RangeCounter>& together, const std::vector<float>& v,
+                     Path path) {
+    std::vector<RangeCounter*> ptrs;
+    for (auto& c : together) ptrs.push_back(&c);
+    RangeCounter::add_each(ptrs, v, path);
+    for (std::size_t i = 0; i < alone.size(); ++i) {
+      alone[i].add(v);
+      const bool ok = alone[i].counts() == together[i].counts() && alone[i].amax() == together[i].amax() &&
+                      alone[i].amin_nonzero() == together[i].amin_nonzero();
+      if (!ok) UNSCOPED_INFO(alone[i].format().name << " " << ieee_name(alone[i].rounding().mode) << ", n " << v.size());
+      bad += !ok;
+      ++checks;
+      values += v.size();
+    }
+  };
+  const std::vector<Path> paths = path_available(Path::avx2) ? std::vector<Path>{Path::scalar, Path::avx2}
+                                                             : std::vector<Path>{Path::scalar};
+  for (std::size_t a = 0; a < fs.size(); ++a)
+    for (std::size_t b = a; b < fs.size(); ++b)
+      for (const RoundingMode m : {RoundingMode::nearest_even, RoundingMode::toward_zero, RoundingMode::up}) {
+        // Both formats' rounding boundaries at every scale, and their float neighbours, with the common data.
+        std::vector<float> edges = boundaries(fs[a]);
+        const auto eb = boundaries(fs[b]);
+        edges.insert(edges.end(), eb.begin(), eb.end());
+        for (const Path p : paths) {
+          const Rounding r = Rounding::of(m);
+          // The second counter in another mode (down): the union then mixes the two modes' thresholds.
+          const Rounding rb = Rounding::of(a == b ? RoundingMode::down : m);
+          std::vector<RangeCounter> alone = {RangeCounter(fs[a], r, p), RangeCounter(fs[b], rb, p)};
+          std::vector<RangeCounter> together = alone;
+          compare(alone, together, edges, p);
+          for (const auto& v : common) compare(alone, together, v, p);
+        }
+      }
+  // Every format at once, in two calls (the pair table is left clean between them), and against brute force.
+  for (const Path p : paths) {
+    std::vector<RangeCounter> alone;
+    for (const Format& f : fs) alone.emplace_back(f, Rounding::of(RoundingMode::nearest_even), p);
+    std::vector<RangeCounter> together = alone;
+    for (const auto& v : common) compare(alone, together, v, p);
+    std::vector<float> all;
+    for (const auto& v : common) all.insert(all.end(), v.begin(), v.end());
+    for (std::size_t i = 0; i < fs.size(); ++i)
+      for (int k = -8; k <= 32; k += 8) bad += !same(together[i].at_scale(k), brute(all, fs[i], {}, k));
+  }
+  WARN("range counter add_each vs add: " << checks << " counters compared over " << values << " values, mismatches "
+                                         << bad);
+  CHECK(bad == 0);
+}

@@ -3,6 +3,7 @@ JSON, the tensor labels apart: the command line names a tensor of an .npz 'file.
 and the flat int64 counts round trip."""
 import functools
 import json
+import math
 import operator
 import pickle
 
@@ -182,3 +183,72 @@ def test_analysis_bad_input():
         mpsim.UnderflowCounter.from_json('{"schema": "mpsim-hist-1"}')
     with pytest.raises(ValueError):
         mpsim.hist_report_json({}, 0)
+
+
+# Formats of every kind: IEEE with inf (fp16, e5m2), float's exponent (bf16, tf32), fp8 without inf (e4m3fn, the
+# fnuz types), ml_dtypes' narrow types under their ml_dtypes names (saturating fp6 / fp4, e3m4).
+MANY_FORMATS = ["fp16", "bf16", "tf32", "fp8_e4m3", "fp8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
+                "float8_e3m4", "float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn"]
+
+
+def edge_values(formats):
+    """Zeros, float32 subnormals, inf and NaN, and every rounding edge of each format (half its smallest
+    subnormal, the smallest subnormal, the subnormal/normal boundary, the largest finite value and what
+    rounds to overflow) at the scales 2^-8 .. 2^8, each with its float32 neighbours, both signs."""
+    f32 = np.float32
+    out = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1.1754942e-38, -3e-40]
+    for name in formats:
+        f = mpsim.Format(name)
+        ulp_max = 2.0 ** (math.floor(math.log2(f.max_finite)) - f.man_bits)
+        for p in (f.min_subnormal / 2, f.min_subnormal, f.min_subnormal * 1.5, f.min_normal - f.min_subnormal / 2,
+                  f.min_normal, f.max_finite, f.max_finite + ulp_max / 2, f.max_finite + ulp_max):
+            for k in range(-8, 9):
+                x = f32(math.ldexp(p, k))
+                if np.isfinite(x) and x != 0:
+                    out += [x, np.nextafter(x, f32(0)), np.nextafter(x, f32(np.inf))]
+    v = np.array(out, dtype=np.float32)
+    return np.concatenate([v, -v])
+
+
+def test_add_many_equals_separate_counters():
+    rng = np.random.default_rng(7)
+    mags = np.exp2(rng.uniform(-150, 128, 20000)).astype(np.float32)
+    random = np.where(rng.random(20000) < 0.5, -mags, mags).astype(np.float32)
+    bits = rng.integers(0, 2**32, 5000, dtype=np.uint64).astype(np.uint32).view(np.float32)  # any float32
+    checked = values = 0
+    for i, a in enumerate(MANY_FORMATS):
+        for b in MANY_FORMATS[i:]:
+            edges = edge_values([a, b])
+            for mode in ("rne", "rtz", "ru"):
+                one_pass = [mpsim.UnderflowCounter(a, mode, moments=False), mpsim.UnderflowCounter(b, mode, moments=False)]
+                alone = [mpsim.UnderflowCounter(a, mode, moments=False), mpsim.UnderflowCounter(b, mode, moments=False)]
+                for x in (random, bits, edges, random[:100]):
+                    mpsim.UnderflowCounter.add_many(one_pass, x)
+                    for c in alone:
+                        c.add(x)
+                    values += x.size
+                for c, d in zip(one_pass, alone):
+                    assert np.array_equal(c.counts_array(), d.counts_array()), (a, b, mode)
+                    assert (c.amax, c.amin_nonzero) == (d.amax, d.amin_nonzero) and c == d
+                    checked += 1
+    # Every format at once (more than one threshold union holds), float64 input, moments kept where asked.
+    together = [mpsim.UnderflowCounter(f, "rna", moments=(f == "fp16")) for f in MANY_FORMATS]
+    alone = [mpsim.UnderflowCounter(f, "rna", moments=(f == "fp16")) for f in MANY_FORMATS]
+    for x in (random, edge_values(MANY_FORMATS), random.astype(np.float64)):
+        mpsim.UnderflowCounter.add_many(together, x)
+        for c in alone:
+            c.add(x)
+    assert together == alone and together[0].moments() == alone[0].moments()
+    # range_counts(k): underflow(k)'s counts without its dict.
+    for c in together[:4]:
+        for k in range(-20, 21, 4):
+            st = c.underflow(k)
+            assert c.range_counts(k) == (st["nonzero_finite_num"], st["underflows_num"], st["subnormals_num"],
+                                         st["overflows_num"])
+    assert together[0].total == random.size * 2 + edge_values(MANY_FORMATS).size
+    with pytest.raises(TypeError):
+        mpsim.UnderflowCounter.add_many([together[0], None], random)
+    with pytest.raises(TypeError):
+        mpsim.UnderflowCounter.add_many(together, random.astype(np.int32))
+    print(f"add_many vs add: {checked} counters of {len(MANY_FORMATS)} formats in pairs (rne, rtz, ru), "
+          f"{values} values added in all, counts arrays equal; all {len(MANY_FORMATS)} at once in rna with float64 input")

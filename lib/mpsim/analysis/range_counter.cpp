@@ -109,13 +109,36 @@ bool needs_key(std::uint32_t u) {
   return a - 1u < 0x007fffffu || a >= 0x7f800000u;
 }
 
+// The significand thresholds one pass compares against: per sign, the union of its counters' thresholds
+// (float units), sorted, without repeats, padded with 2^23 (no significand reaches it) to count: 3, 7 or
+// 15, so that a code fills its bits and the per-value loops have a fixed length (one counter's three
+// compares cost what they cost before there were several).
+struct ThresholdUnion {
+  int count = 0;
+  int code_bits = 0;  // bit_width(count): the bits of a union code in a bin index
+  std::uint32_t th[2][rd::kMaxThresholds] = {};
+};
+
+// One counter's share of a pass: its float table's counts, and per sign its own code (how many of its three
+// thresholds a significand reaches) for each union code.
+struct Target {
+  std::uint64_t* counts = nullptr;  // [(sign * kFloatKeys + key) * 4 + code]
+  std::uint8_t code[2][rd::kMaxThresholds + 1] = {};
+};
+
+// |x| bits of the finite non-zero values counted: the largest, and the smallest minus one.
+struct Extremes {
+  std::uint32_t max_abs = 0;
+  std::uint32_t min_abs_m1 = 0xffffffffu;
+};
+
 // The pair table and corrections of the AVX2 loop (range_counter_kernel.hpp), per thread: 1 MiB is
 // too much to allocate per call (the commands call once per 4 MiB chunk) or to keep per counter (one
 // per tensor). Zero between calls: a fold zeroes what it reads, and a call that ends by an exception
 // zeroes it all.
 struct PairScratch {
   std::vector<std::uint32_t> pairs = std::vector<std::uint32_t>(rd::kPairCounts, 0);
-  std::vector<std::int32_t> corrections = std::vector<std::int32_t>(rd::kFastBins, 0);
+  std::vector<std::int32_t> corrections = std::vector<std::int32_t>(rd::kCorrectionSlots, 0);
 };
 PairScratch& pair_scratch() {
   thread_local PairScratch scratch;
@@ -126,13 +149,13 @@ PairScratch& pair_scratch() {
 // with -1 and then through the fast table, so a block should stay in L1 for that second reading.
 constexpr std::size_t kPairBlock = 2048;
 
-// Counts p[0, n) (n >= 16) with the AVX2 pair loop into `t` (keyed table bins [(sign * keys + key)
-// * 4 + code]); `keyed` takes single values, `count_fast(i, stop, true)` a block that held a special
-// value, and `fold_fast()` folds what count_fast counted (its uint32 counts: every 2^30 values, with
-// the pair table); max_abs / min_abs_m1 take the extremes of the blocks counted by pairs.
-template <class Table, class Keyed, class CountFast, class FoldFast>
-void count_pairs(const float* p, std::size_t n, const std::uint32_t (&th)[2][3], Table& t, Keyed& keyed,
-                 CountFast& count_fast, FoldFast& fold_fast, std::uint32_t& max_abs, std::uint32_t& min_abs_m1) {
+// Counts p[0, n) (n >= 16) with the AVX2 pair loop into every target; `keyed` takes single values,
+// `count_fast(i, stop, true)` a block that held a special value, and `fold_fast()` folds what count_fast
+// counted (its uint32 counts: every 2^30 values, with the pair table); `ext` takes the extremes of the
+// blocks counted by pairs.
+template <class Keyed, class CountFast, class FoldFast>
+void count_pairs(const float* p, std::size_t n, const ThresholdUnion& un, std::span<const Target> targets,
+                 Keyed& keyed, CountFast& count_fast, FoldFast& fold_fast, Extremes& ext) {
   PairScratch& scratch = pair_scratch();
   struct Guard {
     PairScratch& s;
@@ -146,19 +169,22 @@ void count_pairs(const float* p, std::size_t n, const std::uint32_t (&th)[2][3],
   rd::PairState ps{};
   ps.pairs = scratch.pairs.data();
   ps.corrections = scratch.corrections.data();
+  ps.thresholds = un.count;
+  ps.code_bits = un.code_bits;
   for (int s = 0; s < 2; ++s) {
-    // The code intervals [0, th0), [th0, th1), [th1, th2), [th2, 2^23): the widest is the dominant one.
-    const std::uint32_t edge[5] = {0, th[s][0], th[s][1], th[s][2], 0x800000u};
+    // The code intervals [0, th0), [th0, th1), ..., [th_last, 2^23): the widest is the dominant one.
+    std::uint32_t edge[rd::kMaxThresholds + 2] = {0};
+    for (int r = 0; r < un.count; ++r) edge[r + 1] = ps.threshold[s][r] = un.th[s][r];
+    edge[un.count + 1] = 0x800000u;
     unsigned best = 0;
-    for (unsigned c = 1; c < 4; ++c)
+    for (unsigned c = 1; c <= static_cast<unsigned>(un.count); ++c)
       if (edge[c + 1] - edge[c] > edge[best + 1] - edge[best]) best = c;
     ps.lo[s] = edge[best];
     ps.width[s] = edge[best + 1] - edge[best];
-    for (int r = 0; r < 3; ++r) ps.threshold[s][r] = th[s][r];
     ps.dominant[s] = best;
   }
   std::uint32_t pmax = 0, pmin_m1 = 0xffffffffu;
-  // Folds the pair table into `t`: only the rows and columns of keys the counted blocks can hold
+  // Folds the pair table into the targets: only the rows and columns of keys the counted blocks can hold
   // (±0 and the exponents between the smallest and largest |x|), and zeroes them.
   auto fold = [&] {
     std::array<unsigned, 512> rows;
@@ -183,13 +209,19 @@ void count_pairs(const float* p, std::size_t n, const std::uint32_t (&th)[2][3],
     for (std::size_t a = 0; a < nrows; ++a) {
       const unsigned k = rows[a], s = k >> 8, e = k & 0xffu;
       const std::size_t bin = (s * kFloatKeys + (e == 0 ? 0 : e + 23)) << 2;
-      t.counts[bin + ps.dominant[s]] += per_key[k];
-      for (unsigned code = 0; code < 4; ++code) {
-        std::int32_t& corr = ps.corrections[(k << 2) | code];
-        t.counts[bin + code] += static_cast<std::uint64_t>(static_cast<std::int64_t>(corr));
+      // The rare values: counted at the dominant code by the pairs, and at their own in the corrections.
+      std::uint64_t rare = 0;
+      for (unsigned code = 0; code <= static_cast<unsigned>(un.count); ++code) {
+        std::int32_t& corr = ps.corrections[(k << un.code_bits) | code];
+        if (corr == 0) continue;
+        const auto c = static_cast<std::uint64_t>(static_cast<std::int64_t>(corr));  // modulo 2^64, as the counts
+        rare += c;
+        for (const Target& t : targets) t.counts[bin + t.code[s][code]] += c;
         corr = 0;
       }
+      for (const Target& t : targets) t.counts[bin + t.code[s][ps.dominant[s]]] += per_key[k] - rare;
     }
+    std::fill(ps.corrections + rd::kFastBinsMax, ps.corrections + rd::kCorrectionSlots, 0);
   };
   const std::size_t whole = n - n % 16;
   std::size_t i = 0;
@@ -213,25 +245,29 @@ void count_pairs(const float* p, std::size_t n, const std::uint32_t (&th)[2][3],
   }
   for (; i < n; ++i) keyed(std::bit_cast<std::uint32_t>(p[i]));
   guard.done = true;
-  max_abs = std::max(max_abs, pmax);
-  min_abs_m1 = std::min(min_abs_m1, pmin_m1);
+  ext.max_abs = std::max(ext.max_abs, pmax);
+  ext.min_abs_m1 = std::min(ext.min_abs_m1, pmin_m1);
 }
 
-// Below this many values a call counts straight into the keyed table: the fast table's setup and
-// fold (2 x 32 KiB) would cost more than it saves.
+// Below this many values a call counts straight into the keyed tables: the fast table's setup and
+// fold (2 x 32 KiB for one counter) would cost more than it saves.
 constexpr std::size_t kFastMin = 512;
 
-}  // namespace
-
-void RangeCounter::add(std::span<const float> values) {
-  Table& t = float_table_;
-  const std::uint32_t th[2][3] = {
-      {static_cast<std::uint32_t>(t.sorted_threshold[0][0]), static_cast<std::uint32_t>(t.sorted_threshold[0][1]),
-       static_cast<std::uint32_t>(t.sorted_threshold[0][2])},
-      {static_cast<std::uint32_t>(t.sorted_threshold[1][0]), static_cast<std::uint32_t>(t.sorted_threshold[1][1]),
-       static_cast<std::uint32_t>(t.sorted_threshold[1][2])}};
-  std::uint32_t mx = 0, mn_m1 = 0xffffffffu;  // |x| bits of the finite non-zero values: max, min - 1
-  // Any value, into the keyed table (binade key as in histogram.cpp).
+// Counts p[0, n) into every target, reading each value once; returns the extremes of |x|. `vector`: the
+// AVX2 loops (the CPU has them). Thresholds: un.count.
+template <int Thresholds>
+Extremes count_floats(const float* p, std::size_t n, const ThresholdUnion& un, std::span<const Target> targets,
+                      bool vector) {
+  const auto& th = un.th;
+  constexpr int thresholds = Thresholds, code_bits = std::bit_width(static_cast<unsigned>(Thresholds));
+  Extremes ext;
+  // How many of sign s's union thresholds the significand field m (23 bits) reaches.
+  auto union_code = [&](unsigned s, std::uint32_t m) {
+    unsigned code = 0;
+    for (int r = 0; r < thresholds; ++r) code += m >= th[s][r];
+    return code;
+  };
+  // Any value, into the keyed tables (binade key as in histogram.cpp).
   auto keyed = [&](std::uint32_t u) {
     const unsigned e = (u >> 23) & 0xffu;
     const std::uint32_t m = u & 0x7fffffu;
@@ -241,95 +277,151 @@ void RangeCounter::add(std::span<const float> values) {
     const unsigned s = u >> 31;
     // The significand normalised to its leading one (subnormals shifted up), 23 bits after the point.
     const std::uint32_t sig = e != 0 ? m : (m << (24 - bw)) & 0x7fffffu;
-    const unsigned code = (sig >= th[s][0]) + (sig >= th[s][1]) + (sig >= th[s][2]);
-    ++t.counts[((s * kFloatKeys + key) << 2) + code];
+    const unsigned code = union_code(s, sig);
+    const std::size_t bin = (s * kFloatKeys + key) << 2;
+    for (const Target& t : targets) ++t.counts[bin + t.code[s][code]];
     const std::uint32_t a = u & 0x7fffffffu;
     if (a - 1u < 0x7f7fffffu) {  // finite, non-zero
-      mx = std::max(mx, a);
-      mn_m1 = std::min(mn_m1, a - 1u);
+      ext.max_abs = std::max(ext.max_abs, a);
+      ext.min_abs_m1 = std::min(ext.min_abs_m1, a - 1u);
     }
   };
-  const float* p = values.data();
-  const std::size_t n = values.size();
   if (n < kFastMin) {
     for (std::size_t i = 0; i < n; ++i) keyed(std::bit_cast<std::uint32_t>(p[i]));
-  } else {
-    // The four-copy fast table (range_counter_kernel.hpp): the whole call on CPUs without AVX2, and
-    // with AVX2 the blocks that hold a float subnormal, inf or NaN.
-    std::vector<std::uint32_t> fast;
-    rd::FastState st{};
-    for (int s = 0; s < 2; ++s)
-      for (int r = 0; r < 3; ++r) st.threshold_minus1[s][r] = static_cast<std::int32_t>(th[s][r]) - 1;
-    st.max_abs = 0;
-    st.min_abs_m1 = 0xffffffffu;
-    // A value the fast table can take (not a float subnormal, inf or NaN), into copy `c`.
-    auto quick = [&](std::uint32_t u, std::size_t c) {
-      const unsigned s = u >> 31;
-      const std::uint32_t m = u & 0x7fffffu;
-      const unsigned code = (m >= th[s][0]) + (m >= th[s][1]) + (m >= th[s][2]);
-      ++fast[c * rd::kCopyStride + ((u >> 23) << 2) + code];
-      const std::uint32_t a = u & 0x7fffffffu;
-      st.max_abs = std::max(st.max_abs, a);
-      st.min_abs_m1 = std::min(st.min_abs_m1, a - 1u);  // a = 0 gives 0xffffffff: no effect
-    };
-    auto one = [&](std::uint32_t u, std::size_t c) {
-      if (needs_key(u)) keyed(u);
-      else quick(u, c);
-    };
-    // The fast table's copies hold uint32 counts: folded into the keyed table every 2^30 values.
-    auto fold_fast = [&] {
-      if (fast.empty()) return;
-      for (unsigned s = 0; s < 2; ++s)
-        for (unsigned e = 0; e < 0xffu; ++e) {
-          const unsigned key = e == 0 ? 0 : e + 23;  // e = 0 holds only ±0 here
-          for (unsigned code = 0; code < 4; ++code) {
-            const std::size_t b = (((s << 8) | e) << 2) | code;
-            std::uint64_t sum = 0;
-            for (std::size_t c = 0; c < rd::kFastCopies; ++c) sum += fast[c * rd::kCopyStride + b];
-            t.counts[((s * kFloatKeys + key) << 2) + code] += sum;
-          }
+    return ext;
+  }
+  // The four-copy fast table (range_counter_kernel.hpp): the whole call on CPUs without AVX2, and
+  // with AVX2 the blocks that hold a float subnormal, inf or NaN.
+  const std::size_t stride = rd::copy_stride(code_bits);
+  std::vector<std::uint32_t> fast;
+  rd::FastState st{};
+  st.thresholds = thresholds;
+  st.code_bits = code_bits;
+  for (int s = 0; s < 2; ++s)
+    for (int r = 0; r < thresholds; ++r) st.threshold_minus1[s][r] = static_cast<std::int32_t>(th[s][r]) - 1;
+  st.max_abs = 0;
+  st.min_abs_m1 = 0xffffffffu;
+  // A value the fast table can take (not a float subnormal, inf or NaN), into copy `c`.
+  auto quick = [&](std::uint32_t u, std::size_t c) {
+    const unsigned s = u >> 31;
+    ++fast[c * stride + ((u >> 23) << code_bits) + union_code(s, u & 0x7fffffu)];
+    const std::uint32_t a = u & 0x7fffffffu;
+    st.max_abs = std::max(st.max_abs, a);
+    st.min_abs_m1 = std::min(st.min_abs_m1, a - 1u);  // a = 0 gives 0xffffffff: no effect
+  };
+  auto one = [&](std::uint32_t u, std::size_t c) {
+    if (needs_key(u)) keyed(u);
+    else quick(u, c);
+  };
+  // The fast table's copies hold uint32 counts: folded into the keyed tables every 2^30 values.
+  auto fold_fast = [&] {
+    if (fast.empty()) return;
+    for (unsigned s = 0; s < 2; ++s)
+      for (unsigned e = 0; e < 0xffu; ++e) {
+        const unsigned key = e == 0 ? 0 : e + 23;  // e = 0 holds only ±0 here
+        for (unsigned code = 0; code <= static_cast<unsigned>(thresholds); ++code) {
+          const std::size_t b = (((s << 8) | e) << code_bits) | code;
+          std::uint64_t sum = 0;
+          for (std::size_t c = 0; c < rd::kFastCopies; ++c) sum += fast[c * stride + b];
+          if (sum == 0) continue;
+          for (const Target& t : targets) t.counts[((s * kFloatKeys + key) << 2) + t.code[s][code]] += sum;
         }
-      std::fill(fast.begin(), fast.end(), 0u);
-    };
-    // Counts [i, stop) through the fast table: the AVX2 sixteen-value loop where it may, and the
-    // sixteen it stops at (or everything, without AVX2) per value.
-    auto count_fast = [&](std::size_t i, std::size_t stop, bool vector) {
-      if (fast.empty()) {
-        fast.assign(rd::kFastCopies * rd::kCopyStride, 0);
-        st.counts = fast.data();
       }
-      while (i < stop) {
-        if (vector) i += rd::count_fast_avx2(p + i, stop - i, st);
-        const std::size_t upto = vector ? std::min(stop, i + 16) : stop;
-        for (; i + 4 <= upto; i += 4) {
-          one(std::bit_cast<std::uint32_t>(p[i]), 0);
-          one(std::bit_cast<std::uint32_t>(p[i + 1]), 1 % rd::kFastCopies);
-          one(std::bit_cast<std::uint32_t>(p[i + 2]), 2 % rd::kFastCopies);
-          one(std::bit_cast<std::uint32_t>(p[i + 3]), 3 % rd::kFastCopies);
-        }
-        for (; i < upto; ++i) one(std::bit_cast<std::uint32_t>(p[i]), 0);
-      }
-    };
-    // The bulk engine's cpuid check (AVX2 with FMA and F16C: every AVX2 CPU has them).
-    const bool vector = path_ == Path::automatic ? path_available(Path::avx2) : path_ != Path::scalar;
-    if (!vector) {
-      for (std::size_t i = 0; i < n;) {
-        const std::size_t stop = std::min(n, i + (std::size_t{1} << 30));
-        count_fast(i, stop, false);
-        fold_fast();
-        i = stop;
-      }
-    } else {
-      count_pairs(p, n, th, t, keyed, count_fast, fold_fast, st.max_abs, st.min_abs_m1);
+    std::fill(fast.begin(), fast.end(), 0u);
+  };
+  // Counts [i, stop) through the fast table: the AVX2 sixteen-value loop where it may, and the
+  // sixteen it stops at (or everything, without AVX2) per value.
+  auto count_fast = [&](std::size_t i, std::size_t stop, bool vec) {
+    if (fast.empty()) {
+      fast.assign(rd::kFastCopies * stride, 0);
+      st.counts = fast.data();
     }
-    mx = std::max(mx, st.max_abs);
-    mn_m1 = std::min(mn_m1, st.min_abs_m1);
+    while (i < stop) {
+      if (vec) i += rd::count_fast_avx2(p + i, stop - i, st);
+      const std::size_t upto = vec ? std::min(stop, i + 16) : stop;
+      for (; i + 4 <= upto; i += 4) {
+        one(std::bit_cast<std::uint32_t>(p[i]), 0);
+        one(std::bit_cast<std::uint32_t>(p[i + 1]), 1 % rd::kFastCopies);
+        one(std::bit_cast<std::uint32_t>(p[i + 2]), 2 % rd::kFastCopies);
+        one(std::bit_cast<std::uint32_t>(p[i + 3]), 3 % rd::kFastCopies);
+      }
+      for (; i < upto; ++i) one(std::bit_cast<std::uint32_t>(p[i]), 0);
+    }
+  };
+  if (!vector) {
+    for (std::size_t i = 0; i < n;) {
+      const std::size_t stop = std::min(n, i + (std::size_t{1} << 30));
+      count_fast(i, stop, false);
+      fold_fast();
+      i = stop;
+    }
+  } else {
+    Extremes pair_ext;
+    count_pairs(p, n, un, targets, keyed, count_fast, fold_fast, pair_ext);
+    st.max_abs = std::max(st.max_abs, pair_ext.max_abs);
+    st.min_abs_m1 = std::min(st.min_abs_m1, pair_ext.min_abs_m1);
   }
-  if (mx != 0) amax_ = std::max(amax_, static_cast<double>(std::bit_cast<float>(mx)));
-  if (mn_m1 != 0xffffffffu) {
-    const double v = std::bit_cast<float>(mn_m1 + 1u);
-    amin_nonzero_ = amin_nonzero_ == 0 ? v : std::min(amin_nonzero_, v);
+  ext.max_abs = std::max(ext.max_abs, st.max_abs);
+  ext.min_abs_m1 = std::min(ext.min_abs_m1, st.min_abs_m1);
+  return ext;
+}
+
+}  // namespace
+
+void RangeCounter::add(std::span<const float> values) {
+  RangeCounter* self = this;
+  add_each(std::span<RangeCounter* const>(&self, 1), values, path_);
+}
+
+void RangeCounter::add_each(std::span<RangeCounter* const> counters, std::span<const float> values, Path path) {
+  if (path == Path::avx512) throw Error("range counts: there is no AVX-512 path (use auto, scalar or avx2)");
+  if (path == Path::avx2 && !path_available(Path::avx2))
+    throw Error("range counts: the avx2 path was asked for and this CPU lacks AVX2");
+  // The bulk engine's cpuid check (AVX2 with FMA and F16C: every AVX2 CPU has them).
+  const bool vector = path == Path::automatic ? path_available(Path::avx2) : path != Path::scalar;
+  // Three thresholds per counter per sign: this many counters share one union.
+  constexpr std::size_t kPerPass = rd::kMaxThresholds / 3;
+  for (std::size_t first = 0; first < counters.size(); first += kPerPass) {
+    const auto group = counters.subspan(first, std::min(kPerPass, counters.size() - first));
+    ThresholdUnion un;
+    std::array<Target, kPerPass> targets;
+    for (int s = 0; s < 2; ++s) {
+      std::array<std::uint32_t, rd::kMaxThresholds> all;
+      std::size_t n = 0;
+      for (const RangeCounter* c : group)
+        for (const std::uint64_t t : c->float_table_.sorted_threshold[s]) all[n++] = static_cast<std::uint32_t>(t);
+      std::sort(all.begin(), all.begin() + n);
+      n = static_cast<std::size_t>(std::unique(all.begin(), all.begin() + n) - all.begin());
+      un.count = std::max(un.count, static_cast<int>(n));
+      std::copy(all.begin(), all.begin() + n, un.th[s]);
+      std::fill(un.th[s] + n, un.th[s] + rd::kMaxThresholds, 0x800000u);
+      for (std::size_t g = 0; g < group.size(); ++g) {
+        // A counter's threshold T is union threshold j; a significand of union code c reaches it iff j < c.
+        for (const std::uint64_t t : group[g]->float_table_.sorted_threshold[s]) {
+          const auto j = std::lower_bound(all.begin(), all.begin() + n, static_cast<std::uint32_t>(t)) - all.begin();
+          for (std::size_t c = static_cast<std::size_t>(j) + 1; c <= rd::kMaxThresholds; ++c) ++targets[g].code[s][c];
+        }
+      }
+    }
+    un.count = un.count <= 3 ? 3 : un.count <= 7 ? 7 : 15;
+    un.code_bits = std::bit_width(static_cast<unsigned>(un.count));
+    for (std::size_t g = 0; g < group.size(); ++g) targets[g].counts = group[g]->float_table_.counts.data();
+    const std::span<const Target> to(targets.data(), group.size());
+    const Extremes e = un.count == 3   ? count_floats<3>(values.data(), values.size(), un, to, vector)
+                       : un.count == 7 ? count_floats<7>(values.data(), values.size(), un, to, vector)
+                                       : count_floats<15>(values.data(), values.size(), un, to, vector);
+    for (RangeCounter* c : group) {
+      if (e.max_abs != 0) c->amax_ = std::max(c->amax_, static_cast<double>(std::bit_cast<float>(e.max_abs)));
+      if (e.min_abs_m1 != 0xffffffffu) {
+        const double v = std::bit_cast<float>(e.min_abs_m1 + 1u);
+        c->amin_nonzero_ = c->amin_nonzero_ == 0 ? v : std::min(c->amin_nonzero_, v);
+      }
+    }
   }
+}
+
+void RangeCounter::add_each(std::span<RangeCounter* const> counters, std::span<const double> values) {
+  for (RangeCounter* c : counters) c->add(values);
 }
 
 void RangeCounter::add(std::span<const double> values) {

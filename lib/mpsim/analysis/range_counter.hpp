@@ -58,6 +58,14 @@ class RangeCounter {
 
   void add(std::span<const float> values);
   void add(std::span<const double> values);
+  // Counts the same values into each of `counters` (any formats and deterministic modes) reading them once:
+  // each counter ends as its own add(values) would leave it, count for count. The binade of a value is the
+  // same in every format and only the significand thresholds differ, so the float32 loops compare against
+  // the union of the counters' thresholds and map that code to each counter's (range_counter_kernel.hpp);
+  // float64 values go to each counter in turn. `path` as the constructor's (the counters' own are not used).
+  static void add_each(std::span<RangeCounter* const> counters, std::span<const float> values,
+                       Path path = Path::automatic);
+  static void add_each(std::span<RangeCounter* const> counters, std::span<const double> values);
   // Sum of two counters of the same format and rounding (mpsim::Error otherwise).
   RangeCounter& operator+=(const RangeCounter& other);
 

@@ -35,10 +35,12 @@ std::size_t count_fast_avx2(const float* p, std::size_t n, FastState& st) {
   // Lane j increments copy j % kFastCopies of the table.
   static_assert(kFastCopies == 1 || kFastCopies == 2 || kFastCopies == 4 || kFastCopies == 8);
   alignas(32) std::int32_t offsets[8];
-  for (int j = 0; j < 8; ++j) offsets[j] = static_cast<std::int32_t>((j % kFastCopies) * kCopyStride);
+  for (int j = 0; j < 8; ++j) offsets[j] = static_cast<std::int32_t>((j % kFastCopies) * copy_stride(st.code_bits));
   const __m256i copy_offset = _mm256_load_si256(reinterpret_cast<const __m256i*>(offsets));
-  __m256i t_pos[3], t_neg_xor[3];
-  for (int r = 0; r < 3; ++r) {
+  const __m128i code_shift = _mm_cvtsi32_si128(st.code_bits);
+  const int thresholds = st.thresholds;
+  __m256i t_pos[kMaxThresholds], t_neg_xor[kMaxThresholds];
+  for (int r = 0; r < thresholds; ++r) {
     t_pos[r] = _mm256_set1_epi32(st.threshold_minus1[0][r]);
     t_neg_xor[r] = _mm256_set1_epi32(st.threshold_minus1[0][r] ^ st.threshold_minus1[1][r]);
   }
@@ -55,8 +57,8 @@ std::size_t count_fast_avx2(const float* p, std::size_t n, FastState& st) {
     mn = _mm256_min_epu32(mn, am1);
     const __m256i neg = _mm256_srai_epi32(u, 31);
     const __m256i m = _mm256_and_si256(u, mant);
-    __m256i key = _mm256_add_epi32(_mm256_slli_epi32(_mm256_srli_epi32(u, 23), 2), copy_offset);
-    for (int r = 0; r < 3; ++r) {
+    __m256i key = _mm256_add_epi32(_mm256_sll_epi32(_mm256_srli_epi32(u, 23), code_shift), copy_offset);
+    for (int r = 0; r < thresholds; ++r) {
       const __m256i t = _mm256_xor_si256(t_pos[r], _mm256_and_si256(neg, t_neg_xor[r]));
       key = _mm256_sub_epi32(key, _mm256_cmpgt_epi32(m, t));  // +1 where m >= threshold
     }
@@ -90,21 +92,6 @@ std::size_t count_fast_avx2(const float* p, std::size_t n, FastState& st) {
 
 namespace {
 
-// The corrections for the rare lanes of a sixteen (bit j of `mask`: value q[j]).
-__attribute__((noinline)) void correct(const float* q, unsigned mask, const PairState& st, std::int32_t delta) {
-  const auto* u32 = reinterpret_cast<const std::uint32_t*>(q);
-  while (mask != 0) {
-    const std::uint32_t u = u32[__builtin_ctz(mask)];
-    mask &= mask - 1;
-    const unsigned s = u >> 31;
-    const std::uint32_t m = u & 0x7fffffu;
-    const unsigned code = (m >= st.threshold[s][0]) + (m >= st.threshold[s][1]) + (m >= st.threshold[s][2]);
-    const std::size_t bin = static_cast<std::size_t>(u >> 23) << 2;
-    st.corrections[bin | code] += delta;
-    st.corrections[bin | st.dominant[s]] -= delta;
-  }
-}
-
 // Symmetric: both signs have the same dominant interval (nearest and toward-zero modes), and the
 // lanes need no per-sign choice.
 template <bool Symmetric>
@@ -120,6 +107,43 @@ BlockExtremes count_pairs(const float* p, std::size_t n, const PairState& st, st
   const __m256 limit_pos = splat((st.width[0] - 1) ^ 0x80000000u), limit_neg = splat((st.width[1] - 1) ^ 0x80000000u);
   const auto inc = static_cast<std::uint32_t>(delta);
   std::uint32_t* pairs = st.pairs;
+  // The codes of rare lanes, as count_fast_avx2 finds them: per threshold, +1 where m > threshold - 1 (the
+  // sign's threshold chosen by xor with the sign mask).
+  const int thresholds = st.thresholds;
+  __m256i t_pos[kMaxThresholds], t_neg_xor[kMaxThresholds];
+  for (int r = 0; r < thresholds; ++r) {
+    const auto pos = static_cast<std::int32_t>(st.threshold[0][r]) - 1, neg = static_cast<std::int32_t>(st.threshold[1][r]) - 1;
+    t_pos[r] = _mm256_set1_epi32(pos);
+    t_neg_xor[r] = _mm256_set1_epi32(pos ^ neg);
+  }
+  const __m128i code_shift = _mm_cvtsi32_si128(st.code_bits);
+  constexpr auto kSpare = static_cast<int>(kFastBinsMax);
+  const __m256i spare0 = _mm256_setr_epi32(kSpare, kSpare + 1, kSpare + 2, kSpare + 3, kSpare + 4, kSpare + 5, kSpare + 6, kSpare + 7);
+  const __m256i spare1 = _mm256_add_epi32(spare0, _mm256_set1_epi32(8));
+  std::int32_t* corrections = st.corrections;
+  // Adds delta at the code of every rare lane of u (its mask `rare`), the others into their spare slots.
+  auto correct = [&](__m256i u, __m256i rare, __m256i spare) {
+    const __m256i neg = _mm256_srai_epi32(u, 31);
+    const __m256i m = _mm256_and_si256(u, mant);
+    __m256i code = zero;
+    for (int r = 0; r < thresholds; ++r) {
+      const __m256i t = _mm256_xor_si256(t_pos[r], _mm256_and_si256(neg, t_neg_xor[r]));
+      code = _mm256_sub_epi32(code, _mm256_cmpgt_epi32(m, t));
+    }
+    const __m256i bin = _mm256_or_si256(_mm256_sll_epi32(_mm256_srli_epi32(u, 23), code_shift), code);
+    const __m256i idx = _mm256_blendv_epi8(spare, bin, rare);
+    const __m128i lo = _mm256_castsi256_si128(idx), hi = _mm256_extracti128_si256(idx, 1);
+    const auto a = static_cast<std::uint64_t>(_mm_cvtsi128_si64(lo)), b = static_cast<std::uint64_t>(_mm_extract_epi64(lo, 1));
+    const auto c = static_cast<std::uint64_t>(_mm_cvtsi128_si64(hi)), d = static_cast<std::uint64_t>(_mm_extract_epi64(hi, 1));
+    corrections[static_cast<std::uint32_t>(a)] += delta;
+    corrections[a >> 32] += delta;
+    corrections[static_cast<std::uint32_t>(b)] += delta;
+    corrections[b >> 32] += delta;
+    corrections[static_cast<std::uint32_t>(c)] += delta;
+    corrections[c >> 32] += delta;
+    corrections[static_cast<std::uint32_t>(d)] += delta;
+    corrections[d >> 32] += delta;
+  };
   __m256i mx = zero, mn = _mm256_set1_epi32(-1);
   // |x| bits into the extremes; the lanes whose significand is outside the dominant interval (not ±0).
   auto look = [&](__m256i u) {
@@ -143,9 +167,9 @@ BlockExtremes count_pairs(const float* p, std::size_t n, const PairState& st, st
     const __m256i r0 = look(u0), r1 = look(u1);
     const unsigned rare = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(r0))) |
                           static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(r1))) << 8;
-    if (rare != 0) [[unlikely]] {
-      correct(p + i, rare & 0xffu, st, delta);
-      correct(p + i + 8, rare >> 8, st, delta);
+    if (rare != 0) {
+      correct(u0, r0, spare0);
+      correct(u1, r1, spare1);
     }
     // Pair j: (q[j], q[8 + j]) at row (top nine bits of q[j]) and column (those of q[8 + j]).
     const __m256i k0 = _mm256_srli_epi32(u0, 23);

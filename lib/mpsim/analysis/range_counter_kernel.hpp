@@ -5,9 +5,15 @@
 //
 // Why a second table layout: the counts are kept by (sign, binade key, threshold code), and finding a
 // subnormal's binade needs a bit_width per value. Gradients hold few subnormal floats, so the hot
-// loop indexes by the float's top nine bits instead, (sign << 8 | exponent field) << 2 | code, which
-// a vector unit computes for eight values at once; the rare values it cannot index that way (float
+// loop indexes by the float's top nine bits instead, (sign << 8 | exponent field) << code_bits | code,
+// which a vector unit computes for eight values at once; the rare values it cannot index that way (float
 // subnormals, inf, NaN) take the per-value path, and add() folds the fast table into the keyed one.
+//
+// Several counters in one pass (RangeCounter::add_each): the binade is the same for every format, and a
+// value's threshold code in each format follows from where its significand lies among the union of every
+// format's thresholds. So the loops below compare against that union (per sign, sorted, up to
+// kMaxThresholds of them: "code" here is the number of union thresholds the significand reaches) and the
+// folds map each code to every counter's own; one counter is the case of one format's three thresholds.
 #pragma once
 
 #include <cstddef>
@@ -15,21 +21,29 @@
 
 namespace mpsim::analysis::range_detail {
 
-// Bins of the fast table: (sign << 8 | exponent field) << 2 | code.
-constexpr std::size_t kFastBins = 2048;
+// Significand thresholds per sign one pass compares against: five formats' three each (codes 0..15 fit
+// four bits).
+constexpr int kMaxThresholds = 15;
+constexpr int kMaxCodeBits = 4;
+// Sign and exponent field: the top nine bits of a float.
+constexpr std::size_t kTopKeys = 512;
+// Bins of the fast table: (sign << 8 | exponent field) << code_bits | code, at most this many.
+constexpr std::size_t kFastBinsMax = kTopKeys << kMaxCodeBits;
 // Independent copies of the fast table: gradients crowd into a few binades, and increments of one
 // bin in different copies do not wait on each other (store-to-load forwarding).
 constexpr std::size_t kFastCopies = 4;
-// Copy c starts at c * kCopyStride counters: 2048 + 16, so that one bin in different copies does not
-// share its address modulo 4 KiB (loads and stores that do are taken as dependent: 4K aliasing,
-// measured here at 2.6x slower with a stride of 2048).
-constexpr std::size_t kCopyStride = kFastBins + 16;
+// Copy c starts at c * copy_stride(code_bits) counters: the bins + 16, so that one bin in different copies
+// does not share its address modulo 4 KiB (loads and stores that do are taken as dependent: 4K aliasing,
+// measured here at 2.6x slower with a stride of 2048, the bins of two code bits).
+constexpr std::size_t copy_stride(int code_bits) { return (kTopKeys << code_bits) + 16; }
 
 struct FastState {
-  // Per sign, the three sorted significand thresholds minus one (so "m >= t" is the signed "m > t-1",
+  int thresholds;  // per sign: 3, 7 or 15 (padded with 2^23, which no significand reaches)
+  int code_bits;   // bits of the code in a bin index: bit_width(thresholds)
+  // Per sign, the sorted significand thresholds minus one (so "m >= t" is the signed "m > t-1",
   // and a threshold of 0 is -1: every significand reaches it).
-  std::int32_t threshold_minus1[2][3];
-  std::uint32_t* counts;     // kFastCopies * kCopyStride
+  std::int32_t threshold_minus1[2][kMaxThresholds];
+  std::uint32_t* counts;     // kFastCopies * copy_stride(code_bits)
   std::uint32_t max_abs;     // largest |x| bits among finite non-zero values counted (0 if none)
   std::uint32_t min_abs_m1;  // smallest |x| bits minus one among them (0xffffffff if none)
 };
@@ -44,20 +58,31 @@ std::size_t count_fast_avx2(const float* p, std::size_t n, FastState& st);
 // the other's), halves the increments. The threshold code is not in the key: every value is
 // counted as if its significand lay in its sign's widest code interval (the dominant one, which
 // holds nearly every significand for the formats' thresholds near 0 and near the top of a binade),
-// and the few that do not (rare lanes) add a correction: +1 at their code, -1 at the dominant code.
+// and the few that do not (rare lanes) are counted once more at their code in the corrections; the fold
+// moves them from the dominant code to theirs. The fp8 formats' overflow thresholds (e4m3: significand
+// 1.8125, e5m2: 1.875) leave about one value in seven outside the dominant interval (log-uniform data:
+// log2(2 / 1.8125) = 0.14 of significands lie above 1.8125), so a sixteen holding
+// a rare lane computes the codes of all sixteen with vector compares and makes sixteen increments, the
+// lanes that are not rare into spare slots: no branch per lane.
 // Rows are kPairKeys + 16 counters apart: 512-counter rows put every row's hot bins at one address
 // modulo 4 KiB, into a few L1 sets (measured here 0.52 -> 0.34 ns/value in cache with the padding).
 constexpr std::size_t kPairKeys = 512;
 constexpr std::size_t kPairRow = kPairKeys + 16;
 constexpr std::size_t kPairCounts = kPairKeys * kPairRow;
 
+// The corrections: the bins [(sign << 8 | exponent field) << code_bits | code], then sixteen spare slots
+// (one per lane of a sixteen, so that lanes do not wait on each other's increments) that nothing reads.
+constexpr std::size_t kCorrectionSlots = kFastBinsMax + 16;
+
 struct PairState {
   std::uint32_t* pairs;        // kPairCounts: [row key * kPairRow + column key]
-  std::int32_t* corrections;   // kFastBins: [(sign << 8 | exponent field) << 2 | code]
+  std::int32_t* corrections;   // kCorrectionSlots
   std::uint32_t lo[2];         // per sign, the dominant interval [lo, lo + width) of significand fields
   std::uint32_t width[2];
-  std::uint32_t threshold[2][3];  // per sign, the sorted thresholds (the code of a rare lane)
-  std::uint32_t dominant[2];      // per sign, the code of the dominant interval
+  int thresholds;              // per sign, as FastState's
+  int code_bits;
+  std::uint32_t threshold[2][kMaxThresholds];  // per sign, the sorted thresholds (the code of a rare lane)
+  std::uint32_t dominant[2];                   // per sign, the code of the dominant interval
 };
 
 struct BlockExtremes {

@@ -70,7 +70,8 @@ SWEEP_LOG2 = 128
 
 class SiteCounts:
     """Everything counted at one site: one underflow counter per format (each also holds the site's log2
-    histogram, so the values pass once per format and no histogram pass is added)."""
+    histogram, so no histogram pass is added), all filled by one pass over the values
+    (mpsim.UnderflowCounter.add_many)."""
 
     def __init__(self, formats, mode, counters=None, empty=None):
         if counters is None:
@@ -79,6 +80,7 @@ class SiteCounts:
             counters = ({f: empty[f] + empty[f] for f in formats} if empty is not None
                         else {f: mpsim.UnderflowCounter(f, mode, moments=False) for f in formats})
         self.counters = counters
+        self._all = list(counters.values())
 
     @property
     def hist(self):
@@ -86,8 +88,7 @@ class SiteCounts:
         return next(iter(self.counters.values())).histogram()
 
     def add(self, values):
-        for c in self.counters.values():
-            c.add(values)
+        mpsim.UnderflowCounter.add_many(self._all, values)
 
     def merge(self, other):
         for f, c in self.counters.items():
@@ -346,8 +347,11 @@ class GradientMonitor:
                     if kind in detail_kinds:
                         rows[site] = _stats(c)
                     if total is None:
-                        total = mpsim.UnderflowCounter(f, self.mode, moments=False)
-                    total.merge(c)
+                        # A copy (the sum with an empty counter): a new counter would find its format's
+                        # thresholds again, about seventy times the cost.
+                        total = self._empty[f] + c
+                    else:
+                        total.merge(c)
                 entry = {"sites": rows, "total": _stats(total)}
                 if kind not in detail_kinds:
                     per_kind[kind] = entry
@@ -552,8 +556,8 @@ def best_window(counter, lo, hi):
 
     def at(k):
         if k not in memo:
-            st = counter.underflow(k)
-            memo[k] = (st["overflows_num"], st["underflows_num"])
+            _, underflows, _, overflows = counter.range_counts(k)  # underflow(k)'s counts, without its dict
+            memo[k] = (overflows, underflows)
         return memo[k]
 
     if at(lo)[0] > 0:
