@@ -93,8 +93,8 @@ def _torch():
 
 def _kernel_view(t):
     """What _core is handed for a contiguous CPU torch tensor: a numpy view of its memory (about a microsecond,
-    where torch's __dlpack__ exchange costs several), or the tensor itself where torch gives no view (a
-    tensor that requires grad or has the lazy negation bit: the DLPack exchange then says what is wrong)."""
+    where torch's __dlpack__ exchange costs several), or the tensor itself, exchanged through DLPack, where
+    torch gives no view (a tensor that requires grad, or has the lazy negation bit)."""
     try:
         return t.numpy()
     except (RuntimeError, TypeError):

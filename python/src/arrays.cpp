@@ -140,13 +140,16 @@ class PreparedRounding {
 
   bool stochastic() const { return f32_.rounding.mode == RoundingMode::stochastic; }
 
-  // out[i] = round(x[i]) with stochastic rounding's seed `seed`; adds the call's Stats to the totals.
-  void round_into(const AnyArray& x, const WritableArray& out, std::uint64_t seed) {
+  // out[i] = round(x[i]) with stochastic rounding's seed `seed` on up to `threads` threads (0: the engine's
+  // default); adds the call's Stats to the totals.
+  void round_into(const AnyArray& x, const WritableArray& out, std::uint64_t seed, int threads) {
     check_float_input(x);
     DeviceRounding device = is_f64(x) ? f64_ : f32_;
     device.rounding.seed = seed;
+    BulkOptions opt;
+    opt.threads = threads;
     Stats stats;
-    round_values_with(device, x, out, &stats, BulkOptions{});
+    round_values_with(device, x, out, &stats, opt);
     totals_.merge(stats);
     ++calls_;
   }
@@ -353,7 +356,7 @@ void bind_arrays(nb::module_& m) {
                     const std::string&, bool>(),
            "fmt"_a, "mode"_a, "sr_bits"_a, "subnormals"_a, "overflow"_a, "like"_a, "daz"_a)
       .def_prop_ro("stochastic", &PreparedRounding::stochastic)
-      .def("round_into", &PreparedRounding::round_into, "x"_a, "out"_a, "seed"_a,
+      .def("round_into", &PreparedRounding::round_into, "x"_a, "out"_a, "seed"_a, "threads"_a = 0,
            "out[...] = the values of x rounded (as round_into with these options and seed); the stats are summed.")
       .def("totals", &PreparedRounding::totals)
       .def("reset", &PreparedRounding::reset);
