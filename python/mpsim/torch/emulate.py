@@ -52,7 +52,7 @@ class RoundingSite:
     reproducible and no two calls reuse one random stream.
 
     The options are parsed once, here (mpsim._core.PreparedRounding), and each call's stats are summed in
-    C++: a call costs the rounding and about a microsecond or two of Python (docs/torch.md#cost)."""
+    C++: a call costs the rounding and a few microseconds of Python (docs/torch.md#cost)."""
 
     def __init__(self, name, index, fmt, mode, *, seed, sr_bits, subnormals, overflow, kind="forward"):
         if kind not in SITE_KINDS:
