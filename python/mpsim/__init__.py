@@ -91,7 +91,19 @@ def _torch():
     return torch
 
 
+def _kernel_view(t):
+    """What _core is handed for a contiguous CPU torch tensor: a numpy view of its memory (about a microsecond,
+    where torch's __dlpack__ exchange costs several), or the tensor itself, exchanged through DLPack, where
+    torch gives no view (a tensor that requires grad, or has the lazy negation bit)."""
+    try:
+        return t.numpy()
+    except (RuntimeError, TypeError):
+        return t
+
+
 def _empty(like, kind, dtype=None, shape=None):
+    if dtype is None and shape is None:  # like is contiguous (_prepare): so is its empty_like
+        return _torch().empty_like(like) if kind == "torch" else _np.empty_like(like)
     shape = like.shape if shape is None else shape
     if kind == "torch":
         torch = _torch()
@@ -164,6 +176,9 @@ def round(x, fmt, mode="rne", *, seed=0, sr_bits=32, subnormals="keep", overflow
         _check_no_element_options(fmt, subnormals, overflow, like)
         st = _core.round_blocks_into(x, out, fmt, block, block_scale, _row_len(x.shape), mode, seed, sr_bits, daz,
                                      stats)
+    elif kind == "torch":
+        st = _core.round_into(_kernel_view(x), _kernel_view(out), _format(fmt), mode, seed, sr_bits, subnormals,
+                              overflow, like, daz, stats, index0, threads)
     else:
         st = _core.round_into(x, out, _format(fmt), mode, seed, sr_bits, subnormals, overflow, like, daz, stats,
                               index0, threads)

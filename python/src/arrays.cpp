@@ -19,8 +19,8 @@
 namespace mpsim::python {
 namespace {
 
-nb::dict stats_dict(const Stats& s) {
-  // The names of `mpsim round --stats-json`.
+// The integer counters of `mpsim round --stats-json`, by its names: what a series of calls sums.
+nb::dict counts_dict(const Stats& s) {
   nb::dict d;
   d["count"] = s.count;
   d["zero_in"] = s.zero_in;
@@ -31,6 +31,12 @@ nb::dict stats_dict(const Stats& s) {
   d["underflow"] = s.underflow;
   d["subnormal"] = s.subnormal;
   d["overflow_num"] = s.overflow;
+  return d;
+}
+
+nb::dict stats_dict(const Stats& s) {
+  // The names of `mpsim round --stats-json`.
+  nb::dict d = counts_dict(s);
   d["max_abs"] = s.max_abs;
   d["min_abs_nonzero"] = s.min_abs_nonzero;
   return d;
@@ -78,23 +84,17 @@ void check_float_input(const AnyArray& x) {
                              .c_str());
 }
 
-// out[i] = round(x[i]) in x's dtype.
-nb::object round_values(const AnyArray& x, const WritableArray& out, const Format& fmt, const std::string& mode,
-                        std::uint64_t seed, int sr_bits, const std::string& subnormals, const std::string& overflow,
-                        const std::string& like, bool daz, bool want_stats, std::uint64_t index0, int threads) {
-  check_float_input(x);
-  const DeviceRounding device = resolve(fmt, subnormals, overflow, mode, sr_bits, seed, daz, like, is_f64(x));
-  BulkOptions opt;
-  opt.index0 = index0;
-  opt.threads = threads;
-  Stats stats;
+// out[i] = round(x[i]) in x's dtype under a resolved pair (x: float32 or float64, checked), with the GIL
+// released; `stats` (may be null) counts what it did.
+void round_values_with(const DeviceRounding& device, const AnyArray& x, const WritableArray& out, Stats* stats,
+                       const BulkOptions& opt) {
   auto run = [&](auto tag) {
     using T = decltype(tag);
     const std::span<const T> in = input_span<T>(x, "x");
     const std::span<T> o = output_span<T>(out, "out", in.size());
     nb::gil_scoped_release release;
     if (device.is_plain()) {
-      round_array(in, o, device.format, device.rounding, want_stats ? &stats : nullptr, opt);
+      round_array(in, o, device.format, device.rounding, stats, opt);
       return;
     }
     // A device profile rewrites NaN results from the input's payload (DeviceRounding::convert_values, as
@@ -105,14 +105,71 @@ nb::object round_values(const AnyArray& x, const WritableArray& out, const Forma
       kept.assign(in.begin(), in.end());
       src = kept;
     }
-    round_array(src, o, device.format, device.rounding, want_stats ? &stats : nullptr, opt);
+    round_array(src, o, device.format, device.rounding, stats, opt);
     device.convert_values(src, o, opt.index0);
   };
   if (is_f64(x)) run(double{});
   else run(float{});
+}
+
+// out[i] = round(x[i]) in x's dtype.
+nb::object round_values(const AnyArray& x, const WritableArray& out, const Format& fmt, const std::string& mode,
+                        std::uint64_t seed, int sr_bits, const std::string& subnormals, const std::string& overflow,
+                        const std::string& like, bool daz, bool want_stats, std::uint64_t index0, int threads) {
+  check_float_input(x);
+  const DeviceRounding device = resolve(fmt, subnormals, overflow, mode, sr_bits, seed, daz, like, is_f64(x));
+  BulkOptions opt;
+  opt.index0 = index0;
+  opt.threads = threads;
+  Stats stats;
+  round_values_with(device, x, out, want_stats ? &stats : nullptr, opt);
   if (!want_stats) return nb::none();
   return stats_dict(stats);
 }
+
+// A rounding whose options were parsed and resolved once (for float32 and for float64 input) and which sums
+// the Stats of its calls in C++: what each of mpsim.torch's rounding sites calls once per tensor, so that a
+// call costs no option parsing and builds no stats dict (docs/torch.md#cost). The values and Stats of a call
+// are those of round_values with the same options and seed.
+class PreparedRounding {
+ public:
+  PreparedRounding(const Format& fmt, const std::string& mode, int sr_bits, const std::string& subnormals,
+                   const std::string& overflow, const std::string& like, bool daz)
+      : f32_(resolve(fmt, subnormals, overflow, mode, sr_bits, 0, daz, like, false)),
+        f64_(resolve(fmt, subnormals, overflow, mode, sr_bits, 0, daz, like, true)) {}
+
+  bool stochastic() const { return f32_.rounding.mode == RoundingMode::stochastic; }
+
+  // out[i] = round(x[i]) with stochastic rounding's seed `seed` on up to `threads` threads (0: the engine's
+  // default); adds the call's Stats to the totals.
+  void round_into(const AnyArray& x, const WritableArray& out, std::uint64_t seed, int threads) {
+    check_float_input(x);
+    DeviceRounding device = is_f64(x) ? f64_ : f32_;
+    device.rounding.seed = seed;
+    BulkOptions opt;
+    opt.threads = threads;
+    Stats stats;
+    round_values_with(device, x, out, &stats, opt);
+    totals_.merge(stats);
+    ++calls_;
+  }
+
+  // The sums of the integer counters of round_values' stats dict over the calls since the last reset() (an
+  // empty dict before the first call); max_abs and min_abs_nonzero are left out (not sums).
+  nb::dict totals() const {
+    return calls_ == 0 ? nb::dict() : counts_dict(totals_);
+  }
+
+  void reset() {
+    totals_ = {};
+    calls_ = 0;
+  }
+
+ private:
+  DeviceRounding f32_, f64_;
+  Stats totals_;
+  std::uint64_t calls_ = 0;
+};
 
 // out[i] = the encoding of round(x[i]) in the format's storage (uint8 / uint16 / uint32).
 nb::object encode_values(const AnyArray& x, const WritableArray& out, const Format& fmt, const std::string& mode,
@@ -292,6 +349,17 @@ void bind_arrays(nb::module_& m) {
         "row_len"_a, "mode"_a, "seed"_a, "sr_bits"_a, "daz"_a, "stats"_a);
   m.def("decode_blocks_into", &decode_blocks, "elements"_a, "scales"_a, "tensor_scale"_a, "out"_a, "name"_a, "block"_a,
         "block_scale"_a, "row_len"_a);
+  nb::class_<PreparedRounding>(m, "PreparedRounding",
+                               "A rounding with its options parsed once, summing its calls' stats (mpsim.torch's "
+                               "rounding sites).")
+      .def(nb::init<const Format&, const std::string&, int, const std::string&, const std::string&,
+                    const std::string&, bool>(),
+           "fmt"_a, "mode"_a, "sr_bits"_a, "subnormals"_a, "overflow"_a, "like"_a, "daz"_a)
+      .def_prop_ro("stochastic", &PreparedRounding::stochastic)
+      .def("round_into", &PreparedRounding::round_into, "x"_a, "out"_a, "seed"_a, "threads"_a = 0,
+           "out[...] = the values of x rounded (as round_into with these options and seed); the stats are summed.")
+      .def("totals", &PreparedRounding::totals)
+      .def("reset", &PreparedRounding::reset);
   m.def("_time_round_array", &time_round_array, "x"_a, "out"_a, "fmt"_a, "repeats"_a,
         "Benchmark support: the best time of the C++ call round_array(x, out, fmt), float32, nearest-even.");
 }

@@ -2,6 +2,7 @@
 nearest even) and autograd: a hooked Linear or Conv2d computes, forward and backward, what torch computes
 from operands cast to the low format, accumulating in fp32 and casting the result; small gradients
 underflow without loss scaling and do not with the real torch.amp.GradScaler."""
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -123,6 +124,72 @@ def test_stochastic_rounding_is_reproducible_unbiased_and_between_neighbours():
     up = float((r > 1).float().mean())
     print(f"sr: {x.numel()} values between their fp16 neighbours; P(round up) of 1+2^-12 = {up:.4f} (want 0.25)")
     assert abs(up - 0.25) < 0.01  # 40000 draws: the standard error is 0.0022
+
+
+def splitmix64(x):
+    """The seed derivation's mixer (Steele, Lea & Flood 2014), written again here on numpy uint64 (wrapping
+    arithmetic) as the reference for the sites' per-call seeds."""
+    with np.errstate(over="ignore"):
+        x = np.uint64(x) + np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return int(x ^ (x >> np.uint64(31)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("mode", ["rne", "sr"])
+def test_site_equals_mpsim_round_bit_for_bit(mode, dtype):
+    """A RoundingSite's call (options parsed once, numpy views, stats summed in C++) against the general path
+    mpsim.round(x.contiguous(), seed=...) from a numpy copy and from the tensor: the same bits and the same
+    summed stats, contiguous and strided input (a transposed view), a tensor that requires grad, call k
+    seeded splitmix64(splitmix64(seed ^ splitmix64(index)) ^ k)."""
+    seed, index = 12345, 3
+    site = mt.RoundingSite("s", index, "fp16", mode, seed=seed, sr_bits=32, subnormals="keep", overflow="inf")
+    xs = [log_uniform(48, 64, lo=-30, hi=18, seed=20).to(dtype),
+          log_uniform(64, 48, lo=-30, hi=18, seed=21).to(dtype).t(),       # strided
+          log_uniform(1000, lo=-20, hi=4, seed=22).to(dtype).requires_grad_(),
+          torch.tensor([0.0, -0.0, float("nan"), float("inf"), 1e-30, 7e4], dtype=dtype)]
+    want_totals, compared = {}, 0
+    for k, x in enumerate(xs):
+        call_seed = splitmix64(splitmix64(seed ^ splitmix64(index)) ^ k) if mode == "sr" else 0
+        got = site(x)
+        from_numpy, st = mpsim.round(x.detach().numpy().copy(), "fp16", mode, seed=call_seed, stats=True)
+        from_tensor, st2 = mpsim.round(x, "fp16", mode, seed=call_seed, stats=True)
+        assert st == st2
+        assert got.dtype == dtype and got.shape == x.shape and got.is_contiguous()
+        bits = torch.int64 if dtype == torch.float64 else torch.int32  # compared as encodings: NaNs too
+        for name, want in (("numpy", torch.from_numpy(from_numpy)), ("tensor", from_tensor)):
+            compare(f"site {mode} {dtype} call {k} vs mpsim.round from {name}", got.view(bits), want.view(bits))
+        compared += x.numel()
+        for key, v in st.items():
+            if key not in ("max_abs", "min_abs_nonzero"):
+                want_totals[key] = want_totals.get(key, 0) + v
+    assert site.calls == len(xs)
+    assert site.totals == want_totals, (site.totals, want_totals)
+    site.reset()
+    assert site.totals == {}
+    print(f"site {mode} {dtype}: {compared} values in {len(xs)} calls bit for bit, totals {want_totals}")
+
+
+def test_round_of_a_tensor_equals_the_dlpack_path():
+    """mpsim.round hands _core numpy views of a torch tensor; the tensor itself through DLPack (the path it
+    replaced, still taken where no view exists) gives the same bits and stats, and out= writes the tensor."""
+    x = log_uniform(4096, lo=-30, hi=18, seed=23)
+    for mode, seed in (("rne", 0), ("sr", 99)):
+        got, st = mpsim.round(x, "bf16", mode, seed=seed, stats=True)
+        want = torch.empty_like(x)
+        want_st = mpsim._core.round_into(x, want, mpsim.Format("bf16"), mode, seed, 32, "keep", "inf", "ieee",
+                                         False, True, 0, 0)
+        compare(f"mpsim.round(tensor, bf16, {mode}) vs the DLPack call", got.view(torch.int32),
+                want.view(torch.int32))
+        assert st == want_st
+        out = torch.zeros_like(x)
+        assert mpsim.round(x, "bf16", mode, seed=seed, out=out) is out
+        assert torch.equal(out.view(torch.int32), want.view(torch.int32))
+    grad_out = torch.zeros_like(x).requires_grad_()  # no numpy view: written through DLPack, as before
+    mpsim.round(x, "bf16", mode, seed=seed, out=grad_out)
+    assert torch.equal(grad_out.detach().view(torch.int32), want.view(torch.int32))
+    print(f"mpsim.round(tensor): {x.numel()} values in rne and sr equal the DLPack call's, stats too")
 
 
 def test_stochastic_emulation_through_a_linear():

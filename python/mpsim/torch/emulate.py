@@ -49,7 +49,10 @@ def _mix64(x):
 class RoundingSite:
     """One place where the emulated model rounds: a name, a format, a mode and what it has rounded so far.
     A stochastic site draws a fresh seed per call from (seed, site index, call number), so a run is
-    reproducible and no two calls reuse one random stream."""
+    reproducible and no two calls reuse one random stream.
+
+    The options are parsed once, here (mpsim._core.PreparedRounding), and each call's stats are summed in
+    C++: a call costs the rounding and a few microseconds of Python (docs/torch.md#cost)."""
 
     def __init__(self, name, index, fmt, mode, *, seed, sr_bits, subnormals, overflow, kind="forward"):
         if kind not in SITE_KINDS:
@@ -58,28 +61,39 @@ class RoundingSite:
         self.kind = kind
         self.fmt = fmt
         self.mode = mode
-        self._index = index
-        self._seed = seed
-        self._sr_bits = sr_bits
-        self._subnormals = subnormals
-        self._overflow = overflow
+        self._rounding = mpsim._core.PreparedRounding(mpsim.Format(fmt) if isinstance(fmt, str) else fmt, mode,
+                                                      sr_bits, subnormals, overflow, "ieee", False)
+        # Call k's seed is _mix64(site_key ^ k): the first two of its three mixes are the same for every call.
+        self._site_key = _mix64((seed & _MASK64) ^ _mix64(index)) if self._rounding.stochastic else None
         self.calls = 0
-        self.totals = {}
         # Callables (site name, tensor) shown every tensor before it is rounded: GradientMonitor counts the
         # gradients at the rounding sites, as the simulator counts them, through these.
         self.observers = []
+
+    @property
+    def totals(self):
+        """The sums of mpsim.round's integer stats (count, underflow, subnormal, overflow_num, ...) over the
+        calls since the site was made or reset() (an empty dict before the first)."""
+        return self._rounding.totals()
+
+    def reset(self):
+        self._rounding.reset()
 
     def __call__(self, x):
         check_float_tensor(x, self.name)
         for observe in self.observers:
             observe(self.name, x)
-        seed = _mix64(_mix64((self._seed & _MASK64) ^ _mix64(self._index)) ^ self.calls)
+        seed = _mix64(self._site_key ^ self.calls) if self._site_key is not None else 0
         self.calls += 1
-        y, stats = mpsim.round(x.contiguous(), self.fmt, self.mode, seed=seed, sr_bits=self._sr_bits,
-                               subnormals=self._subnormals, overflow=self._overflow, stats=True)
-        for k, v in stats.items():
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in ("max_abs", "min_abs_nonzero"):
-                self.totals[k] = self.totals.get(k, 0) + v
+        if not x.is_contiguous():
+            x = x.contiguous()
+        y = torch.empty_like(x)
+        # numpy views of the two tensors' memory: a view costs about a microsecond where torch's __dlpack__
+        # exchange, which a tensor passed to _core goes through, costs several (force: detached, and a tensor
+        # with torch's lazy negation bit resolved into a copy). The rounding takes as many threads as torch's
+        # operations do (torch.set_num_threads): starting threads the model's own work does not use cost the
+        # emulated LSTM's 131,072-value input product milliseconds per call on a busy 2-core machine.
+        self._rounding.round_into(x.numpy(force=True), y.numpy(), seed, torch.get_num_threads())
         return y
 
 
@@ -295,7 +309,7 @@ class Emulation:
 
     def reset(self):
         for site in self.sites.values():
-            site.totals = {}
+            site.reset()
 
     def remove(self):
         for m in self._modules:
