@@ -95,7 +95,7 @@ Path best_path() {
 }
 
 // emin + 23 - m <= 127: the float 2^(emin + 23 - m) that round_loop adds to format-subnormal lanes
-// (bulk_kernel.hpp, kFpuMode) is finite; only formats whose smallest normal is above 2^(104 + m) fail it.
+// (bulk_kernel.hpp, round_fpu) is finite; only formats whose smallest normal is above 2^(104 + m) fail it.
 // The vector kernels know signed formats with a zero (the NaN-less OCP fp6 / fp4 types act as saturating
 // formats there); the unsigned, zero-less e8m0 runs the scalar code.
 bool vector_supported(const Format& f) {

@@ -65,9 +65,9 @@ struct KernelParams {
   bool uniform = false;              // emin == -126: every finite float rounds at bit 23 - m of its pattern
   // No daz, flush, neg_zero, ovf_special or saturate, and cap_pos == cap_neg outside the directed modes up/down:
   // the kernels instantiated for such formats test none of these per vector (fp16, fp8 e4m3 / e5m2).
-  // Outside uniform formats also emax + 24 - m <= 127, so that round_loop's simulate-mode C (bulk_kernel.hpp, kFpuY) is finite.
+  // Outside uniform formats also emax + 24 - m <= 127, so that round_loop's simulate-mode C (bulk_kernel.hpp, simulate_fpu) is finite.
   bool plain = false;
-  std::int32_t ek_max = 0;           // float bits of 2^(emax + 1): round_loop's kFpuY clamps 2^E there
+  std::int32_t ek_max = 0;           // float bits of 2^(emax + 1): simulate_fpu clamps 2^E there
   // plain, float_layout, IEEE NaN and inf, overflow to inf: rounding is integer arithmetic on the signed
   // float bit pattern, a carry past max_finite gives inf in every mode that should overflow, and only
   // NaN inputs need a fix (bf16, tf32; bulk_kernel.hpp float_layout_loop).
