@@ -14,7 +14,8 @@ std::string_view option_words(OptionKey key) {
   switch (key) {
     case OptionKey::subnormals: return "keep, flush";
     case OptionKey::overflow: return "inf, saturate";
-    case OptionKey::sr_bits: return "";
+    case OptionKey::sr_bits:
+    case OptionKey::flip: return "";
   }
   return "";
 }

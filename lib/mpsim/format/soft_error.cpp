@@ -1,0 +1,111 @@
+#include "mpsim/format/soft_error.hpp"
+
+#include <charconv>
+#include <cmath>
+#include <vector>
+
+#include "mpsim/error.hpp"
+#include "mpsim/format/options.hpp"
+#include "mpsim/format/round.hpp"
+#include "mpsim/parallel.hpp"
+
+namespace mpsim {
+
+namespace {
+
+std::string number_text(double p) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, p);
+  return std::string(buf, r.ptr);
+}
+
+int eligible_bits(const Format& fmt) {
+  if (fmt.man_bits < 1)
+    throw Error("soft errors flip a fraction bit, and " + fmt.name + " has no fraction bits");
+  return fmt.man_bits;
+}
+
+// Calls hit(k, bit) for every hit element k of an n-element array, over the engine's thread split, and
+// returns the number of hits. Each element's draw depends only on its index, so the hits and the count
+// are the same whatever the thread count.
+template <class Hit>
+std::uint64_t for_each_hit(std::size_t n, const Format& fmt, const SoftErrors& se, const BulkOptions& opt, Hit hit) {
+  if (!se.active() || n == 0) return 0;
+  if (opt.threads < 0) throw Error("soft errors: thread count must be >= 0, got " + std::to_string(opt.threads));
+  const int bits = eligible_bits(fmt);
+  const int workers = bulk_threads(n, opt);
+  std::vector<std::uint64_t> counts(static_cast<std::size_t>(workers), 0);
+  parallel_for(n, workers, "soft_error", [&](int w, std::size_t b, std::size_t e) {
+    std::uint64_t c = 0;
+    for (std::size_t k = b; k < e; ++k) {
+      const SoftErrorDraw d = soft_error_draw(se, opt.index0 + k, bits);
+      if (!d.hit) continue;
+      hit(k, d.bit);
+      ++c;
+    }
+    counts[static_cast<std::size_t>(w)] = c;
+  });
+  std::uint64_t total = 0;
+  for (const std::uint64_t c : counts) total += c;
+  return total;
+}
+
+template <class Code>
+std::uint64_t flip_codes(std::span<Code> codes, const Format& fmt, const SoftErrors& se, const BulkOptions& opt) {
+  if (static_cast<int>(sizeof(Code)) != fmt.storage_bytes())
+    throw Error("flip_bits: format " + fmt.name + " is stored in " + std::to_string(fmt.storage_bytes()) +
+                " bytes, the array has elements of " + std::to_string(sizeof(Code)));
+  return for_each_hit(codes.size(), fmt, se, opt,
+                      [&](std::size_t k, int bit) { codes[k] = static_cast<Code>(codes[k] ^ (Code{1} << bit)); });
+}
+
+}  // namespace
+
+SoftErrors soft_errors_with_options(double p, std::uint64_t seed) {
+  if (!(p >= 0 && p <= 1))
+    throw OptionError(OptionKey::flip, number_text(p),
+                      "flip: the probability must be a number in [0, 1], got " + number_text(p));
+  return SoftErrors{p, seed};
+}
+
+SoftErrors soft_errors_with_options(std::string_view p_text, std::uint64_t seed) {
+  double p = 0;
+  const char* end = p_text.data() + p_text.size();
+  const auto r = std::from_chars(p_text.data(), end, p);
+  if (p_text.empty() || r.ec != std::errc() || r.ptr != end)
+    throw OptionError(OptionKey::flip, std::string(p_text),
+                      "flip: the probability must be a number in [0, 1], got '" + std::string(p_text) + "'");
+  try {
+    return soft_errors_with_options(p, seed);
+  } catch (const OptionError&) {  // name it as it was written
+    throw OptionError(OptionKey::flip, std::string(p_text),
+                      "flip: the probability must be a number in [0, 1], got '" + std::string(p_text) + "'");
+  }
+}
+
+std::uint64_t flip_bits(std::span<std::uint8_t> codes, const Format& fmt, const SoftErrors& se, const BulkOptions& opt) {
+  return flip_codes(codes, fmt, se, opt);
+}
+std::uint64_t flip_bits(std::span<std::uint16_t> codes, const Format& fmt, const SoftErrors& se, const BulkOptions& opt) {
+  return flip_codes(codes, fmt, se, opt);
+}
+std::uint64_t flip_bits(std::span<std::uint32_t> codes, const Format& fmt, const SoftErrors& se, const BulkOptions& opt) {
+  return flip_codes(codes, fmt, se, opt);
+}
+
+// The value's encoding is round_bits of the value itself: exact, as every value of the array is one of fmt
+// (nearest-even leaves a representable value as it is).
+std::uint64_t flip_values(std::span<float> values, const Format& fmt, const SoftErrors& se, const BulkOptions& opt) {
+  if (fmt.exp_bits > 8 || fmt.man_bits > 23)
+    throw Error("flip_values: format " + fmt.name + " does not fit in float; use a double array");
+  return for_each_hit(values.size(), fmt, se, opt, [&](std::size_t k, int bit) {
+    values[k] = decode_float(round_bits(values[k], fmt) ^ (std::uint64_t{1} << bit), fmt);
+  });
+}
+std::uint64_t flip_values(std::span<double> values, const Format& fmt, const SoftErrors& se, const BulkOptions& opt) {
+  return for_each_hit(values.size(), fmt, se, opt, [&](std::size_t k, int bit) {
+    values[k] = decode(round_bits(values[k], fmt) ^ (std::uint64_t{1} << bit), fmt);
+  });
+}
+
+}  // namespace mpsim
