@@ -292,7 +292,7 @@ void run(const Options& o) {
   const mpsim::Rounding requested_rounding = mpsim::cli::rounding_with_options(o.mode, o.sr_bits, o.seed, o.daz);
   const mpsim::Profile& like = mpsim::find_profile(o.like);
   const mpsim::SoftErrors soft_errors =
-      o.flip.empty() ? mpsim::SoftErrors{} : mpsim::cli::soft_errors_with_options(o.flip, o.flip_seed);
+      o.flip.empty() ? mpsim::SoftErrors{0, o.flip_seed} : mpsim::cli::soft_errors_with_options(o.flip, o.flip_seed);
   if (o.chunk == 0) throw mpsim::Error("--chunk must be at least 1");
 
   // The input is mapped, not read: it is streamed chunk by chunk, so its size is not bounded by memory.
