@@ -137,7 +137,8 @@ def _check_no_element_options(fmt, subnormals, overflow, like, flip=0.0):
 
 
 def round(x, fmt, mode="rne", *, seed=0, sr_bits=32, subnormals="keep", overflow="inf", like="ieee", daz=False,
-          out=None, stats=False, block=0, block_scale="floor", index0=0, threads=0, flip=0.0, flip_seed=0):
+          out=None, stats=False, block=0, block_scale="floor", index0=0, threads=0, flip=0.0, flip_seed=0,
+          flip_bits="fraction"):
     """The values of x rounded to fmt, in x's dtype (simulate mode), as `mpsim round` computes them.
 
     x: numpy array or CPU torch tensor, float32 or float64, any shape. fmt: a format name (every name the
@@ -149,7 +150,8 @@ def round(x, fmt, mode="rne", *, seed=0, sr_bits=32, subnormals="keep", overflow
     out: an array to write into (out=x rounds in place). stats=True returns (values, stats dict) with the
     names of `mpsim round --stats-json`.
     flip: soft errors, as chop's and CPFloat's: with probability flip (in [0, 1]) an element's result has
-    one bit of its fraction field flipped (the bit drawn uniformly; every element eligible), decided by a
+    one bit of its fraction field (flip_bits="any": of its encoding) flipped (the bit drawn uniformly;
+    every element eligible), decided by a
     generator keyed by flip_seed and the element's index (independent of seed, threads and chunking);
     stats then count them ("flipped"). docs/python.md.
     float16 / bfloat16 input (numpy float16, ml_dtypes bfloat16, torch half / bfloat16): rounded as its exact
@@ -160,7 +162,7 @@ def round(x, fmt, mode="rne", *, seed=0, sr_bits=32, subnormals="keep", overflow
     if half is not None:
         return _round_half(x, half, fmt, mode, out, stats, seed=seed, sr_bits=sr_bits, subnormals=subnormals,
                            overflow=overflow, like=like, daz=daz, index0=index0, threads=threads, flip=flip,
-                           flip_seed=flip_seed)
+                           flip_seed=flip_seed, flip_bits=flip_bits)
     x, kind = _prepare(x)
     if out is None:
         out = _empty(x, kind)
@@ -174,7 +176,7 @@ def round(x, fmt, mode="rne", *, seed=0, sr_bits=32, subnormals="keep", overflow
                                      stats)
     else:
         st = _core.round_into(x, out, _format(fmt), mode, seed, sr_bits, subnormals, overflow, like, daz, stats,
-                              index0, threads, flip, flip_seed)
+                              index0, threads, flip, flip_seed, flip_bits)
     return (out, st) if stats else out
 
 
@@ -200,7 +202,8 @@ def _round_half(x, half, fmt, mode, out, stats, **options):
 
 
 def encode(x, fmt, mode="rne", *, seed=0, sr_bits=32, subnormals="keep", overflow="inf", like="ieee", daz=False,
-           out=None, stats=False, block=0, block_scale="floor", index0=0, threads=0, flip=0.0, flip_seed=0):
+           out=None, stats=False, block=0, block_scale="floor", index0=0, threads=0, flip=0.0, flip_seed=0,
+           flip_bits="fraction"):
     """The encodings of x rounded to fmt: uint8 / uint16 / uint32 by the format's storage, x's shape
     (viewable as the ml_dtypes type: mpsim.encode(x, "float8_e4m3fn").view(ml_dtypes.float8_e4m3fn)).
 
@@ -230,7 +233,7 @@ def encode(x, fmt, mode="rne", *, seed=0, sr_bits=32, subnormals="keep", overflo
     else:
         _check_out(out, x.shape)
     st = _core.encode_into(x, out, f, mode, seed, sr_bits, subnormals, overflow, like, daz, stats, index0, threads,
-                           flip, flip_seed)
+                           flip, flip_seed, flip_bits)
     return (out, st) if stats else out
 
 

@@ -83,10 +83,10 @@ void check_float_input(const AnyArray& x) {
 nb::object round_values(const AnyArray& x, const WritableArray& out, const Format& fmt, const std::string& mode,
                         std::uint64_t seed, int sr_bits, const std::string& subnormals, const std::string& overflow,
                         const std::string& like, bool daz, bool want_stats, std::uint64_t index0, int threads,
-                        double flip, std::uint64_t flip_seed) {
+                        double flip, std::uint64_t flip_seed, const std::string& flip_bits_word) {
   check_float_input(x);
   const DeviceRounding device = resolve(fmt, subnormals, overflow, mode, sr_bits, seed, daz, like, is_f64(x));
-  const SoftErrors se = soft_errors_with_kwargs(flip, flip_seed);
+  const SoftErrors se = soft_errors_with_kwargs(flip, flip_seed, flip_bits_word);
   BulkOptions opt;
   opt.index0 = index0;
   opt.threads = threads;
@@ -124,10 +124,10 @@ nb::object round_values(const AnyArray& x, const WritableArray& out, const Forma
 nb::object encode_values(const AnyArray& x, const WritableArray& out, const Format& fmt, const std::string& mode,
                          std::uint64_t seed, int sr_bits, const std::string& subnormals, const std::string& overflow,
                          const std::string& like, bool daz, bool want_stats, std::uint64_t index0, int threads,
-                         double flip, std::uint64_t flip_seed) {
+                         double flip, std::uint64_t flip_seed, const std::string& flip_bits_word) {
   check_float_input(x);
   const DeviceRounding device = resolve(fmt, subnormals, overflow, mode, sr_bits, seed, daz, like, is_f64(x));
-  const SoftErrors se = soft_errors_with_kwargs(flip, flip_seed);
+  const SoftErrors se = soft_errors_with_kwargs(flip, flip_seed, flip_bits_word);
   const Format& f = device.format;
   if (f.storage_bits > 32)
     throw nb::value_error(("encode: " + f.name + " needs " + std::to_string(f.storage_bits) +
@@ -291,11 +291,11 @@ void bind_arrays(nb::module_& m) {
   using namespace nb::literals;
   m.def("round_into", &round_values, "x"_a, "out"_a, "fmt"_a, "mode"_a, "seed"_a, "sr_bits"_a, "subnormals"_a,
         "overflow"_a, "like"_a, "daz"_a, "stats"_a, "index0"_a = 0, "threads"_a = 0, "flip"_a = 0.0,
-        "flip_seed"_a = 0,
+        "flip_seed"_a = 0, "flip_bits"_a = "fraction",
         "out[...] = the values of x rounded to fmt (x and out: contiguous CPU float32/float64 of one dtype).");
   m.def("encode_into", &encode_values, "x"_a, "out"_a, "fmt"_a, "mode"_a, "seed"_a, "sr_bits"_a, "subnormals"_a,
         "overflow"_a, "like"_a, "daz"_a, "stats"_a, "index0"_a = 0, "threads"_a = 0, "flip"_a = 0.0,
-        "flip_seed"_a = 0,
+        "flip_seed"_a = 0, "flip_bits"_a = "fraction",
         "out[...] = the encodings of x rounded to fmt (uint8/uint16/uint32 by the format's storage).");
   m.def("decode_into", &decode_values, "bits"_a, "out"_a, "fmt"_a, "out[...] = the values of the encodings bits.");
   m.def("round_blocks_into", &round_blocks_values, "x"_a, "out"_a, "name"_a, "block"_a, "block_scale"_a, "row_len"_a,

@@ -1,6 +1,6 @@
 // Tests of lib/mpsim/format/soft_error.hpp, the soft errors after rounding (chop's and CPFloat's flip): the
 // draws against Random123's Philox4x32-10 (the authors' code, Debian librandom123-dev) recomputed here from
-// the documented rule, element for element, on fp16, bf16 and fp8_e4m3; p = 0 and p = 1; the hit share and
+// the documented rule, element for element, on fp16, bf16 and fp8_e4m3, fraction bits and any bit; p = 0 and p = 1; the hit share and
 // the bit positions against their binomial expectations; thread count and index offsets; bad probabilities.
 #include "catch_compat.hpp"
 
@@ -83,14 +83,16 @@ Encoded<Code> encode_with_flips(const std::vector<float>& x, const Format& f, co
 }
 
 template <class Code>
-void check_against_reference(const Format& f) {
+void check_against_reference(const Format& f, SoftErrorBits bits) {
   const std::vector<float> x = sample_inputs(100000, 27);
+  // The eligible bits: the fraction field, or every bit of the encoding.
+  const int m = bits == SoftErrorBits::fraction ? f.man_bits : f.storage_bits;
   for (const double p : {0.0, 0.01, 0.5, 1.0}) {
-    const SoftErrors se{p, 1234};
+    const SoftErrors se{p, 1234, bits};
     const Encoded<Code> e = encode_with_flips<Code>(x, f, se);
     std::uint64_t ref_hits = 0, code_bad = 0, value_bad = 0, not_one_bit = 0, out_of_range = 0;
     for (std::size_t i = 0; i < x.size(); ++i) {
-      const RefDraw d = reference_draw(p, se.seed, i, f.man_bits);
+      const RefDraw d = reference_draw(p, se.seed, i, m);
       ref_hits += d.hit;
       const Code expected = d.hit ? static_cast<Code>(e.plain[i] ^ (Code{1} << d.bit)) : e.plain[i];
       code_bad += e.flipped[i] != expected;
@@ -99,17 +101,17 @@ void check_against_reference(const Format& f) {
       const Code diff = static_cast<Code>(e.flipped[i] ^ e.plain[i]);
       if (d.hit) {
         not_one_bit += std::popcount(diff) != 1;
-        out_of_range += std::countr_zero(diff) >= f.man_bits;
+        out_of_range += std::countr_zero(diff) >= m;
       } else {
         not_one_bit += diff != 0;
       }
     }
-    std::printf("soft errors %s p=%g: %zu elements vs Random123 draws: %llu hits (library %llu, values %llu), "
+    std::printf("soft errors %s %s p=%g: %zu elements vs Random123 draws: %llu hits (library %llu, values %llu), "
                 "%llu code mismatches, %llu value mismatches, %llu not exactly one bit, %llu outside the %d "
-                "fraction bits\n",
-                f.name.c_str(), p, x.size(), (unsigned long long)ref_hits, (unsigned long long)e.hits,
+                "eligible bits\n",
+                f.name.c_str(), std::string(to_string(bits)).c_str(), p, x.size(), (unsigned long long)ref_hits, (unsigned long long)e.hits,
                 (unsigned long long)e.value_hits, (unsigned long long)code_bad, (unsigned long long)value_bad,
-                (unsigned long long)not_one_bit, (unsigned long long)out_of_range, f.man_bits);
+                (unsigned long long)not_one_bit, (unsigned long long)out_of_range, m);
     CHECK(code_bad == 0);
     CHECK(value_bad == 0);
     CHECK(not_one_bit == 0);
@@ -127,9 +129,11 @@ void check_against_reference(const Format& f) {
 }  // namespace
 
 TEST_CASE("soft errors: every draw equals Random123's Philox under the documented rule", "[soft_error]") {
-  check_against_reference<std::uint16_t>(fp16());
-  check_against_reference<std::uint16_t>(bf16());
-  check_against_reference<std::uint8_t>(parse_format("fp8_e4m3"));
+  for (const SoftErrorBits bits : {SoftErrorBits::fraction, SoftErrorBits::any}) {
+    check_against_reference<std::uint16_t>(fp16(), bits);
+    check_against_reference<std::uint16_t>(bf16(), bits);
+    check_against_reference<std::uint8_t>(parse_format("fp8_e4m3"), bits);
+  }
 }
 
 TEST_CASE("soft errors: hit share and bit positions match their binomial expectations", "[soft_error]") {
@@ -229,7 +233,16 @@ TEST_CASE("soft errors: a probability outside [0, 1] or not a number is an Optio
   }
   CHECK(soft_errors_with_options(std::string_view("0.25"), 3).p == 0.25);
   CHECK(soft_errors_with_options(std::string_view("1"), 3).p == 1.0);
-  // A format without fraction bits has nothing to flip.
+  CHECK(soft_errors_with_options(0.5, 3, "any").bits == SoftErrorBits::any);
+  try {
+    (void)soft_errors_with_options(0.5, 3, "sign");
+    FAIL("accepted flip bits 'sign'");
+  } catch (const OptionError& e) {
+    CHECK(e.key == OptionKey::flip_bits);
+    CHECK(e.value == "sign");
+  }
+  // A format without fraction bits has no fraction bit to flip; any of its 8 bits can.
   std::vector<std::uint8_t> codes(4, 0);
   CHECK_THROWS_AS(flip_bits(std::span<std::uint8_t>(codes), float8_e8m0fnu(), SoftErrors{0.5, 0}), Error);
+  CHECK(flip_bits(std::span<std::uint8_t>(codes), float8_e8m0fnu(), SoftErrors{1, 0, SoftErrorBits::any}) == 4);
 }

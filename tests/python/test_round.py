@@ -340,6 +340,9 @@ def test_flip_same_as_cli(cli, fmt, man_bits):
     diff = (mpsim.encode(x, fmt, flip=1.0) ^ plain).astype(np.uint64)
     assert np.all(diff != 0) and np.all((diff & (diff - np.uint64(1))) == 0)  # one bit each
     assert np.all(diff < np.uint64(1 << man_bits))  # in the fraction field
+    want_any, _ = cli.round(x, *opts, "--flip-bits", "any", "--bits")
+    assert np.array_equal(mpsim.encode(x, fmt, flip=0.05, flip_seed=11, flip_bits="any"), want_any)
+    assert not np.array_equal(want_any, want_bits)
     print(f"{fmt}: {x.size} inputs, flip=0.05: {got_stats['flipped']} flipped, values / encodings / count as the "
           f"CLI, threads 1 = 2; flip=0 plain; flip=1 one fraction bit in all {x.size}")
 
@@ -352,6 +355,8 @@ def test_flip_bad_probability_raises():
                 call(x, "fp16", flip=p)
     with pytest.raises(TypeError):
         mpsim.round(x, "fp16", flip="abc")
+    with pytest.raises(ValueError, match="flip_bits='sign'"):
+        mpsim.encode(x, "fp16", flip=0.5, flip_bits="sign")
     with pytest.raises(ValueError, match="flip"):
         mpsim.round(x, "mxfp8_e4m3", flip=0.1)
     print("flip outside [0, 1], NaN, text and with a block format: refused, naming flip")

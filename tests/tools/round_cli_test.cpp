@@ -270,6 +270,7 @@ TEST_CASE("mpsim round: bad options and inputs exit 2 with one message and leave
       {"round --to fp16 --flip nan --stats-json " + stats + " " + quote(in) + " " + out, "--flip: the probability must be"},
       {"round --to fp16 --flip abc --bits " + quote(in) + " " + out, "--flip: the probability must be a number in [0, 1], got 'abc'"},
       {"round --to mxfp8_e4m3 --flip 0.1 " + quote(in) + " " + out, "--flip does not apply to mxfp8_e4m3"},
+      {"round --to fp16 --flip 0.1 --flip-bits sign " + quote(in) + " " + out, "--flip-bits: unknown value 'sign' (known: fraction, any)"},
   };
   for (const auto& [args, what] : cases) {
     const auto res = run_mpsim(dir, args);
@@ -622,26 +623,31 @@ TEST_CASE("mpsim round --flip: soft errors in the encodings and the values, coun
   mpsim::io::write_npy(dir / "x32.npy", mpsim::io::make_npy(std::span<const float>(x)));
   mpsim::io::write_npy(dir / "x64.npy", mpsim::io::make_npy(std::span<const double>(xd)));
   const std::string x32 = quote((dir / "x32.npy").string()), x64 = quote((dir / "x64.npy").string());
-  const SoftErrors se{0.2, 5};
   std::size_t compared = 0, mismatches = 0;
 
   struct Case {
     const char* fmt;
     const std::string& in;
+    SoftErrorBits bits;
   };
-  for (const Case c : {Case{"fp16", x32}, Case{"bf16", x64}, Case{"fp8_e4m3", x32}, Case{"tf32", x64}}) {
+  for (const Case c : {Case{"fp16", x32, SoftErrorBits::fraction}, Case{"bf16", x64, SoftErrorBits::fraction},
+                       Case{"fp8_e4m3", x32, SoftErrorBits::fraction}, Case{"tf32", x64, SoftErrorBits::fraction},
+                       Case{"fp16", x64, SoftErrorBits::any}, Case{"fp8_e5m2", x32, SoftErrorBits::any}}) {
     const Format f = parse_format(c.fmt);
+    const SoftErrors se{0.2, 5, c.bits};
+    const int m = c.bits == SoftErrorBits::any ? f.storage_bits : f.man_bits;
     // The expected codes: round_bits of each input, then the library's flips.
     std::vector<std::uint32_t> want(x.size());
     for (std::size_t i = 0; i < x.size(); ++i) want[i] = static_cast<std::uint32_t>(round_bits(static_cast<double>(x[i]), f));
     const std::vector<std::uint32_t> plain = want;
     std::uint64_t want_flipped = 0;
     for (std::size_t i = 0; i < x.size(); ++i) {
-      const SoftErrorDraw d = soft_error_draw(se, i, f.man_bits);
+      const SoftErrorDraw d = soft_error_draw(se, i, m);
       if (d.hit) want[i] ^= std::uint32_t{1} << d.bit;
       want_flipped += d.hit;
     }
-    const std::string common = std::string("round --to ") + c.fmt + " --flip 0.2 --flip-seed 5 ";
+    const std::string common = std::string("round --to ") + c.fmt + " --flip 0.2 --flip-seed 5 --flip-bits " +
+                               std::string(to_string(c.bits)) + " ";
     const auto bits = run_mpsim(dir, common + "--bits --stats-json " + quote((dir / "s.json").string()) + " " + c.in +
                                          " " + quote((dir / "bits.npy").string()));
     INFO(c.fmt << ": " << bits.output);
@@ -651,6 +657,7 @@ TEST_CASE("mpsim round --flip: soft errors in the encodings and the values, coun
     CHECK(j["flipped"] == want_flipped);
     CHECK(j["flip"] == 0.2);
     CHECK(j["flip_seed"] == 5);
+    CHECK(j["flip_bits"] == std::string(to_string(c.bits)));
     const auto b = mpsim::io::read_npy(dir / "bits.npy");
     std::size_t bad = 0;
     for (std::size_t i = 0; i < x.size(); ++i) {

@@ -24,6 +24,8 @@ inline Error option_error(const OptionError& e) {
     }
     case OptionKey::sr_bits: return Error("--sr-bits applies only to --mode sr");
     case OptionKey::flip: return Error("--flip: the probability must be a number in [0, 1], got '" + e.value + "'");
+    case OptionKey::flip_bits:
+      return Error("--flip-bits: unknown value '" + e.value + "' (known: " + std::string(option_words(e.key)) + ")");
   }
   return Error(e.what());
 }
@@ -47,10 +49,10 @@ inline Rounding rounding_with_options(const std::string& mode, int sr_bits, std:
   }
 }
 
-// --flip P --flip-seed S (soft errors after rounding), validated.
-inline SoftErrors soft_errors_with_options(const std::string& p, std::uint64_t seed) {
+// --flip P --flip-seed S --flip-bits fraction|any (soft errors after rounding), validated.
+inline SoftErrors soft_errors_with_options(const std::string& p, std::uint64_t seed, const std::string& bits) {
   try {
-    return mpsim::soft_errors_with_options(std::string_view(p), seed);
+    return mpsim::soft_errors_with_options(std::string_view(p), seed, bits);
   } catch (const OptionError& e) {
     throw option_error(e);
   }

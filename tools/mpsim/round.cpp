@@ -1,5 +1,6 @@
 // mpsim round --to FMT [--mode M] [--sr-bits N] [--seed S] [--subnormals keep|flush]
-//              [--overflow inf|saturate] [--daz] [--like PROFILE] [--flip P [--flip-seed S]] [--bits]
+//              [--overflow inf|saturate] [--daz] [--like PROFILE] [--flip P [--flip-seed S]
+//              [--flip-bits fraction|any]] [--bits]
 //              [--stats-json FILE] IN.npy OUT.npy
 // Rounds every element of IN to FMT with the bulk engine. --like x86 | cuda-sm90 reproduces a device
 // (lib/mpsim/format/profile.hpp): its flushing rules adjust the format and rounding, and its NaN rule
@@ -13,7 +14,8 @@
 // Block formats (mxfp8_e4m3 ... nvfp4, [--block N] [--block-scale floor|rceil]): the dequantized values, or
 // with --bits an .npz of the element and scale encodings.
 // --flip P: soft errors after rounding (lib/mpsim/format/soft_error.hpp): each element's result has one bit
-// of its fraction field flipped with probability P, in the encodings (--bits) and in the values alike.
+// of its fraction field (--flip-bits any: of its encoding) flipped with probability P, in the encodings
+// (--bits) and in the values alike.
 #include <fmt/core.h>
 
 #include <cmath>
@@ -53,6 +55,7 @@ struct Options {
   std::string block_scale = "floor";
   std::string flip;  // --flip as given (empty: no soft errors)
   std::uint64_t flip_seed = 0;
+  std::string flip_bits = "fraction";
   int block = 0;  // block formats: elements per block (0: the format's own, 32 or 16)
   int sr_bits = 32;
   std::uint64_t seed = 0;
@@ -292,7 +295,7 @@ void run(const Options& o) {
   const mpsim::Rounding requested_rounding = mpsim::cli::rounding_with_options(o.mode, o.sr_bits, o.seed, o.daz);
   const mpsim::Profile& like = mpsim::find_profile(o.like);
   const mpsim::SoftErrors soft_errors =
-      o.flip.empty() ? mpsim::SoftErrors{0, o.flip_seed} : mpsim::cli::soft_errors_with_options(o.flip, o.flip_seed);
+      mpsim::cli::soft_errors_with_options(o.flip.empty() ? "0" : o.flip, o.flip_seed, o.flip_bits);
   if (o.chunk == 0) throw mpsim::Error("--chunk must be at least 1");
 
   // The input is mapped, not read: it is streamed chunk by chunk, so its size is not bounded by memory.
@@ -358,6 +361,7 @@ void run(const Options& o) {
                               {"like", like.name},
                               {"flip", soft_errors.p},
                               {"flip_seed", soft_errors.seed},
+                              {"flip_bits", std::string(mpsim::to_string(soft_errors.bits))},
                               {"output_kind", o.bits ? "bits" : "values"},
                               {"output_dtype", std::string(mpsim::io::to_string(out.dtype()))},
                               {"count", stats.count},
@@ -405,6 +409,9 @@ void setup(CLI::App& app) {
                   "Soft errors: flip one bit of the fraction field of each result with this probability, 0..1 "
                   "(chop's / CPFloat's flip; docs/cli.md)");
   cmd->add_option("--flip-seed", o->flip_seed, "Soft errors: seed of the flip draws, apart from --seed (default 0)");
+  cmd->add_option("--flip-bits", o->flip_bits,
+                  "Soft errors: the bits that can flip, fraction (chop; CPFloat's CPFLOAT_SOFTERR_FRAC) or any "
+                  "(CPFLOAT_SOFTERR_FP) (default fraction)");
   cmd->add_flag("--bits", o->bits, "Write the encodings (uint8/uint16/uint32) instead of the rounded values");
   cmd->add_option("--stats-json", o->stats_json, "Also write what the rounding did as JSON to this file (-: standard output)");
   // Elements per chunk of the stream; hidden: the tests use it to cross chunk boundaries on small inputs.

@@ -24,6 +24,7 @@ enum class OptionKey : std::uint8_t {
   overflow,    // a word other than inf / saturate
   sr_bits,     // random bits other than the default with a mode other than stochastic rounding
   flip,        // a soft-error probability that is not a number in [0, 1] (soft_error.hpp)
+  flip_bits,   // a word other than fraction / any
 };
 
 class OptionError : public Error {

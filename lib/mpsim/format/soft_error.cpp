@@ -19,11 +19,6 @@ std::string number_text(double p) {
   return std::string(buf, r.ptr);
 }
 
-int eligible_bits(const Format& fmt) {
-  if (fmt.man_bits < 1)
-    throw Error("soft errors flip a fraction bit, and " + fmt.name + " has no fraction bits");
-  return fmt.man_bits;
-}
 
 // Calls hit(k, bit) for every hit element k of an n-element array, over the engine's thread split, and
 // returns the number of hits. Each element's draw depends only on its index, so the hits and the count
@@ -32,7 +27,7 @@ template <class Hit>
 std::uint64_t for_each_hit(std::size_t n, const Format& fmt, const SoftErrors& se, const BulkOptions& opt, Hit hit) {
   if (!se.active() || n == 0) return 0;
   if (opt.threads < 0) throw Error("soft errors: thread count must be >= 0, got " + std::to_string(opt.threads));
-  const int bits = eligible_bits(fmt);
+  const int bits = eligible_bits(fmt, se.bits);
   const int workers = bulk_threads(n, opt);
   std::vector<std::uint64_t> counts(static_cast<std::size_t>(workers), 0);
   parallel_for(n, workers, "soft_error", [&](int w, std::size_t b, std::size_t e) {
@@ -61,22 +56,41 @@ std::uint64_t flip_codes(std::span<Code> codes, const Format& fmt, const SoftErr
 
 }  // namespace
 
-SoftErrors soft_errors_with_options(double p, std::uint64_t seed) {
+std::string_view to_string(SoftErrorBits b) { return b == SoftErrorBits::any ? "any" : "fraction"; }
+
+SoftErrorBits parse_soft_error_bits(std::string_view word) {
+  for (const SoftErrorBits b : {SoftErrorBits::fraction, SoftErrorBits::any})
+    if (word == to_string(b)) return b;
+  throw OptionError(OptionKey::flip_bits, std::string(word),
+                    "flip_bits: unknown value '" + std::string(word) + "' (known: " +
+                        std::string(option_words(OptionKey::flip_bits)) + ")");
+}
+
+int eligible_bits(const Format& fmt, SoftErrorBits bits) {
+  if (bits == SoftErrorBits::any) return fmt.storage_bits;
+  if (fmt.man_bits < 1)
+    throw Error("soft errors flip a fraction bit, and " + fmt.name + " has no fraction bits");
+  return fmt.man_bits;
+}
+
+SoftErrors soft_errors_with_options(double p, std::uint64_t seed, std::string_view bits) {
+  const SoftErrorBits b = parse_soft_error_bits(bits);
   if (!(p >= 0 && p <= 1))
     throw OptionError(OptionKey::flip, number_text(p),
                       "flip: the probability must be a number in [0, 1], got " + number_text(p));
-  return SoftErrors{p, seed};
+  return SoftErrors{p, seed, b};
 }
 
-SoftErrors soft_errors_with_options(std::string_view p_text, std::uint64_t seed) {
+SoftErrors soft_errors_with_options(std::string_view p_text, std::uint64_t seed, std::string_view bits) {
   double p = 0;
   const char* end = p_text.data() + p_text.size();
   const auto r = std::from_chars(p_text.data(), end, p);
   if (p_text.empty() || r.ec != std::errc() || r.ptr != end)
     throw OptionError(OptionKey::flip, std::string(p_text),
                       "flip: the probability must be a number in [0, 1], got '" + std::string(p_text) + "'");
+  const SoftErrorBits b = parse_soft_error_bits(bits);
   try {
-    return soft_errors_with_options(p, seed);
+    return soft_errors_with_options(p, seed, to_string(b));
   } catch (const OptionError&) {  // name it as it was written
     throw OptionError(OptionKey::flip, std::string(p_text),
                       "flip: the probability must be a number in [0, 1], got '" + std::string(p_text) + "'");

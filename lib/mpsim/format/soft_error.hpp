@@ -9,8 +9,10 @@
 // CPFLOAT_SOFTERR_FRAC ("the target-format fraction (significand without the implicit bit)"). CPFloat's
 // code draws from [DEFPREC - t, DEFPREC) of the storage word (cpfloat_template.h, ADD_BITFLIP_CODE),
 // which is the top t - 1 fraction bits and the lowest exponent bit of the storage format; mpsim follows
-// the documented rule. CPFloat's other mode (CPFLOAT_SOFTERR_FP, any bit of the storage word) is not
-// offered. Every element is eligible, zeros, infinities and NaNs included: the flip models a bit upset
+// the documented rule. SoftErrorBits::any is CPFloat's other mode (CPFLOAT_SOFTERR_FP, "any bit in the
+// target-format representation"): one of the format's storage_bits (sign, exponent and fraction), each
+// equally likely (CPFloat's code draws from its binary32/64 storage word above the trailing bits the target
+// lacks, so its exponent bits are the storage format's). Every element is eligible, zeros, infinities and NaNs included: the flip models a bit upset
 // in the stored code, whatever it holds (a flipped fraction bit turns +inf into a NaN, a zero into a
 // subnormal; in fp8_e4m3 it can turn 448 into the NaN 0x7F).
 //
@@ -19,7 +21,8 @@
 // (lo32(i), hi32(i), 0, 0) under the key seed ^ kSoftErrorKeySalt (low word first). Words 0 and 1 give
 // u = (w1 * 2^32 + w0) / 2^64 truncated to 53 bits, in [0, 1): the element is hit when u < p, so p = 0
 // never flips and p = 1 always does. Word 2 gives the bit: floor(w2 * man_bits / 2^32) (a multiply-shift
-// in place of a modulo; its bias is below man_bits / 2^32, at most 5e-9 for 23 bits).
+// in place of a modulo; its bias is below m / 2^32 for m eligible bits, under 10^-8 for 32), with m =
+// man_bits (fraction) or storage_bits (any).
 //
 // Simulate mode (values) flips the same bit of the value's encoding and decodes it back, so a value is
 // always the decoded flipped encoding of --bits output.
@@ -40,13 +43,23 @@ namespace mpsim {
 // stochastic rounding and the soft errors unrelated streams (rounding keys Philox with the seed itself).
 inline constexpr std::uint64_t kSoftErrorKeySalt = 0x736F66745F657272ull;
 
+// Which bits a soft error can strike: the fraction field (chop; CPFLOAT_SOFTERR_FRAC) or any bit of the
+// encoding (CPFLOAT_SOFTERR_FP).
+enum class SoftErrorBits : std::uint8_t { fraction, any };
+std::string_view to_string(SoftErrorBits);
+SoftErrorBits parse_soft_error_bits(std::string_view word);  // "fraction" | "any"; OptionError otherwise
+
 struct SoftErrors {
   double p = 0;            // probability that an element has one bit flipped, in [0, 1]
   std::uint64_t seed = 0;  // keys the draws (seed ^ kSoftErrorKeySalt), not the rounding's seed
+  SoftErrorBits bits = SoftErrorBits::fraction;
   bool active() const { return p > 0; }
 };
 
-// The draw of element `index`: whether it is hit, and which bit of the fraction field (0 = lowest).
+// The number of bits a soft error chooses from in fmt's encodings (bit 0 .. m - 1): man_bits or storage_bits.
+int eligible_bits(const Format& fmt, SoftErrorBits bits);
+
+// The draw of element `index`: whether it is hit, and which of the eligible bits (0 = lowest).
 struct SoftErrorDraw {
   bool hit = false;
   int bit = 0;
@@ -62,14 +75,16 @@ constexpr SoftErrorDraw soft_error_draw(const SoftErrors& se, std::uint64_t inde
                                                    static_cast<std::uint64_t>(eligible_bits)) >> 32)};
 }
 
-// The probability as given (a number in [0, 1]; NaN is not one): OptionError(OptionKey::flip) otherwise.
-SoftErrors soft_errors_with_options(double p, std::uint64_t seed);
+// The probability as given (a number in [0, 1]; NaN is not one): OptionError(OptionKey::flip) otherwise;
+// the bits by their word (OptionError(OptionKey::flip_bits) for another).
+SoftErrors soft_errors_with_options(double p, std::uint64_t seed, std::string_view bits = "fraction");
 // The same from text (the command line): a decimal number, all of it.
-SoftErrors soft_errors_with_options(std::string_view p_text, std::uint64_t seed);
+SoftErrors soft_errors_with_options(std::string_view p_text, std::uint64_t seed, std::string_view bits = "fraction");
 
 // Flips the drawn bit of every hit element of `codes` (encodings of fmt, element k has index
 // opt.index0 + k) and returns how many were hit. opt.threads as the bulk engine (0: all hardware threads
-// for large arrays); the result never depends on it. mpsim::Error if fmt has no fraction bits.
+// for large arrays); the result never depends on it. mpsim::Error if fmt has no eligible bits (fraction
+// bits of a format without any, e8m0).
 std::uint64_t flip_bits(std::span<std::uint8_t> codes, const Format& fmt, const SoftErrors& se, const BulkOptions& opt = {});
 std::uint64_t flip_bits(std::span<std::uint16_t> codes, const Format& fmt, const SoftErrors& se, const BulkOptions& opt = {});
 std::uint64_t flip_bits(std::span<std::uint32_t> codes, const Format& fmt, const SoftErrors& se, const BulkOptions& opt = {});
