@@ -12,17 +12,17 @@
 // the documented rule. SoftErrorBits::any is CPFloat's other mode (CPFLOAT_SOFTERR_FP, "any bit in the
 // target-format representation"): one of the format's storage_bits (sign, exponent and fraction), each
 // equally likely (CPFloat's code draws from its binary32/64 storage word above the trailing bits the target
-// lacks, so its exponent bits are the storage format's). Every element is eligible, zeros, infinities and NaNs included: the flip models a bit upset
-// in the stored code, whatever it holds (a flipped fraction bit turns +inf into a NaN, a zero into a
-// subnormal; in fp8_e4m3 it can turn 448 into the NaN 0x7F).
+// lacks, so its exponent bits are the storage format's). Every element is eligible, zeros, infinities and
+// NaNs included: the flip models a bit upset in the stored code, whatever it holds (a flipped fraction bit
+// turns +inf into a NaN, a zero into a subnormal; in fp8_e4m3 it can turn 448 into the NaN 0x7F).
 //
 // The draws (deterministic; independent of thread count and chunking): element i (index0 + its position,
 // as stochastic rounding numbers elements) evaluates Philox4x32-10 (philox.hpp) once, at counter
 // (lo32(i), hi32(i), 0, 0) under the key seed ^ kSoftErrorKeySalt (low word first). Words 0 and 1 give
 // u = (w1 * 2^32 + w0) / 2^64 truncated to 53 bits, in [0, 1): the element is hit when u < p, so p = 0
-// never flips and p = 1 always does. Word 2 gives the bit: floor(w2 * man_bits / 2^32) (a multiply-shift
-// in place of a modulo; its bias is below m / 2^32 for m eligible bits, under 10^-8 for 32), with m =
-// man_bits (fraction) or storage_bits (any).
+// never flips and p = 1 always does. Word 2 gives the bit: floor(w2 * m / 2^32) for m eligible bits, m =
+// man_bits (fraction) or storage_bits (any) (a multiply-shift in place of a modulo; its bias is below
+// m / 2^32, under 10^-8 for 32 bits).
 //
 // Simulate mode (values) flips the same bit of the value's encoding and decodes it back, so a value is
 // always the decoded flipped encoding of --bits output.
