@@ -692,6 +692,24 @@ TEST_CASE("mpsim round --flip: soft errors in the encodings and the values, coun
     CHECK(bad == 0);
     CHECK(want_flipped > 0);
   }
+  // With a device profile the flips follow its NaN rule: the values are still the decoded flipped --bits codes.
+  {
+    const std::string common = "round --to bf16 --mode rd --like cuda-sm90 --flip 0.3 --flip-seed 8 " + x32 + " ";
+    REQUIRE(run_mpsim(dir, common + "--bits " + quote((dir / "bits.npy").string())).status == 0);
+    REQUIRE(run_mpsim(dir, common + quote((dir / "vals.npy").string())).status == 0);
+    const auto b = mpsim::io::read_npy(dir / "bits.npy");
+    const auto v = mpsim::io::to_double(mpsim::io::read_npy(dir / "vals.npy"));
+    REQUIRE(v.size() == x.size());
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      std::uint16_t code = 0;
+      std::memcpy(&code, b.data.data() + i * 2, 2);
+      bad += !same_value(v[i], decode(code, bf16()));
+    }
+    compared += x.size();
+    mismatches += bad;
+    CHECK(bad == 0);
+  }
   WARN("mpsim round --flip 0.2: " << compared << " codes and values compared with round_bits + flip_bits, "
                                    << mismatches << " mismatches; chunked runs identical");
 }
