@@ -1,7 +1,9 @@
 // Soft errors after rounding: with probability p an element's rounded result has one bit of its encoding
 // flipped, to study how a computation tolerates corrupted values. The option of chop (Higham & Pranesh,
 // SIAM J. Sci. Comput. 41(5), 2019; chop.m options.flip / options.p, roundit.m) and of CPFloat (Fasi &
-// Mikaitis, ACM TOMS 49(2), 2023; cpfloat_definitions.h fpopts->flip / fpopts->p).
+// Mikaitis, ACM TOMS 49(2), 2023; cpfloat_definitions.h fpopts->flip / fpopts->p). Sources read: github.com/
+// higham/chop at 906c31e (chop.m, roundit.m) and github.com/north-numerical-computing/cpfloat at 3583976
+// (src/cpfloat_definitions.h, src/cpfloat_template.h).
 //
 // Which bits: the format's fraction field (the man_bits trailing significand bits, the implicit bit
 // excluded), each equally likely: chop's rule (roundit.m flips bit b - 1 of the integer significand,
