@@ -83,13 +83,13 @@ Encoded<Code> encode_with_flips(const std::vector<float>& x, const Format& f, co
 }
 
 template <class Code>
-void check_against_reference(const Format& f, SoftErrorBits bits) {
+void check_against_reference(const Format& f, SoftErrorBits bits, const BulkOptions& opt = {}) {
   const std::vector<float> x = sample_inputs(100000, 27);
   // The eligible bits: the fraction field, or every bit of the encoding.
   const int m = bits == SoftErrorBits::fraction ? f.man_bits : f.storage_bits;
   for (const double p : {0.0, 0.01, 0.5, 1.0}) {
     const SoftErrors se{p, 1234, bits};
-    const Encoded<Code> e = encode_with_flips<Code>(x, f, se);
+    const Encoded<Code> e = encode_with_flips<Code>(x, f, se, opt);
     std::uint64_t ref_hits = 0, code_bad = 0, value_bad = 0, not_one_bit = 0, out_of_range = 0;
     for (std::size_t i = 0; i < x.size(); ++i) {
       const RefDraw d = reference_draw(p, se.seed, i, m);
@@ -106,10 +106,10 @@ void check_against_reference(const Format& f, SoftErrorBits bits) {
         not_one_bit += diff != 0;
       }
     }
-    std::printf("soft errors %s %s p=%g: %zu elements vs Random123 draws: %llu hits (library %llu, values %llu), "
+    std::printf("soft errors [%s] %s %s p=%g: %zu elements vs Random123 draws: %llu hits (library %llu, values %llu), "
                 "%llu code mismatches, %llu value mismatches, %llu not exactly one bit, %llu outside the %d "
                 "eligible bits\n",
-                f.name.c_str(), std::string(to_string(bits)).c_str(), p, x.size(), (unsigned long long)ref_hits, (unsigned long long)e.hits,
+                std::string(to_string(opt.path)).c_str(), f.name.c_str(), std::string(to_string(bits)).c_str(), p, x.size(), (unsigned long long)ref_hits, (unsigned long long)e.hits,
                 (unsigned long long)e.value_hits, (unsigned long long)code_bad, (unsigned long long)value_bad,
                 (unsigned long long)not_one_bit, (unsigned long long)out_of_range, m);
     CHECK(code_bad == 0);
@@ -133,6 +133,73 @@ TEST_CASE("soft errors: every draw equals Random123's Philox under the documente
     check_against_reference<std::uint16_t>(fp16(), bits);
     check_against_reference<std::uint16_t>(bf16(), bits);
     check_against_reference<std::uint8_t>(parse_format("fp8_e4m3"), bits);
+  }
+}
+
+// The code paths the flips can take on this CPU: scalar always, avx2 and avx512 where available.
+std::vector<Path> available_paths() {
+  std::vector<Path> paths{Path::scalar};
+  for (const Path p : {Path::avx2, Path::avx512})
+    if (path_available(p)) paths.push_back(p);
+    else WARN("soft errors: the " << to_string(p) << " path is not available on this CPU: untested here");
+  return paths;
+}
+
+TEST_CASE("soft errors: every draw equals Random123's on every code path", "[soft_error]") {
+  for (const Path path : available_paths()) {
+    BulkOptions opt;
+    opt.path = path;
+    check_against_reference<std::uint16_t>(fp16(), SoftErrorBits::fraction, opt);
+    check_against_reference<std::uint16_t>(bf16(), SoftErrorBits::any, opt);
+    check_against_reference<std::uint8_t>(parse_format("fp8_e4m3"), SoftErrorBits::any, opt);
+  }
+}
+
+TEST_CASE("soft errors: the vector paths flip what the scalar path flips, tails and counter wraps included", "[soft_error]") {
+  // Random fp16 codes (every pattern is a code to flip); the vector paths evaluate 8 (avx2) or 16
+  // (avx512) blocks at a time and leave the rest to the scalar loop, and split where the counter's low
+  // word wraps (index0 near 2^32) or the index itself wraps (near 2^64).
+  std::mt19937_64 rng(99);
+  std::vector<std::uint16_t> codes(100003);
+  for (auto& c : codes) c = static_cast<std::uint16_t>(rng());
+  const Format f = fp16();
+  const std::uint64_t starts[] = {0, 5, (std::uint64_t{1} << 32) - 50003, ~std::uint64_t{0} - 40000};
+  for (const Path path : available_paths()) {
+    if (path == Path::scalar) continue;
+    BulkOptions vec, sca;
+    vec.path = path;
+    sca.path = Path::scalar;
+    std::uint64_t compared = 0, mismatches = 0, count_mismatches = 0, hits = 0;
+    for (const SoftErrorBits bits : {SoftErrorBits::fraction, SoftErrorBits::any})
+      for (const double p : {1e-300, 0.01, 1.0 / 3, 0.5, 1.0 - 0x1p-53, 1.0})
+        for (const std::uint64_t start : starts) {
+          const SoftErrors se{p, 0x0123456789abcdefull, bits};
+          vec.index0 = sca.index0 = start;
+          std::vector<std::uint16_t> a = codes, b = codes;
+          const std::uint64_t ha = flip_bits(std::span<std::uint16_t>(a), f, se, vec);
+          const std::uint64_t hb = flip_bits(std::span<std::uint16_t>(b), f, se, sca);
+          count_mismatches += ha != hb;
+          hits += hb;
+          for (std::size_t i = 0; i < a.size(); ++i) mismatches += a[i] != b[i];
+          compared += a.size();
+          // Every length 0 .. 17 (past one AVX-512 vector) at offsets 0 .. 3 of the stream.
+          for (std::size_t len = 0; len <= 17; ++len)
+            for (std::size_t off = 0; off < 4; ++off) {
+              vec.index0 = sca.index0 = start + off;
+              std::vector<std::uint16_t> ta(codes.begin(), codes.begin() + static_cast<std::ptrdiff_t>(len)), tb = ta;
+              count_mismatches += flip_bits(std::span<std::uint16_t>(ta), f, se, vec) !=
+                                  flip_bits(std::span<std::uint16_t>(tb), f, se, sca);
+              for (std::size_t i = 0; i < len; ++i) mismatches += ta[i] != tb[i];
+              compared += len;
+            }
+        }
+    std::printf("soft errors %s vs scalar: %llu codes compared (fp16, fraction/any, 6 p, 4 index offsets, lengths "
+                "100003 and 0..17), %llu scalar hits, %llu code mismatches, %llu count mismatches\n",
+                std::string(to_string(path)).c_str(), (unsigned long long)compared, (unsigned long long)hits,
+                (unsigned long long)mismatches, (unsigned long long)count_mismatches);
+    CHECK(hits > 0);
+    CHECK(mismatches == 0);
+    CHECK(count_mismatches == 0);
   }
 }
 
