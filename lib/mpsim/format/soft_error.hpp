@@ -84,9 +84,10 @@ SoftErrors soft_errors_with_options(double p, std::uint64_t seed, std::string_vi
 SoftErrors soft_errors_with_options(std::string_view p_text, std::uint64_t seed, std::string_view bits = "fraction");
 
 // Flips the drawn bit of every hit element of `codes` (encodings of fmt, element k has index
-// opt.index0 + k) and returns how many were hit. opt.threads as the bulk engine (0: all hardware threads
-// for large arrays); the result never depends on it. mpsim::Error if fmt has no eligible bits (fraction
-// bits of a format without any, e8m0).
+// opt.index0 + k) and returns how many were hit. opt.threads and opt.path as the bulk engine (0: all
+// hardware threads for large arrays; the AVX2 / AVX-512 paths evaluate 8 / 16 draws at a time,
+// mpsim::Error for a path the CPU lacks); the result never depends on either. mpsim::Error if fmt has no
+// eligible bits (fraction bits of a format without any, e8m0).
 std::uint64_t flip_bits(std::span<std::uint8_t> codes, const Format& fmt, const SoftErrors& se, const BulkOptions& opt = {});
 std::uint64_t flip_bits(std::span<std::uint16_t> codes, const Format& fmt, const SoftErrors& se, const BulkOptions& opt = {});
 std::uint64_t flip_bits(std::span<std::uint32_t> codes, const Format& fmt, const SoftErrors& se, const BulkOptions& opt = {});
