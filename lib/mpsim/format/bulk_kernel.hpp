@@ -181,8 +181,8 @@ struct PhiloxLanes {
 };
 
 // Soft errors' draws (soft_error.hpp): element index0 + k evaluates the block at counter index0 + k,
-// so W / 4 elements per block vector, four vectors per W elements (as many multiplies as W elements of
-// stochastic rounding). Elements 0 .. n' - 1, n' = n rounded down to a multiple of W: hit ones get their
+// so W / 4 elements per block vector, four vectors per W elements (four times the multiplies of W elements
+// of stochastic rounding, which takes one word per element). Elements 0 .. n' - 1, n' = n rounded down to a multiple of W: hit ones get their
 // bit set in hit_words (zeroed by the caller) and bit_of[k] = the drawn bit, floor(w2 * m / 2^32) = the
 // high word of the product of lane 4b + 2. Returns n'. The low counter word must not wrap within the call
 // (lo32(index0) + n <= 2^32): the caller splits there.
