@@ -139,14 +139,18 @@ def _row_len(shape):
     return int(shape[-1]) if len(shape) else 1
 
 
-def _check_no_element_options(fmt, subnormals, overflow, like):
+def _check_no_element_options(fmt, subnormals, overflow, like, flip=0.0):
     if subnormals != "keep" or overflow != "inf" or like != "ieee":
         raise ValueError(f"subnormals, overflow and like do not apply to {fmt}: its elements keep subnormals "
                          "and saturate (OCP MX v1.0)")
+    if flip != 0:
+        raise ValueError(f"flip (soft errors) does not apply to {fmt}: a block format's element and scale codes "
+                         "would need a rule of their own")
 
 
 def round(x, fmt, mode="rne", *, seed=0, sr_bits=32, subnormals="keep", overflow="inf", like="ieee", daz=False,
-          out=None, stats=False, block=0, block_scale="floor", index0=0, threads=0):
+          out=None, stats=False, block=0, block_scale="floor", index0=0, threads=0, flip=0.0, flip_seed=0,
+          flip_bits="fraction"):
     """The values of x rounded to fmt, in x's dtype (simulate mode), as `mpsim round` computes them.
 
     x: numpy array or CPU torch tensor, float32 or float64, any shape. fmt: a format name (every name the
@@ -157,6 +161,11 @@ def round(x, fmt, mode="rne", *, seed=0, sr_bits=32, subnormals="keep", overflow
     cuda-sm90 (the device's flushing rules); daz: subnormal inputs read as zero.
     out: an array to write into (out=x rounds in place). stats=True returns (values, stats dict) with the
     names of `mpsim round --stats-json`.
+    flip: soft errors, as chop's and CPFloat's: with probability flip (in [0, 1]) an element's result has
+    one bit of its fraction field (flip_bits="any": of its encoding) flipped (the bit drawn uniformly;
+    every element eligible), decided by a
+    generator keyed by flip_seed and the element's index (independent of seed, threads and chunking);
+    stats then count them ("flipped"). docs/python.md.
     float16 / bfloat16 input (numpy float16, ml_dtypes bfloat16, torch half / bfloat16): rounded as its exact
     float32 values, the result stored back in x's dtype, which every value of fmt must fit (as `mpsim round`
     does for float16 files).
@@ -164,7 +173,8 @@ def round(x, fmt, mode="rne", *, seed=0, sr_bits=32, subnormals="keep", overflow
     half = _half_name(x)
     if half is not None:
         return _round_half(x, half, fmt, mode, out, stats, seed=seed, sr_bits=sr_bits, subnormals=subnormals,
-                           overflow=overflow, like=like, daz=daz, index0=index0, threads=threads)
+                           overflow=overflow, like=like, daz=daz, index0=index0, threads=threads, flip=flip,
+                           flip_seed=flip_seed, flip_bits=flip_bits)
     x, kind = _prepare(x)
     if out is None:
         out = _empty(x, kind)
@@ -173,15 +183,15 @@ def round(x, fmt, mode="rne", *, seed=0, sr_bits=32, subnormals="keep", overflow
     if isinstance(fmt, str) and is_block_format(fmt):
         if str(x.dtype) not in ("float32", "torch.float32"):
             raise TypeError(f"x has dtype {x.dtype}; block formats take float32")
-        _check_no_element_options(fmt, subnormals, overflow, like)
+        _check_no_element_options(fmt, subnormals, overflow, like, flip)
         st = _core.round_blocks_into(x, out, fmt, block, block_scale, _row_len(x.shape), mode, seed, sr_bits, daz,
                                      stats)
     elif kind == "torch":
         st = _core.round_into(_kernel_view(x), _kernel_view(out), _format(fmt), mode, seed, sr_bits, subnormals,
-                              overflow, like, daz, stats, index0, threads)
+                              overflow, like, daz, stats, index0, threads, flip, flip_seed, flip_bits)
     else:
         st = _core.round_into(x, out, _format(fmt), mode, seed, sr_bits, subnormals, overflow, like, daz, stats,
-                              index0, threads)
+                              index0, threads, flip, flip_seed, flip_bits)
     return (out, st) if stats else out
 
 
@@ -207,7 +217,8 @@ def _round_half(x, half, fmt, mode, out, stats, **options):
 
 
 def encode(x, fmt, mode="rne", *, seed=0, sr_bits=32, subnormals="keep", overflow="inf", like="ieee", daz=False,
-           out=None, stats=False, block=0, block_scale="floor", index0=0, threads=0):
+           out=None, stats=False, block=0, block_scale="floor", index0=0, threads=0, flip=0.0, flip_seed=0,
+           flip_bits="fraction"):
     """The encodings of x rounded to fmt: uint8 / uint16 / uint32 by the format's storage, x's shape
     (viewable as the ml_dtypes type: mpsim.encode(x, "float8_e4m3fn").view(ml_dtypes.float8_e4m3fn)).
 
@@ -217,7 +228,7 @@ def encode(x, fmt, mode="rne", *, seed=0, sr_bits=32, subnormals="keep", overflo
     """
     x, kind = _prepare(x, widen=True)
     if isinstance(fmt, str) and is_block_format(fmt):
-        _check_no_element_options(fmt, subnormals, overflow, like)
+        _check_no_element_options(fmt, subnormals, overflow, like, flip)
         shape = tuple(x.shape)
         row = _row_len(shape)
         eff_block = block or (16 if fmt == "nvfp4" else 32)
@@ -236,7 +247,8 @@ def encode(x, fmt, mode="rne", *, seed=0, sr_bits=32, subnormals="keep", overflo
         out = _empty(x, kind, bits_dtype)
     else:
         _check_out(out, x.shape)
-    st = _core.encode_into(x, out, f, mode, seed, sr_bits, subnormals, overflow, like, daz, stats, index0, threads)
+    st = _core.encode_into(x, out, f, mode, seed, sr_bits, subnormals, overflow, like, daz, stats, index0, threads,
+                           flip, flip_seed, flip_bits)
     return (out, st) if stats else out
 
 

@@ -34,9 +34,10 @@ nb::dict counts_dict(const Stats& s) {
   return d;
 }
 
-nb::dict stats_dict(const Stats& s) {
+nb::dict stats_dict(const Stats& s, std::uint64_t flipped) {
   // The names of `mpsim round --stats-json`.
   nb::dict d = counts_dict(s);
+  d["flipped"] = flipped;
   d["max_abs"] = s.max_abs;
   d["min_abs_nonzero"] = s.min_abs_nonzero;
   return d;
@@ -85,9 +86,11 @@ void check_float_input(const AnyArray& x) {
 }
 
 // out[i] = round(x[i]) in x's dtype under a resolved pair (x: float32 or float64, checked), with the GIL
-// released; `stats` (may be null) counts what it did.
-void round_values_with(const DeviceRounding& device, const AnyArray& x, const WritableArray& out, Stats* stats,
-                       const BulkOptions& opt) {
+// released; `stats` (may be null) counts what it did. Soft errors (`se`, may be null: none) after the
+// rounding; returns how many elements they hit.
+std::uint64_t round_values_with(const DeviceRounding& device, const AnyArray& x, const WritableArray& out,
+                                Stats* stats, const BulkOptions& opt, const SoftErrors* se = nullptr) {
+  std::uint64_t flipped = 0;
   auto run = [&](auto tag) {
     using T = decltype(tag);
     const std::span<const T> in = input_span<T>(x, "x");
@@ -95,6 +98,7 @@ void round_values_with(const DeviceRounding& device, const AnyArray& x, const Wr
     nb::gil_scoped_release release;
     if (device.is_plain()) {
       round_array(in, o, device.format, device.rounding, stats, opt);
+      if (se) flipped = flip_values(o, device.format, *se, opt);
       return;
     }
     // A device profile rewrites NaN results from the input's payload (DeviceRounding::convert_values, as
@@ -107,24 +111,28 @@ void round_values_with(const DeviceRounding& device, const AnyArray& x, const Wr
     }
     round_array(src, o, device.format, device.rounding, stats, opt);
     device.convert_values(src, o, opt.index0);
+    if (se) flipped = flip_values(o, device.format, *se, opt);
   };
   if (is_f64(x)) run(double{});
   else run(float{});
+  return flipped;
 }
 
 // out[i] = round(x[i]) in x's dtype.
 nb::object round_values(const AnyArray& x, const WritableArray& out, const Format& fmt, const std::string& mode,
                         std::uint64_t seed, int sr_bits, const std::string& subnormals, const std::string& overflow,
-                        const std::string& like, bool daz, bool want_stats, std::uint64_t index0, int threads) {
+                        const std::string& like, bool daz, bool want_stats, std::uint64_t index0, int threads,
+                        double flip, std::uint64_t flip_seed, const std::string& flip_bits_word) {
   check_float_input(x);
   const DeviceRounding device = resolve(fmt, subnormals, overflow, mode, sr_bits, seed, daz, like, is_f64(x));
+  const SoftErrors se = soft_errors_with_kwargs(flip, flip_seed, flip_bits_word);
   BulkOptions opt;
   opt.index0 = index0;
   opt.threads = threads;
   Stats stats;
-  round_values_with(device, x, out, want_stats ? &stats : nullptr, opt);
+  const std::uint64_t flipped = round_values_with(device, x, out, want_stats ? &stats : nullptr, opt, &se);
   if (!want_stats) return nb::none();
-  return stats_dict(stats);
+  return stats_dict(stats, flipped);
 }
 
 // A rounding whose options were parsed and resolved once (for float32 and for float64 input) and which sums
@@ -174,9 +182,11 @@ class PreparedRounding {
 // out[i] = the encoding of round(x[i]) in the format's storage (uint8 / uint16 / uint32).
 nb::object encode_values(const AnyArray& x, const WritableArray& out, const Format& fmt, const std::string& mode,
                          std::uint64_t seed, int sr_bits, const std::string& subnormals, const std::string& overflow,
-                         const std::string& like, bool daz, bool want_stats, std::uint64_t index0, int threads) {
+                         const std::string& like, bool daz, bool want_stats, std::uint64_t index0, int threads,
+                         double flip, std::uint64_t flip_seed, const std::string& flip_bits_word) {
   check_float_input(x);
   const DeviceRounding device = resolve(fmt, subnormals, overflow, mode, sr_bits, seed, daz, like, is_f64(x));
+  const SoftErrors se = soft_errors_with_kwargs(flip, flip_seed, flip_bits_word);
   const Format& f = device.format;
   if (f.storage_bits > 32)
     throw nb::value_error(("encode: " + f.name + " needs " + std::to_string(f.storage_bits) +
@@ -187,6 +197,7 @@ nb::object encode_values(const AnyArray& x, const WritableArray& out, const Form
   opt.threads = threads;
   Stats stats;
   Stats* sp = want_stats ? &stats : nullptr;
+  std::uint64_t flipped = 0;
   auto run = [&](auto in_tag, auto out_tag) {
     using In = decltype(in_tag);
     using Enc = decltype(out_tag);
@@ -207,6 +218,7 @@ nb::object encode_values(const AnyArray& x, const WritableArray& out, const Form
     }
     if (!device.is_plain())
       for (std::size_t i = 0; i < in.size(); ++i) o[i] = static_cast<Enc>(device.convert_result(o[i], in[i]));
+    flipped = flip_bits(o, f, se, opt);
   };
   const int bytes = f.storage_bytes();
   auto by_output = [&](auto in_tag) {
@@ -217,7 +229,7 @@ nb::object encode_values(const AnyArray& x, const WritableArray& out, const Form
   if (is_f64(x)) by_output(double{});
   else by_output(float{});
   if (!want_stats) return nb::none();
-  return stats_dict(stats);
+  return stats_dict(stats, flipped);
 }
 
 // out[i] = the value of encoding bits[i] (float32 or float64 output; exact for every format that fits).
@@ -337,10 +349,12 @@ double time_round_array(const AnyArray& x, const WritableArray& out, const Forma
 void bind_arrays(nb::module_& m) {
   using namespace nb::literals;
   m.def("round_into", &round_values, "x"_a, "out"_a, "fmt"_a, "mode"_a, "seed"_a, "sr_bits"_a, "subnormals"_a,
-        "overflow"_a, "like"_a, "daz"_a, "stats"_a, "index0"_a = 0, "threads"_a = 0,
+        "overflow"_a, "like"_a, "daz"_a, "stats"_a, "index0"_a = 0, "threads"_a = 0, "flip"_a = 0.0,
+        "flip_seed"_a = 0, "flip_bits"_a = "fraction",
         "out[...] = the values of x rounded to fmt (x and out: contiguous CPU float32/float64 of one dtype).");
   m.def("encode_into", &encode_values, "x"_a, "out"_a, "fmt"_a, "mode"_a, "seed"_a, "sr_bits"_a, "subnormals"_a,
-        "overflow"_a, "like"_a, "daz"_a, "stats"_a, "index0"_a = 0, "threads"_a = 0,
+        "overflow"_a, "like"_a, "daz"_a, "stats"_a, "index0"_a = 0, "threads"_a = 0, "flip"_a = 0.0,
+        "flip_seed"_a = 0, "flip_bits"_a = "fraction",
         "out[...] = the encodings of x rounded to fmt (uint8/uint16/uint32 by the format's storage).");
   m.def("decode_into", &decode_values, "bits"_a, "out"_a, "fmt"_a, "out[...] = the values of the encodings bits.");
   m.def("round_blocks_into", &round_blocks_values, "x"_a, "out"_a, "name"_a, "block"_a, "block_scale"_a, "row_len"_a,

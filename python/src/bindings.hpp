@@ -15,6 +15,7 @@
 
 #include "mpsim/format/format.hpp"
 #include "mpsim/format/round.hpp"
+#include "mpsim/format/soft_error.hpp"
 
 namespace mpsim::python {
 
@@ -43,6 +44,9 @@ Format format_with_kwargs(const Format& base, std::string_view subnormals, std::
 // The rounding: mode name as the CLI takes it, validated (sr_bits 1..32; sr_bits other than 32 only
 // with stochastic rounding, as the CLI's --sr-bits).
 Rounding rounding_with_kwargs(std::string_view mode, int sr_bits, std::uint64_t seed, bool daz);
+// flip / flip_seed / flip_bits: soft errors after rounding; ValueError naming flip if it is not a probability,
+// flip_bits for a word other than fraction / any.
+SoftErrors soft_errors_with_kwargs(double flip, std::uint64_t flip_seed, std::string_view flip_bits);
 
 void bind_formats(nb::module_& m);
 void bind_arrays(nb::module_& m);

@@ -41,6 +41,11 @@ namespace {
           (arg + "='" + e.value + "': unknown (known: " + std::string(option_words(e.key)) + ")").c_str());
     }
     case OptionKey::sr_bits: throw nb::value_error("sr_bits applies only to mode='sr' (stochastic rounding)");
+    case OptionKey::flip:
+      throw nb::value_error(("flip=" + e.value + ": the probability must be a number in [0, 1]").c_str());
+    case OptionKey::flip_bits:
+      throw nb::value_error(("flip_bits='" + e.value + "': unknown (known: " + std::string(option_words(e.key)) + ")")
+                                .c_str());
   }
   throw nb::value_error(e.what());
 }
@@ -57,6 +62,14 @@ Format format_with_kwargs(const Format& base, std::string_view subnormals, std::
 Rounding rounding_with_kwargs(std::string_view mode, int sr_bits, std::uint64_t seed, bool daz) {
   try {
     return rounding_with_options(mode, sr_bits, seed, daz);
+  } catch (const OptionError& e) {
+    throw_option_error(e);
+  }
+}
+
+SoftErrors soft_errors_with_kwargs(double flip, std::uint64_t flip_seed, std::string_view flip_bits) {
+  try {
+    return soft_errors_with_options(flip, flip_seed, flip_bits);
   } catch (const OptionError& e) {
     throw_option_error(e);
   }

@@ -317,3 +317,46 @@ def test_threads_calling_at_once():
         t.join()
     assert all(np.array_equal(r, a) for r, a in zip(results, alone))
     print(f"{len(xs)} threads x 3 calls of {xs[0].size} values: the bits of the calls made alone")
+
+
+@pytest.mark.parametrize("fmt,man_bits", [("fp16", 10), ("bf16", 7), ("fp8_e4m3", 3)])
+def test_flip_same_as_cli(cli, fmt, man_bits):
+    """Soft errors (flip=, flip_seed=): values, encodings and the flipped count as `mpsim round --flip`;
+    the same with threads 1 and 2; flip=0 is plain rounding; flip=1 flips exactly one fraction bit of
+    every element (the draws themselves are checked against Random123 in tests/format/soft_error_test.cpp)."""
+    x = np.concatenate([sample_f32(1 << 16), sample_f32(1 << 16)[::-1]])  # > 2 * 2^16: two threads run
+    opts = ["--to", fmt, "--flip", "0.05", "--flip-seed", "11"]
+    want_vals, want_stats = cli.round(x, *opts, stats=True)
+    got_vals, got_stats = mpsim.round(x, fmt, flip=0.05, flip_seed=11, stats=True, threads=1)
+    assert np.array_equal(got_vals.view(np.uint32), want_vals.view(np.uint32))
+    assert got_stats["flipped"] == want_stats["flipped"] > 0
+    two = mpsim.round(x, fmt, flip=0.05, flip_seed=11, threads=2)
+    assert np.array_equal(two.view(np.uint32), got_vals.view(np.uint32))
+    want_bits, _ = cli.round(x, *opts, "--bits")
+    got_bits, bits_stats = mpsim.encode(x, fmt, flip=0.05, flip_seed=11, stats=True)
+    assert np.array_equal(got_bits, want_bits) and bits_stats["flipped"] == want_stats["flipped"]
+    plain = mpsim.encode(x, fmt)
+    assert np.array_equal(mpsim.encode(x, fmt, flip=0.0, flip_seed=11), plain)
+    diff = (mpsim.encode(x, fmt, flip=1.0) ^ plain).astype(np.uint64)
+    assert np.all(diff != 0) and np.all((diff & (diff - np.uint64(1))) == 0)  # one bit each
+    assert np.all(diff < np.uint64(1 << man_bits))  # in the fraction field
+    want_any, _ = cli.round(x, *opts, "--flip-bits", "any", "--bits")
+    assert np.array_equal(mpsim.encode(x, fmt, flip=0.05, flip_seed=11, flip_bits="any"), want_any)
+    assert not np.array_equal(want_any, want_bits)
+    print(f"{fmt}: {x.size} inputs, flip=0.05: {got_stats['flipped']} flipped, values / encodings / count as the "
+          f"CLI, threads 1 = 2; flip=0 plain; flip=1 one fraction bit in all {x.size}")
+
+
+def test_flip_bad_probability_raises():
+    x = np.ones(8, np.float32)
+    for p in (-0.1, 1.5, float("nan")):
+        for call in (mpsim.round, mpsim.encode):
+            with pytest.raises(ValueError, match="flip="):
+                call(x, "fp16", flip=p)
+    with pytest.raises(TypeError):
+        mpsim.round(x, "fp16", flip="abc")
+    with pytest.raises(ValueError, match="flip_bits='sign'"):
+        mpsim.encode(x, "fp16", flip=0.5, flip_bits="sign")
+    with pytest.raises(ValueError, match="flip"):
+        mpsim.round(x, "mxfp8_e4m3", flip=0.1)
+    print("flip outside [0, 1], NaN, text and with a block format: refused, naming flip")

@@ -162,7 +162,7 @@ def test_site_equals_mpsim_round_bit_for_bit(mode, dtype):
             compare(f"site {mode} {dtype} call {k} vs mpsim.round from {name}", got.view(bits), want.view(bits))
         compared += x.numel()
         for key, v in st.items():
-            if key not in ("max_abs", "min_abs_nonzero"):
+            if key not in ("max_abs", "min_abs_nonzero", "flipped"):  # a site rounds without soft errors
                 want_totals[key] = want_totals.get(key, 0) + v
     assert site.calls == len(xs)
     assert site.totals == want_totals, (site.totals, want_totals)
@@ -190,6 +190,22 @@ def test_round_of_a_tensor_equals_the_dlpack_path():
     mpsim.round(x, "bf16", mode, seed=seed, out=grad_out)
     assert torch.equal(grad_out.detach().view(torch.int32), want.view(torch.int32))
     print(f"mpsim.round(tensor): {x.numel()} values in rne and sr equal the DLPack call's, stats too")
+
+
+def test_soft_errors_on_a_tensor_equal_those_on_its_numpy_copy():
+    """flip= (soft errors) reaches the kernel from a torch tensor as from a numpy array: the same bits and the
+    same flipped count, in place and allocating, for values and encodings."""
+    x = log_uniform(4096, lo=-30, hi=18, seed=24)
+    got, st = mpsim.round(x, "fp16", flip=0.25, flip_seed=7, stats=True)
+    want, want_st = mpsim.round(x.numpy().copy(), "fp16", flip=0.25, flip_seed=7, stats=True)
+    compare("mpsim.round(tensor, fp16, flip=0.25) vs numpy", got.view(torch.int32),
+            torch.from_numpy(want).view(torch.int32))
+    assert st == want_st and st["flipped"] > 0
+    plain = mpsim.round(x, "fp16")
+    assert not torch.equal(plain.view(torch.int32), got.view(torch.int32))
+    bits = mpsim.encode(x, "fp16", flip=0.25, flip_seed=7)
+    assert np.array_equal(np.asarray(bits), mpsim.encode(x.numpy().copy(), "fp16", flip=0.25, flip_seed=7))
+    print(f"soft errors on a tensor: {x.numel()} values, {st['flipped']} flipped, as on its numpy copy")
 
 
 def test_stochastic_emulation_through_a_linear():

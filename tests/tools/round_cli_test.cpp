@@ -23,6 +23,7 @@
 #include "mpsim/format/format.hpp"
 #include "mpsim/format/profile.hpp"
 #include "mpsim/format/round.hpp"
+#include "mpsim/format/soft_error.hpp"
 #include "mpsim/io/npy.hpp"
 
 using namespace mpsim;
@@ -264,6 +265,12 @@ TEST_CASE("mpsim round: bad options and inputs exit 2 with one message and leave
       {"round --to fp16 --stats-json " + quote((dir / "no/such/s.json").string()) + " " + quote(in) + " " + out,
        "cannot create"},
       {"round " + quote(in) + " " + out, "--to is required"},
+      {"round --to fp16 --flip -0.5 " + quote(in) + " " + out, "--flip: the probability must be a number in [0, 1], got '-0.5'"},
+      {"round --to fp16 --flip 1.5 " + quote(in) + " " + out, "--flip: the probability must be a number in [0, 1], got '1.5'"},
+      {"round --to fp16 --flip nan --stats-json " + stats + " " + quote(in) + " " + out, "--flip: the probability must be"},
+      {"round --to fp16 --flip abc --bits " + quote(in) + " " + out, "--flip: the probability must be a number in [0, 1], got 'abc'"},
+      {"round --to mxfp8_e4m3 --flip 0.1 " + quote(in) + " " + out, "--flip does not apply to mxfp8_e4m3"},
+      {"round --to fp16 --flip 0.1 --flip-bits sign " + quote(in) + " " + out, "--flip-bits: unknown value 'sign' (known: fraction, any)"},
   };
   for (const auto& [args, what] : cases) {
     const auto res = run_mpsim(dir, args);
@@ -604,4 +611,105 @@ TEST_CASE("mpsim round --to a block format: a truncated input fails with one mes
     ++runs;
   }
   CHECK(runs == 4);
+}
+
+TEST_CASE("mpsim round --flip: soft errors in the encodings and the values, counted, the same in any chunks",
+          "[round_cli]") {
+  // The draws themselves are checked against Random123 in tests/format/soft_error_test.cpp; here the
+  // command line's output is checked against round_bits() followed by the library's flip of those codes.
+  ScratchDir dir("round-cli");
+  const auto x = test_inputs(20000 - 22);
+  std::vector<double> xd(x.begin(), x.end());
+  mpsim::io::write_npy(dir / "x32.npy", mpsim::io::make_npy(std::span<const float>(x)));
+  mpsim::io::write_npy(dir / "x64.npy", mpsim::io::make_npy(std::span<const double>(xd)));
+  const std::string x32 = quote((dir / "x32.npy").string()), x64 = quote((dir / "x64.npy").string());
+  std::size_t compared = 0, mismatches = 0;
+
+  struct Case {
+    const char* fmt;
+    const std::string& in;
+    SoftErrorBits bits;
+  };
+  for (const Case c : {Case{"fp16", x32, SoftErrorBits::fraction}, Case{"bf16", x64, SoftErrorBits::fraction},
+                       Case{"fp8_e4m3", x32, SoftErrorBits::fraction}, Case{"tf32", x64, SoftErrorBits::fraction},
+                       Case{"fp16", x64, SoftErrorBits::any}, Case{"fp8_e5m2", x32, SoftErrorBits::any}}) {
+    const Format f = parse_format(c.fmt);
+    const SoftErrors se{0.2, 5, c.bits};
+    const int m = c.bits == SoftErrorBits::any ? f.storage_bits : f.man_bits;
+    // The expected codes: round_bits of each input, then the library's flips.
+    std::vector<std::uint32_t> want(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) want[i] = static_cast<std::uint32_t>(round_bits(static_cast<double>(x[i]), f));
+    const std::vector<std::uint32_t> plain = want;
+    std::uint64_t want_flipped = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const SoftErrorDraw d = soft_error_draw(se, i, m);
+      if (d.hit) want[i] ^= std::uint32_t{1} << d.bit;
+      want_flipped += d.hit;
+    }
+    const std::string common = std::string("round --to ") + c.fmt + " --flip 0.2 --flip-seed 5 --flip-bits " +
+                               std::string(to_string(c.bits)) + " ";
+    const auto bits = run_mpsim(dir, common + "--bits --stats-json " + quote((dir / "s.json").string()) + " " + c.in +
+                                         " " + quote((dir / "bits.npy").string()));
+    INFO(c.fmt << ": " << bits.output);
+    REQUIRE(bits.status == 0);
+    CHECK(bits.output.find("flipped " + std::to_string(want_flipped)) != std::string::npos);
+    const auto j = read_json(dir / "s.json");
+    CHECK(j["flipped"] == want_flipped);
+    CHECK(j["flip"] == 0.2);
+    CHECK(j["flip_seed"] == 5);
+    CHECK(j["flip_bits"] == std::string(to_string(c.bits)));
+    const auto b = mpsim::io::read_npy(dir / "bits.npy");
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      std::uint32_t got = 0;
+      std::memcpy(&got, b.data.data() + i * f.storage_bytes(), static_cast<std::size_t>(f.storage_bytes()));
+      bad += got != want[i];
+    }
+    // Simulate mode: the decoded flipped encodings, in the input's dtype.
+    const auto vals = run_mpsim(dir, common + c.in + " " + quote((dir / "vals.npy").string()));
+    REQUIRE(vals.status == 0);
+    const auto v = mpsim::io::to_double(mpsim::io::read_npy(dir / "vals.npy"));
+    REQUIRE(v.size() == x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) bad += !same_value(v[i], decode(want[i], f));
+    // --flip 0 gives plain rounding; chunks of 97 give the whole run's bytes.
+    const auto zero = run_mpsim(dir, std::string("round --to ") + c.fmt + " --flip 0 --bits " + c.in + " " +
+                                         quote((dir / "zero.npy").string()));
+    REQUIRE(zero.status == 0);
+    const auto z = mpsim::io::read_npy(dir / "zero.npy");
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      std::uint32_t got = 0;
+      std::memcpy(&got, z.data.data() + i * f.storage_bytes(), static_cast<std::size_t>(f.storage_bytes()));
+      bad += got != plain[i];
+    }
+    for (const char* kind : {"--bits ", ""}) {
+      const auto chunked = run_mpsim(dir, common + kind + "--chunk 97 " + c.in + " " + quote((dir / "chunked.npy").string()));
+      REQUIRE(chunked.status == 0);
+      CHECK(mpsim::test::read_bytes(dir / "chunked.npy") ==
+            mpsim::test::read_bytes(dir / (std::string(kind).empty() ? "vals.npy" : "bits.npy")));
+    }
+    compared += 3 * x.size();
+    mismatches += bad;
+    CHECK(bad == 0);
+    CHECK(want_flipped > 0);
+  }
+  // With a device profile the flips follow its NaN rule: the values are still the decoded flipped --bits codes.
+  {
+    const std::string common = "round --to bf16 --mode rd --like cuda-sm90 --flip 0.3 --flip-seed 8 " + x32 + " ";
+    REQUIRE(run_mpsim(dir, common + "--bits " + quote((dir / "bits.npy").string())).status == 0);
+    REQUIRE(run_mpsim(dir, common + quote((dir / "vals.npy").string())).status == 0);
+    const auto b = mpsim::io::read_npy(dir / "bits.npy");
+    const auto v = mpsim::io::to_double(mpsim::io::read_npy(dir / "vals.npy"));
+    REQUIRE(v.size() == x.size());
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      std::uint16_t code = 0;
+      std::memcpy(&code, b.data.data() + i * 2, 2);
+      bad += !same_value(v[i], decode(code, bf16()));
+    }
+    compared += x.size();
+    mismatches += bad;
+    CHECK(bad == 0);
+  }
+  WARN("mpsim round --flip 0.2: " << compared << " codes and values compared with round_bits + flip_bits, "
+                                   << mismatches << " mismatches; chunked runs identical");
 }

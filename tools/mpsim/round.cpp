@@ -1,5 +1,7 @@
 // mpsim round --to FMT [--mode M] [--sr-bits N] [--seed S] [--subnormals keep|flush]
-//              [--overflow inf|saturate] [--daz] [--like PROFILE] [--bits] [--stats-json FILE] IN.npy OUT.npy
+//              [--overflow inf|saturate] [--daz] [--like PROFILE] [--flip P [--flip-seed S]
+//              [--flip-bits fraction|any]] [--bits]
+//              [--stats-json FILE] IN.npy OUT.npy
 // Rounds every element of IN to FMT with the bulk engine. --like x86 | cuda-sm90 reproduces a device
 // (lib/mpsim/format/profile.hpp): its flushing rules adjust the format and rounding, and its NaN rule
 // (canonical patterns, cut payloads, ±inf / ±max finite for cut-away payloads) replaces round_bits()'s,
@@ -11,6 +13,9 @@
 // leaves no OUT behind.
 // Block formats (mxfp8_e4m3 ... nvfp4, [--block N] [--block-scale floor|rceil]): the dequantized values, or
 // with --bits an .npz of the element and scale encodings.
+// --flip P: soft errors after rounding (lib/mpsim/format/soft_error.hpp): each element's result has one bit
+// of its fraction field (--flip-bits any: of its encoding) flipped with probability P, in the encodings
+// (--bits) and in the values alike.
 #include <fmt/core.h>
 
 #include <cmath>
@@ -32,6 +37,7 @@
 #include "mpsim/format/format.hpp"
 #include "mpsim/format/profile.hpp"
 #include "mpsim/format/round.hpp"
+#include "mpsim/format/soft_error.hpp"
 #include "mpsim/io/atomic_file.hpp"
 #include "mpsim/io/npy.hpp"
 #include "mpsim/version.hpp"
@@ -47,6 +53,9 @@ using mpsim::io::DType;
 struct Options {
   std::string to, mode = "rne", subnormals = "keep", overflow = "inf", like = "ieee", stats_json, in, out;
   std::string block_scale = "floor";
+  std::string flip;  // --flip as given (empty: no soft errors)
+  std::uint64_t flip_seed = 0;
+  std::string flip_bits = "fraction";
   int block = 0;  // block formats: elements per block (0: the format's own, 32 or 16)
   int sr_bits = 32;
   std::uint64_t seed = 0;
@@ -119,6 +128,10 @@ void run_block(const Options& o) {
   if (o.subnormals != "keep" || o.overflow != "inf" || o.like != "ieee")
     throw mpsim::Error(fmt::format("--subnormals, --overflow and --like do not apply to {}: its elements keep "
                                    "subnormals and saturate (OCP MX v1.0)",
+                                   bf.name));
+  if (!o.flip.empty())
+    throw mpsim::Error(fmt::format("--flip does not apply to {}: soft errors are defined for the element formats "
+                                   "(a block format's element and scale codes would need a rule of their own)",
                                    bf.name));
   if (o.chunk == 0) throw mpsim::Error("--chunk must be at least 1");
   const auto src = mpsim::cli::open_npy(o.in);
@@ -196,8 +209,10 @@ void run_block(const Options& o) {
 template <class In>
 class ChunkRounder {
  public:
-  ChunkRounder(const Options& o, const mpsim::DeviceRounding& device, mpsim::io::NpyWriter& out, DType in_dtype)
-      : o_(o), device_(device), fmt_(device.format), r_(device.rounding), out_(out), in_dtype_(in_dtype) {
+  ChunkRounder(const Options& o, const mpsim::DeviceRounding& device, const mpsim::SoftErrors& soft_errors,
+               mpsim::io::NpyWriter& out, DType in_dtype)
+      : o_(o), device_(device), fmt_(device.format), r_(device.rounding), soft_errors_(soft_errors), out_(out),
+        in_dtype_(in_dtype) {
     // Only a profile whose rule changes results (NaN patterns, zero signs) needs the per-element pass.
     device_rule_ = !device.is_plain();
   }
@@ -220,6 +235,7 @@ class ChunkRounder {
         for (std::size_t i = 0; i < x.size(); ++i)
           u32_[i] = static_cast<std::uint32_t>(mpsim::round_bits(x[i], fmt_, r_, offset + i));
         if (device_rule_) canonicalize(std::span<std::uint32_t>(u32_), x, device_);
+        flipped_ += mpsim::flip_bits(std::span<std::uint32_t>(u32_), fmt_, soft_errors_, opt);
         out_.append(std::span<const std::uint32_t>(u32_));
       }
       return;
@@ -238,6 +254,7 @@ class ChunkRounder {
   }
 
   const mpsim::Stats& stats() const { return stats_; }
+  std::uint64_t flipped() const { return flipped_; }
 
  private:
   template <class T>
@@ -245,22 +262,27 @@ class ChunkRounder {
     enc.resize(x.size());
     mpsim::round_array(x, std::span<T>(enc), fmt_, r_, &stats_, opt);
     if (device_rule_) canonicalize(std::span<T>(enc), x, device_);
+    flipped_ += mpsim::flip_bits(std::span<T>(enc), fmt_, soft_errors_, opt);
     out_.append(std::span<const T>(enc));
   }
   void values(std::span<const In> x, const mpsim::BulkOptions& opt) {
     sim_.resize(x.size());
     mpsim::round_array(x, std::span<In>(sim_), fmt_, r_, &stats_, opt);
     if (device_rule_) device_.convert_values(x, std::span<In>(sim_), opt.index0);
+    // Not in the --bits path for double input, whose encodings flip on their own (the same draws).
+    if (!o_.bits) flipped_ += mpsim::flip_values(std::span<In>(sim_), fmt_, soft_errors_, opt);
   }
 
   const Options& o_;
   const mpsim::DeviceRounding& device_;
   const mpsim::Format& fmt_;
   const mpsim::Rounding& r_;
+  const mpsim::SoftErrors& soft_errors_;
   mpsim::io::NpyWriter& out_;
   DType in_dtype_;
   bool device_rule_ = false;
   mpsim::Stats stats_;
+  std::uint64_t flipped_ = 0;
   std::vector<In> sim_;
   std::vector<std::uint8_t> u8_;
   std::vector<std::uint16_t> u16_;
@@ -272,6 +294,8 @@ void run(const Options& o) {
   const mpsim::Format requested = target_format(o);
   const mpsim::Rounding requested_rounding = mpsim::cli::rounding_with_options(o.mode, o.sr_bits, o.seed, o.daz);
   const mpsim::Profile& like = mpsim::find_profile(o.like);
+  const mpsim::SoftErrors soft_errors =
+      mpsim::cli::soft_errors_with_options(o.flip.empty() ? "0" : o.flip, o.flip_seed, o.flip_bits);
   if (o.chunk == 0) throw mpsim::Error("--chunk must be at least 1");
 
   // The input is mapped, not read: it is streamed chunk by chunk, so its size is not bounded by memory.
@@ -305,9 +329,10 @@ void run(const Options& o) {
                                   mpsim::io::ProgressBar::Unit::bytes);
   const std::size_t elem = mpsim::io::dtype_size(in.stored);
   mpsim::Stats stats;
+  std::uint64_t flipped = 0;
   auto stream = [&](auto tag) {
     using In = decltype(tag);
-    ChunkRounder<In> rounder(o, device, out, in.dtype);
+    ChunkRounder<In> rounder(o, device, soft_errors, out, in.dtype);
     auto each = [&](std::span<const In> x, std::uint64_t offset) {
       rounder(x, offset);
       progress.advance(x.size() * elem);
@@ -315,6 +340,7 @@ void run(const Options& o) {
     if constexpr (std::is_same_v<In, double>) src.for_each_chunk_double(in, o.chunk, each);
     else src.for_each_chunk(in, o.chunk, each);
     stats = rounder.stats();
+    flipped = rounder.flipped();
   };
   if (wide) stream(double{});
   else stream(float{});
@@ -333,6 +359,9 @@ void run(const Options& o) {
                               {"seed", r.seed},
                               {"daz", r.input_subnormals == mpsim::InputSubnormals::zero},
                               {"like", like.name},
+                              {"flip", soft_errors.p},
+                              {"flip_seed", soft_errors.seed},
+                              {"flip_bits", std::string(mpsim::to_string(soft_errors.bits))},
                               {"output_kind", o.bits ? "bits" : "values"},
                               {"output_dtype", std::string(mpsim::io::to_string(out.dtype()))},
                               {"count", stats.count},
@@ -345,16 +374,18 @@ void run(const Options& o) {
                               {"subnormal", stats.subnormal},
                               {"overflow_num", stats.overflow},
                               {"max_abs", stats.max_abs},
-                              {"min_abs_nonzero", stats.min_abs_nonzero}};
+                              {"min_abs_nonzero", stats.min_abs_nonzero},
+                              {"flipped", flipped}};
     stats_text = j.dump(2) + "\n";
     if (stats_file) stats_file->write(stats_text);
   }
   out.commit();
   if (stats_file) stats_file->commit();
   if (o.stats_json == "-") mpsim::cli::write_report("-", stats_text);
-  fmt::print("{} -> {} ({} {}): count {}, exact {}, rounded {}, underflow {}, subnormal {}, overflow {}, nan {}\n",
+  fmt::print("{} -> {} ({} {}): count {}, exact {}, rounded {}, underflow {}, subnormal {}, overflow {}, nan {}{}\n",
              o.in, o.out, fmt.name, mpsim::ieee_name(r.mode), stats.count, stats.exact, stats.rounded,
-             stats.underflow, stats.subnormal, stats.overflow, stats.nan);
+             stats.underflow, stats.subnormal, stats.overflow, stats.nan,
+             o.flip.empty() ? std::string() : fmt::format(", flipped {}", flipped));
 }
 
 void setup(CLI::App& app) {
@@ -374,6 +405,13 @@ void setup(CLI::App& app) {
                   "payloads, with --overflow saturate it is cvt.rna.satfinite); applies to values and --bits alike");
   cmd->add_option("--block", o->block, "Block formats: elements per block along the last axis (default 32; nvfp4 16)");
   cmd->add_option("--block-scale", o->block_scale, "MX formats: block scale rule floor (OCP MX) or rceil (default floor)");
+  cmd->add_option("--flip", o->flip,
+                  "Soft errors: flip one bit of the fraction field of each result with this probability, 0..1 "
+                  "(chop's / CPFloat's flip; docs/cli.md)");
+  cmd->add_option("--flip-seed", o->flip_seed, "Soft errors: seed of the flip draws, apart from --seed (default 0)");
+  cmd->add_option("--flip-bits", o->flip_bits,
+                  "Soft errors: the bits that can flip, fraction (chop; CPFloat's CPFLOAT_SOFTERR_FRAC) or any "
+                  "(CPFLOAT_SOFTERR_FP) (default fraction)");
   cmd->add_flag("--bits", o->bits, "Write the encodings (uint8/uint16/uint32) instead of the rounded values");
   cmd->add_option("--stats-json", o->stats_json, "Also write what the rounding did as JSON to this file (-: standard output)");
   // Elements per chunk of the stream; hidden: the tests use it to cross chunk boundaries on small inputs.

@@ -519,4 +519,6 @@ void decode_array(std::span<const std::uint8_t> in, std::span<float> out, const 
 void decode_array(std::span<const std::uint16_t> in, std::span<float> out, const Format& f) { decode_packed(in, out, f); }
 void decode_array(std::span<const std::uint32_t> in, std::span<float> out, const Format& f) { decode_packed(in, out, f); }
 
+int bulk_threads(std::size_t n, const BulkOptions& opt) { return thread_count(n, opt); }
+
 }  // namespace mpsim

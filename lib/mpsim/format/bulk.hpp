@@ -94,6 +94,10 @@ void round_array(std::span<const double> in, std::span<std::uint8_t> out, const 
 void round_array(std::span<const double> in, std::span<std::uint16_t> out, const Format& fmt,
                  const Rounding& r = {}, Stats* stats = nullptr, const BulkOptions& opt = {});
 
+// The number of threads the engine uses for an array of n elements under opt (at least 1): passes over
+// the engine's output that follow it (soft_error.hpp) split their work the same way.
+int bulk_threads(std::size_t n, const BulkOptions& opt);
+
 // Unpacking: out[i] = decode(in[i]) (exact for every format that fits in float).
 void decode_array(std::span<const std::uint8_t> in, std::span<float> out, const Format& fmt);
 void decode_array(std::span<const std::uint16_t> in, std::span<float> out, const Format& fmt);

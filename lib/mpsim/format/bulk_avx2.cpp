@@ -71,6 +71,15 @@ struct Avx2 {
   static I swap_words(I a) { return _mm256_shuffle_epi32(a, 0x1b); }  // words 3 2 1 0 of each block
   static I srli64_32(I a) { return _mm256_srli_epi64(a, 32); }
   static I xor3(I a, I b, I c) { return _mm256_xor_si256(_mm256_xor_si256(a, b), c); }
+  // Soft errors (soft_error_hits): bit b set where block b's (w1 << 32 | w0) < limit (unsigned: AVX2
+  // compares signed 64-bit lanes, so both sides have their top bit flipped).
+  static I set1_64(std::uint64_t v) { return _mm256_set1_epi64x(static_cast<long long>(v)); }
+  static unsigned block_hits(I c, I limit) {
+    const I top = _mm256_set1_epi64x(static_cast<long long>(0x8000000000000000ull));
+    const I lt = _mm256_cmpgt_epi64(_mm256_xor_si256(limit, top), _mm256_xor_si256(c, top));
+    const unsigned k = static_cast<unsigned>(_mm256_movemask_pd(_mm256_castsi256_pd(lt)));
+    return (k & 1u) | (k >> 1 & 2u);
+  }
   // Lane k of the 16 lanes lo:hi from lane idx[k] (idx = iota + r, r in 0..3).
   static I concat_shift(I lo, I hi, I idx) {
     const I low3 = _mm256_and_si256(idx, _mm256_set1_epi32(7));
@@ -172,6 +181,11 @@ void round_f32_avx2(const float* in, void* out, OutKind kind, std::size_t n, std
 
 void decode_avx2(const void* in, OutKind kind, float* out, std::size_t n, const KernelParams& p) {
   decode_all<Avx2>(in, kind, out, n, p);
+}
+
+std::size_t soft_error_hits_avx2(std::uint64_t index0, std::size_t n, const SoftErrorParams& p,
+                                 std::uint64_t* hit_words, std::uint8_t* bit_of) {
+  return soft_error_hits<Avx2>(index0, n, p, hit_words, bit_of);
 }
 
 }  // namespace mpsim::bulk_detail

@@ -57,6 +57,12 @@ struct Avx512 {
   static I srli64_32(I a) { return _mm512_srli_epi64(a, 32); }
   static I xor3(I a, I b, I c) { return _mm512_ternarylogic_epi32(a, b, c, 0x96); }
   static I concat_shift(I lo, I hi, I idx) { return _mm512_permutex2var_epi32(lo, idx, hi); }
+  // Soft errors (soft_error_hits): bit b set where block b's (w1 << 32 | w0) < limit (unsigned).
+  static I set1_64(std::uint64_t v) { return _mm512_set1_epi64(static_cast<long long>(v)); }
+  static unsigned block_hits(I c, I limit) {
+    const unsigned k = _mm512_cmplt_epu64_mask(c, limit);
+    return (k & 1u) | (k >> 1 & 2u) | (k >> 2 & 4u) | (k >> 3 & 8u);
+  }
   // Float addition / subtraction of bit patterns, rounded as MXCSR says (round_loop's Mxcsr).
   static I addf(I a, I b) { return _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(a), _mm512_castsi512_ps(b))); }
   static I subf(I a, I b) { return _mm512_castps_si512(_mm512_sub_ps(_mm512_castsi512_ps(a), _mm512_castsi512_ps(b))); }
@@ -138,6 +144,11 @@ void decode_avx512(const void* in, OutKind kind, float* out, std::size_t n, cons
   decode_all<Avx512>(in, kind, out, n, p);
 }
 
+std::size_t soft_error_hits_avx512(std::uint64_t index0, std::size_t n, const SoftErrorParams& p,
+                                   std::uint64_t* hit_words, std::uint8_t* bit_of) {
+  return soft_error_hits<Avx512>(index0, n, p, hit_words, bit_of);
+}
+
 bool avx512_compiled() { return true; }
 
 }  // namespace mpsim::bulk_detail
@@ -147,6 +158,9 @@ bool avx512_compiled() { return true; }
 namespace mpsim::bulk_detail {
 void round_f32_avx512(const float*, void*, OutKind, std::size_t, std::uint64_t, const KernelParams&, StatsAcc*) {}
 void decode_avx512(const void*, OutKind, float*, std::size_t, const KernelParams&) {}
+std::size_t soft_error_hits_avx512(std::uint64_t, std::size_t, const SoftErrorParams&, std::uint64_t*, std::uint8_t*) {
+  return 0;
+}
 bool avx512_compiled() { return false; }
 }  // namespace mpsim::bulk_detail
 

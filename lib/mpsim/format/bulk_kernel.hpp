@@ -136,8 +136,18 @@ struct PhiloxLanes {
   std::size_t ahead_pos = ~std::size_t{0};
   I ahead;
 
+  // Element i of the call takes word i % 4 of block index0 / 4 + i / 4 (stochastic rounding).
   PhiloxLanes(std::uint32_t seed_lo, std::uint32_t seed_hi, std::uint64_t index0)
-      : r(static_cast<int>(index0 & 3)), ahead(S::zero()) {
+      : PhiloxLanes(seed_lo, seed_hi, FirstBlock{index0 >> 2}) {
+    r = static_cast<int>(index0 & 3);
+    shift = S::add(S::iota(), S::set1(r));
+  }
+
+  // blocks(4 j) is the W / 4 blocks q0 + j .. q0 + j + W / 4 - 1 (soft errors: one block per element).
+  struct FirstBlock {
+    std::uint64_t q0;
+  };
+  PhiloxLanes(std::uint32_t seed_lo, std::uint32_t seed_hi, FirstBlock first) : r(0), ahead(S::zero()) {
     std::uint32_t k0 = seed_lo, k1 = seed_hi;
     for (int j = 0; j < philox::kRounds; ++j) {
       key[j] = S::set4(static_cast<std::int32_t>(k0), 0, static_cast<std::int32_t>(k1), 0);
@@ -145,7 +155,7 @@ struct PhiloxLanes {
       k1 += philox::kW1;
     }
     mul = S::set4(static_cast<std::int32_t>(philox::kM0), 0, static_cast<std::int32_t>(philox::kM1), 0);
-    const std::uint64_t q0 = index0 >> 2;
+    const std::uint64_t q0 = first.q0;
     ctr0 = S::add(S::set4(static_cast<std::int32_t>(static_cast<std::uint32_t>(q0)),
                           static_cast<std::int32_t>(static_cast<std::uint32_t>(q0 >> 32)), 0, 0),
                   S::block_iota());
@@ -169,6 +179,40 @@ struct PhiloxLanes {
     return S::concat_shift(cur, ahead, shift);
   }
 };
+
+// Soft errors' draws (soft_error.hpp): element index0 + k evaluates the block at counter index0 + k,
+// so W / 4 elements per block vector, four vectors per W elements (four times the multiplies of W elements
+// of stochastic rounding, which takes one word per element). Elements 0 .. n' - 1, n' = n rounded down to a multiple of W: hit ones get their
+// bit set in hit_words (zeroed by the caller) and bit_of[k] = the drawn bit, floor(w2 * m / 2^32) = the
+// high word of the product of lane 4b + 2. Returns n'. The low counter word must not wrap within the call
+// (lo32(index0) + n <= 2^32): the caller splits there.
+template <class S>
+inline std::size_t soft_error_hits(std::uint64_t index0, std::size_t n, const SoftErrorParams& p,
+                                   std::uint64_t* hit_words, std::uint8_t* bit_of) {
+  using I = typename S::I;
+  constexpr int kBlocks = S::W / 4;  // blocks (elements) per vector
+  const PhiloxLanes<S> philox(p.key_lo, p.key_hi, typename PhiloxLanes<S>::FirstBlock{index0});
+  const I limit = S::set1_64(p.limit);
+  const I bits = S::set1(static_cast<std::int32_t>(p.bits));
+  const std::size_t whole = n / S::W * S::W;
+  alignas(64) std::uint32_t prod[S::W];
+  for (std::size_t i = 0; i < whole; i += S::W) {
+    I c[4];
+    for (int t = 0; t < 4; ++t) c[t] = philox.blocks(4 * (i + static_cast<std::size_t>(t * kBlocks)));
+    for (int t = 0; t < 4; ++t) {
+      unsigned hits = p.all ? (1u << kBlocks) - 1 : S::block_hits(c[t], limit);
+      if (hits == 0) continue;
+      S::store32(prod, S::mul_epu32(c[t], bits));
+      for (; hits != 0; hits &= hits - 1) {
+        const int b = __builtin_ctz(hits);
+        const std::size_t k = i + static_cast<std::size_t>(t * kBlocks + b);
+        hit_words[k >> 6] |= std::uint64_t{1} << (k & 63);
+        bit_of[k] = static_cast<std::uint8_t>(prod[4 * b + 3]);
+      }
+    }
+  }
+  return whole;
+}
 
 // NT: non-temporal stores (KernelParams::stream), for f32 / u32 (f16c_loop stores u16 itself).
 template <class S, OutKind KIND, bool NT>

@@ -102,6 +102,21 @@ void round_f32_avx512(const float* in, void* out, OutKind kind, std::size_t n, s
 void decode_avx2(const void* in, OutKind kind, float* out, std::size_t n, const KernelParams& p);
 void decode_avx512(const void* in, OutKind kind, float* out, std::size_t n, const KernelParams& p);
 
+// Soft errors (soft_error.cpp; the rule in soft_error.hpp): the Philox key, and the hit test as an
+// integer one: u = ((w1 << 32 | w0) >> 11) / 2^53 < p  <=>  (w1 << 32 | w0) < limit = ceil(p 2^53) 2^11
+// (exact: u53 is an integer, p 2^53 a double), or every element where p = 1 (limit would be 2^64).
+struct SoftErrorParams {
+  std::uint32_t key_lo = 0, key_hi = 0;
+  std::uint64_t limit = 0;
+  bool all = false;
+  std::uint32_t bits = 0;  // m, the number of eligible bits
+};
+// The draws of elements index0 .. index0 + n' - 1 (bulk_kernel.hpp, soft_error_hits); returns n'.
+std::size_t soft_error_hits_avx2(std::uint64_t index0, std::size_t n, const SoftErrorParams& p,
+                                 std::uint64_t* hit_words, std::uint8_t* bit_of);
+std::size_t soft_error_hits_avx512(std::uint64_t index0, std::size_t n, const SoftErrorParams& p,
+                                   std::uint64_t* hit_words, std::uint8_t* bit_of);
+
 bool avx512_compiled();  // false when the compiler could not build bulk_avx512.cpp
 
 }  // namespace mpsim::bulk_detail

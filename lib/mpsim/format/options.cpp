@@ -14,7 +14,9 @@ std::string_view option_words(OptionKey key) {
   switch (key) {
     case OptionKey::subnormals: return "keep, flush";
     case OptionKey::overflow: return "inf, saturate";
-    case OptionKey::sr_bits: return "";
+    case OptionKey::flip_bits: return "fraction, any";
+    case OptionKey::sr_bits:
+    case OptionKey::flip: return "";
   }
   return "";
 }

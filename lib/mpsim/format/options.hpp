@@ -23,6 +23,8 @@ enum class OptionKey : std::uint8_t {
   subnormals,  // a word other than keep / flush
   overflow,    // a word other than inf / saturate
   sr_bits,     // random bits other than the default with a mode other than stochastic rounding
+  flip,        // a soft-error probability that is not a number in [0, 1] (soft_error.hpp)
+  flip_bits,   // a word other than fraction / any
 };
 
 class OptionError : public Error {
