@@ -15,6 +15,8 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
+#include <string>
+#include <utility>
 
 #include "../format/recorded_conversions.hpp"
 #include "../io/test_files.hpp"
@@ -50,6 +52,19 @@ std::vector<float> test_inputs(std::size_t random_count) {
     x.push_back((gen() & 1) ? -v : v);
   }
   return x;
+}
+
+// The block format and rounding that a `round --to` spec ("<format> [--mode sr|rtz] [--seed S]
+// [--block-scale rceil]") names: the in-process reference of the streaming tests.
+std::pair<mpsim::BlockFormat, mpsim::Rounding> block_spec(const std::string& spec) {
+  const auto has = [&](const char* word) { return spec.find(word) != std::string::npos; };
+  const mpsim::BlockFormat bf = mpsim::parse_block_format(
+      spec.substr(0, spec.find(' ')), 0, has("rceil") ? mpsim::BlockScaleRule::rceil : mpsim::BlockScaleRule::floor);
+  mpsim::Rounding r = mpsim::Rounding::of(has("--mode sr")    ? mpsim::RoundingMode::stochastic
+                                         : has("--mode rtz") ? mpsim::RoundingMode::toward_zero
+                                                             : mpsim::RoundingMode::nearest_even);
+  if (const auto at = spec.find("--seed "); at != std::string::npos) r.seed = std::stoull(spec.substr(at + 7));
+  return {bf, r};
 }
 
 bool same_value(double a, double b) {
@@ -501,14 +516,7 @@ TEST_CASE("mpsim round --to an MX format streams by rows: any chunk gives round_
   mpsim::io::write_npy(dir / "x.npy", mpsim::io::make_npy(std::span<const float>(x), {97, 100}));
   std::size_t compared = 0, differ = 0;
   for (const char* to : {"mxfp8_e4m3 --mode sr --seed 5", "mxfp8_e5m2 --block-scale rceil", "mxfp4_e2m1 --mode rtz"}) {
-    const std::string spec(to);
-    const mpsim::BlockFormat bf = mpsim::parse_block_format(
-        spec.substr(0, spec.find(' ')), 0,
-        spec.find("rceil") != std::string::npos ? mpsim::BlockScaleRule::rceil : mpsim::BlockScaleRule::floor);
-    mpsim::Rounding r = mpsim::Rounding::of(spec.find("sr") != std::string::npos ? mpsim::RoundingMode::stochastic
-                                           : spec.find("rtz") != std::string::npos ? mpsim::RoundingMode::toward_zero
-                                                                                    : mpsim::RoundingMode::nearest_even);
-    r.seed = spec.find("sr") != std::string::npos ? 5 : 0;
+    const auto [bf, r] = block_spec(to);
     std::vector<float> want(x.size());
     mpsim::round_blocks(x, want, row, bf, r);
     for (const char* chunk : {"", " --chunk 1", " --chunk 150", " --chunk 4096"}) {
@@ -547,12 +555,7 @@ TEST_CASE("mpsim round --to a block format, values and --bits, streams by rows: 
     const std::vector<float>& x = *input;
     mpsim::io::write_npy(dir / "x.npy", mpsim::io::make_npy(std::span<const float>(x), {97, 100}));
     for (const char* to : {"mxfp8_e4m3 --mode sr --seed 5", "mxfp4_e2m1 --mode rtz", "nvfp4", "nvfp4 --mode sr --seed 9"}) {
-      const std::string spec(to);
-      const mpsim::BlockFormat bf = mpsim::parse_block_format(spec.substr(0, spec.find(' ')));
-      mpsim::Rounding r = mpsim::Rounding::of(spec.find("sr") != std::string::npos ? mpsim::RoundingMode::stochastic
-                                             : spec.find("rtz") != std::string::npos ? mpsim::RoundingMode::toward_zero
-                                                                                      : mpsim::RoundingMode::nearest_even);
-      r.seed = spec.find("seed 5") != std::string::npos ? 5 : spec.find("seed 9") != std::string::npos ? 9 : 0;
+      const auto [bf, r] = block_spec(to);
       std::vector<float> want(x.size());
       mpsim::round_blocks(x, want, row, bf, r);
       const mpsim::BlockQuantized q = mpsim::quantize_blocks(x, row, bf, r);

@@ -92,6 +92,23 @@ std::size_t count_fast_avx2(const float* p, std::size_t n, FastState& st) {
 
 namespace {
 
+// table[idx[j]] += amount for the eight lanes of idx, in lane order: the lanes are taken out two per 64-bit
+// extract (AVX2 has no scatter; a lane repeated adds twice, as it must).
+template <class T>
+__attribute__((always_inline)) inline void add_at_lanes(T* table, __m256i idx, T amount) {
+  const __m128i lo = _mm256_castsi256_si128(idx), hi = _mm256_extracti128_si256(idx, 1);
+  const auto a = static_cast<std::uint64_t>(_mm_cvtsi128_si64(lo)), b = static_cast<std::uint64_t>(_mm_extract_epi64(lo, 1));
+  const auto c = static_cast<std::uint64_t>(_mm_cvtsi128_si64(hi)), d = static_cast<std::uint64_t>(_mm_extract_epi64(hi, 1));
+  table[static_cast<std::uint32_t>(a)] += amount;
+  table[a >> 32] += amount;
+  table[static_cast<std::uint32_t>(b)] += amount;
+  table[b >> 32] += amount;
+  table[static_cast<std::uint32_t>(c)] += amount;
+  table[c >> 32] += amount;
+  table[static_cast<std::uint32_t>(d)] += amount;
+  table[d >> 32] += amount;
+}
+
 // Symmetric: both signs have the same dominant interval (nearest and toward-zero modes), and the
 // lanes need no per-sign choice.
 template <bool Symmetric>
@@ -131,18 +148,7 @@ BlockExtremes count_pairs(const float* p, std::size_t n, const PairState& st, st
       code = _mm256_sub_epi32(code, _mm256_cmpgt_epi32(m, t));
     }
     const __m256i bin = _mm256_or_si256(_mm256_sll_epi32(_mm256_srli_epi32(u, 23), code_shift), code);
-    const __m256i idx = _mm256_blendv_epi8(spare, bin, rare);
-    const __m128i lo = _mm256_castsi256_si128(idx), hi = _mm256_extracti128_si256(idx, 1);
-    const auto a = static_cast<std::uint64_t>(_mm_cvtsi128_si64(lo)), b = static_cast<std::uint64_t>(_mm_extract_epi64(lo, 1));
-    const auto c = static_cast<std::uint64_t>(_mm_cvtsi128_si64(hi)), d = static_cast<std::uint64_t>(_mm_extract_epi64(hi, 1));
-    corrections[static_cast<std::uint32_t>(a)] += delta;
-    corrections[a >> 32] += delta;
-    corrections[static_cast<std::uint32_t>(b)] += delta;
-    corrections[b >> 32] += delta;
-    corrections[static_cast<std::uint32_t>(c)] += delta;
-    corrections[c >> 32] += delta;
-    corrections[static_cast<std::uint32_t>(d)] += delta;
-    corrections[d >> 32] += delta;
+    add_at_lanes(corrections, _mm256_blendv_epi8(spare, bin, rare), delta);
   };
   __m256i mx = zero, mn = _mm256_set1_epi32(-1);
   // |x| bits into the extremes; the lanes whose significand is outside the dominant interval (not ±0).
@@ -176,17 +182,7 @@ BlockExtremes count_pairs(const float* p, std::size_t n, const PairState& st, st
     const __m256i idx = _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(k0, 9), _mm256_slli_epi32(k0, 4)),
                                          _mm256_srli_epi32(u1, 23));
     static_assert(kPairRow == (1u << 9) + (1u << 4));
-    const __m128i lo = _mm256_castsi256_si128(idx), hi = _mm256_extracti128_si256(idx, 1);
-    const auto a = static_cast<std::uint64_t>(_mm_cvtsi128_si64(lo)), b = static_cast<std::uint64_t>(_mm_extract_epi64(lo, 1));
-    const auto c = static_cast<std::uint64_t>(_mm_cvtsi128_si64(hi)), d = static_cast<std::uint64_t>(_mm_extract_epi64(hi, 1));
-    pairs[static_cast<std::uint32_t>(a)] += inc;
-    pairs[a >> 32] += inc;
-    pairs[static_cast<std::uint32_t>(b)] += inc;
-    pairs[b >> 32] += inc;
-    pairs[static_cast<std::uint32_t>(c)] += inc;
-    pairs[c >> 32] += inc;
-    pairs[static_cast<std::uint32_t>(d)] += inc;
-    pairs[d >> 32] += inc;
+    add_at_lanes(pairs, idx, inc);
   }
   alignas(32) std::uint32_t lanes_max[8], lanes_min[8];
   _mm256_store_si256(reinterpret_cast<__m256i*>(lanes_max), mx);
