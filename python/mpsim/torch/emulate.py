@@ -1,30 +1,41 @@
-"""Emulation hooks: an fp32 model run as if under torch.autocast in a chosen format, with mpsim's rounding.
+"""Op-level emulation: an fp32 model run as if under torch.autocast in a chosen format, with mpsim's rounding.
 
-What torch.autocast does to a Linear or a convolution in fp16 (and what the simulator's mixed policies do,
-DESIGN.md): the input, the weight and the bias are cast to fp16, the product accumulates in fp32 and the
-output is rounded to fp16; in backward every gradient that passes one of those casts is rounded into the
-low format too (the output's gradient arrives in fp16 because the output is an fp16 tensor; the input's and
-the weight's gradients are fp16 results of fp16 GEMMs, cast back to fp32 for the master weights). Here each
-of those casts is one rounding with mpsim.round (any format, any mode, stochastic included) around the
-module's own fp32 computation, so real autograd, real optimisers and the real torch.amp.GradScaler run on
-the emulated numbers. Other operations (activations, softmax, losses) run in fp32, as autocast runs them.
+What torch.autocast does to a matrix product (a Linear, a convolution, matmul / bmm, attention's two
+products) in fp16, and what the simulator's mixed policies do (DESIGN.md): the operands are cast to fp16, the
+product accumulates in fp32 and the output is rounded to fp16; in backward every gradient that passes one of
+those casts is rounded into the low format too (the output's gradient arrives in fp16 because the output is
+an fp16 tensor; the operands' gradients are fp16 results of fp16 GEMMs, cast back to fp32 for the master
+weights). Here each of those casts is one rounding with mpsim.round (any format, any mode, stochastic
+included) around torch's own fp32 computation, so real autograd, real optimisers and the real
+torch.amp.GradScaler run on the emulated numbers. Other operations (activations, softmax, layer norm,
+losses) run in fp32, as autocast runs them.
 
-    emulation = mpsim.torch.emulate(model, "fp16")           # every Linear / Conv1d-3d / LSTM / LSTMCell
+    emulation = mpsim.torch.emulate(model, "fp16")           # every product the model's forward computes
     ... train ...
     emulation.remove()                                       # the model is plain fp32 again
 
-Sites are named as the simulator names its rounding sites: MODULE/in, MODULE/weight, MODULE/out in forward,
-MODULE/out_grad (the gradient arriving at the output), MODULE/in_grad and MODULE/w_grad in backward.
+The products are caught where they are called, not where a module holds them: while the model (or any of its
+submodules) runs its forward, a TorchFunctionMode sees every torch function call (F.linear, the
+convolutions, matmul / mm / bmm / addmm / baddbmm, scaled_dot_product_attention, MultiheadAttention's
+functional forward) and replaces the products by their emulated form (docs/torch.md#emulate). A product
+whose weight is a parameter is named after the module holding it (MODULE/in, MODULE/weight, MODULE/out in
+forward, MODULE/out_grad, MODULE/in_grad, MODULE/w_grad in backward: an nn.Linear's names whether it is
+called as a module or its weight is used by MultiheadAttention's functional forward); a product of two
+activations after the module running it and the operation (MODULE/matmul, MODULE/sdpa, ...).
 An LSTM (or LSTMCell) is unrolled over time in Python with the sites of the simulator's LSTM
 (lib/mpsim/nn/lstm.hpp): MODULE/in, w_ih, w_hh, ih_out, h_in, hh_out forward, gates_grad, h_grad, in_grad,
 w_ih_grad, w_hh_grad, b_grad backward (docs/torch.md); a site inside the time loop rounds once per step.
+Products emulate() cannot reproduce (GRU and RNN cells, einsum, ...) are named in a NotEmulatedWarning.
 Each rounding returns what it did (mpsim.round(..., stats=True)), summed per site: Emulation.stats().
 """
+import math
 import types
+import warnings
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 import mpsim
 
@@ -54,7 +65,8 @@ class RoundingSite:
     The options are parsed once, here (mpsim._core.PreparedRounding), and each call's stats are summed in
     C++: a call costs the rounding and a few microseconds of Python (docs/torch.md#cost)."""
 
-    def __init__(self, name, index, fmt, mode, *, seed, sr_bits, subnormals, overflow, kind="forward"):
+    def __init__(self, name, index, fmt, mode, *, seed, sr_bits, subnormals, overflow, kind="forward",
+                 observers=()):
         if kind not in SITE_KINDS:
             raise ValueError(f"RoundingSite {name}: kind {kind!r} is not one of {', '.join(SITE_KINDS)}")
         self.name = name
@@ -68,7 +80,7 @@ class RoundingSite:
         self.calls = 0
         # Callables (site name, tensor) shown every tensor before it is rounded: GradientMonitor counts the
         # gradients at the rounding sites, as the simulator counts them, through these.
-        self.observers = []
+        self.observers = list(observers)
 
     @property
     def totals(self):
@@ -117,16 +129,6 @@ def _round(x, forward_site, backward_site):
     return _Round.apply(x, forward_site, backward_site)
 
 
-def _emulated_forward(module, x):
-    """The module's own fp32 computation between roundings (bound to the module as its forward)."""
-    s = module._mpsim_sites
-    w = _round(module.weight, s["weight"], s["w_grad"])
-    b = _round(module.bias, s["weight"], s["w_grad"]) if module.bias is not None else None
-    xin = _round(x, s["in"], s["in_grad"])
-    y = F.linear(xin, w, b) if isinstance(module, nn.Linear) else module._conv_forward(xin, w, b)
-    return _round(y, s["out"], s["out_grad"])
-
-
 # The LSTM follows the simulator's mixed policies (lib/mpsim/nn/lstm.hpp, lib/mpsim/models/lstm_lm.cpp)
 # site for site, in the order the simulator first calls them, so that an emulated torch LSTM and the
 # simulator's LSTM round the same values: the input and the weight copies once per forward, the input
@@ -140,10 +142,6 @@ _LSTM_DIRECTION_SITES = (("w_ih", "weight"), ("w_hh", "weight"), ("ih_out", "for
 _LSTM_WEIGHT_GRAD_SITES = (("w_ih_grad", "weight_grad"), ("w_hh_grad", "weight_grad"), ("b_grad", "weight_grad"))
 _GEMM_SITES = (("in", "forward"), ("weight", "weight"), ("out", "forward"), ("out_grad", "activation_grad"),
                ("in_grad", "activation_grad"), ("w_grad", "weight_grad"))
-
-
-def _gemm_sites(name, module, make):
-    return {key: make(f"{name}/{key}", kind) for key, kind in _GEMM_SITES}
 
 
 def _lstm_sites(name, module, make):
@@ -290,16 +288,334 @@ def _emulated_lstm_cell_forward(module, input, hx=None):
     return (h, c) if batched else (h.squeeze(0), c.squeeze(0))
 
 
-class Emulation:
-    """The hooks emulate() installed; remove() restores the modules (also on leaving a `with` block)."""
+def _lstm_forward(module, *args, **kwargs):
+    """An emulated nn.LSTM's forward: the unroll runs with torch function modes off, so that its own products
+    (already rounded at the LSTM's sites) are not caught a second time by the op-level emulation."""
+    with torch._C.DisableTorchFunction():
+        return _emulated_lstm_forward(module, *args, **kwargs)
 
-    def __init__(self, modules, sites):
-        self._modules = modules
-        self.sites = sites  # name -> RoundingSite
+
+def _lstm_cell_forward(module, *args, **kwargs):
+    with torch._C.DisableTorchFunction():
+        return _emulated_lstm_cell_forward(module, *args, **kwargs)
+
+
+# ------------------------------------------------------------ the op-level emulation ------------------------
+
+class NotEmulatedWarning(UserWarning):
+    """A product emulate() cannot round (a GRU's fused kernel, an einsum, ...): it runs in fp32. The message
+    names the module that computes it."""
+
+
+# Modules whose products run in one fused kernel the emulation cannot open (torch.gru and torch.rnn_* take the
+# weights and loop in C++): named at emulate(), and their products stay fp32.
+_FUSED_RECURRENT = (nn.GRU, nn.RNN, nn.GRUCell, nn.RNNCell)
+
+# A product of two activations (no parameter among its operands) names its second operand "other"; a product
+# with a parameter has _GEMM_SITES's in / weight (bias included) / out and their gradients.
+_ACTIVATION_GEMM_SITES = (("in", "forward"), ("other", "forward"), ("out", "forward"),
+                          ("out_grad", "activation_grad"), ("in_grad", "activation_grad"),
+                          ("other_grad", "activation_grad"))
+# scaled_dot_product_attention emulated as its math decomposition, two products with fp32 between them:
+# scores = (q * scale) @ k^T, probs = softmax(scores + mask), out = probs @ v (docs/torch.md#attention).
+_SDPA_SITES = (("q", "forward"), ("k", "forward"), ("scores", "forward"), ("probs", "forward"), ("v", "forward"),
+               ("out", "forward"), ("out_grad", "activation_grad"), ("probs_grad", "activation_grad"),
+               ("v_grad", "activation_grad"), ("scores_grad", "activation_grad"), ("q_grad", "activation_grad"),
+               ("k_grad", "activation_grad"))
+
+
+def _observers_of_every_site(sites):
+    """The observers every one of `sites` has: the same callable, or one made per site by the same monitor
+    (GradientMonitor gives each site its own, marked with .monitor). A site made during a forward (an
+    attention's products have no module to make them in advance) starts with these, so that a monitor attached
+    before the first forward counts it as it counts the others."""
+    if not sites:
+        return []
+    common = []
+    for o in sites[0].observers:
+        key = getattr(o, "monitor", None)
+        if all(any(x is o or (key is not None and getattr(x, "monitor", None) == key) for x in s.observers)
+               for s in sites[1:]):
+            common.append(o)
+    return common
+
+
+def _args(args, kwargs, names):
+    """The values of a call's leading parameters `names`, positional or keyword (None where absent)."""
+    return [args[i] if i < len(args) else kwargs.get(n) for i, n in enumerate(names)]
+
+
+def _with_args(args, kwargs, names, values):
+    """(args, kwargs) of the call with the leading parameters `names` replaced by `values`."""
+    args, kwargs = list(args), dict(kwargs)
+    for i, (n, v) in enumerate(zip(names, values)):
+        if i < len(args):
+            args[i] = v
+        elif n in kwargs:
+            kwargs[n] = v
+    return args, kwargs
+
+
+def _emulated_product(emulation, func, args, kwargs, label, names, a_at, b_at, bias_at):
+    """A product func(a, b[, bias]) (linear, a convolution, matmul, mm, bmm, addmm, baddbmm) as autocast computes
+    it: both operands and the bias rounded, torch's own fp32 product, the output rounded; in backward the
+    output's gradient and the operands' gradients rounded. Anything that is not a product of floating-point
+    tensors (integer matmul, out=) is passed through."""
+    vals = _args(args, kwargs, names)
+    a, b = vals[a_at], vals[b_at]
+    if ("out" in kwargs or not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor)
+            or not a.is_floating_point() or not b.is_floating_point()):
+        return func(*args, **kwargs)
+    sites = emulation._product_sites(label, a, b)
+    if sites is None:
+        return func(*args, **kwargs)
+    (a_site, a_grad), (b_site, b_grad), (out_site, out_grad), (bias_site, bias_grad) = sites
+    vals[a_at] = emulation._operand(a, a_site, a_grad)
+    vals[b_at] = emulation._operand(b, b_site, b_grad)
+    if bias_at is not None and isinstance(vals[bias_at], torch.Tensor):
+        # The bias is cast with the weight (autocast casts every floating operand) and, as the module-level
+        # emulation did, rounded at the weight's site and its gradient at the weight gradient's.
+        vals[bias_at] = emulation._operand(vals[bias_at], bias_site, bias_grad)
+    args, kwargs = _with_args(args, kwargs, names, vals)
+    return emulation._operand(func(*args, **kwargs), out_site, out_grad)
+
+
+def _emulated_sdpa(emulation, func, args, kwargs):
+    """F.scaled_dot_product_attention as its math decomposition with the two products emulated: q scaled in
+    fp32 (one multiplication, where torch's math path scales q and k by sqrt(scale) each), scores = q k^T
+    rounded, the mask added and the softmax taken in fp32 (autocast's fp32 list), probs rounded as the second
+    product's input, out rounded. What a hand-written attention under emulate() computes, and the one
+    placement a CPU and a GPU share (their fused kernels round at other points: docs/torch.md#attention)."""
+    q, k, v, mask, dropout_p, causal, scale, gqa = _args(
+        args, kwargs, ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa"))
+    if not all(isinstance(t, torch.Tensor) and t.is_floating_point() for t in (q, k, v)):
+        return func(*args, **kwargs)
+    prefix = emulation._activation_prefix("sdpa")
+    if prefix is None:
+        return func(*args, **kwargs)
+    s = emulation._sites_for(prefix, _SDPA_SITES)
+    scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
+    if gqa:  # grouped-query attention: each key / value head serves q.size(-3) // k.size(-3) query heads
+        k = k.repeat_interleave(q.size(-3) // k.size(-3), -3)
+        v = v.repeat_interleave(q.size(-3) // v.size(-3), -3)
+    qr = emulation._operand(q * scale, s["q"], s["q_grad"])
+    kr = emulation._operand(k, s["k"], s["k_grad"])
+    scores = emulation._operand(torch.matmul(qr, kr.transpose(-2, -1)), s["scores"], s["scores_grad"])
+    if causal:
+        keep = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()
+        scores = scores.masked_fill(keep.logical_not(), float("-inf"))
+    if mask is not None:
+        scores = scores.masked_fill(mask.logical_not(), float("-inf")) if mask.dtype == torch.bool else scores + mask
+    probs = torch.softmax(scores, dim=-1)
+    if dropout_p:
+        probs = F.dropout(probs, dropout_p, training=True)
+    pr = emulation._operand(probs, s["probs"], s["probs_grad"])
+    vr = emulation._operand(v, s["v"], s["v_grad"])
+    return emulation._operand(torch.matmul(pr, vr), s["out"], s["out_grad"])
+
+
+def _without_torch_function_check(f):
+    """A copy of the Python function f whose has_torch_function() is always False. f's body then runs with the
+    emulation's mode on, so the products inside it are caught one by one (torch function modes are popped
+    while a handler runs, and f called with the mode on would only hand itself to the mode again)."""
+    g = dict(f.__globals__)
+    g["has_torch_function"] = lambda *_: False
+    copy = types.FunctionType(f.__code__, g, f.__name__, f.__defaults__, f.__closure__)
+    copy.__kwdefaults__ = f.__kwdefaults__
+    return copy
+
+
+# nn.MultiheadAttention's functional forward: the in-projection (one F.linear of in_proj_weight, or three),
+# F.scaled_dot_product_attention or, when it returns the weights, bmm / baddbmm and softmax, then F.linear of
+# out_proj's weight; written in Python behind one has_torch_function check.
+_MHA_BODY = _without_torch_function_check(F.multi_head_attention_forward)
+
+
+def _emulated_mha(emulation, func, args, kwargs):
+    with emulation._mode:
+        return _MHA_BODY(*args, **kwargs)
+
+
+def _not_emulated(emulation, func, args, kwargs):
+    emulation._warn_not_emulated(getattr(func, "__name__", str(func)))
+    return func(*args, **kwargs)
+
+
+def _handlers():
+    """torch function -> handler(emulation, func, args, kwargs)."""
+    h = {}
+    linear = ("input", "weight", "bias")
+    for f, label in ((F.linear, "linear"), (F.conv1d, "conv"), (F.conv2d, "conv"), (F.conv3d, "conv"),
+                     (F.conv_transpose1d, "conv_transpose"), (F.conv_transpose2d, "conv_transpose"),
+                     (F.conv_transpose3d, "conv_transpose")):
+        h[f] = (label, linear, 0, 1, 2)
+    T = torch.Tensor
+    for fs, label, names in (((torch.matmul, T.matmul, T.__matmul__), "matmul", ("input", "other")),
+                             ((torch.mm, T.mm), "mm", ("input", "mat2")), ((torch.bmm, T.bmm), "bmm", ("input", "mat2"))):
+        for f in fs:
+            h[f] = (label, names, 0, 1, None)
+    h[T.__rmatmul__] = ("matmul", ("self", "other"), 1, 0, None)  # other @ self
+    for fs, label, names in (((torch.addmm, T.addmm), "addmm", ("input", "mat1", "mat2")),
+                             ((torch.baddbmm, T.baddbmm), "baddbmm", ("input", "batch1", "batch2"))):
+        for f in fs:
+            h[f] = (label, names, 1, 2, 0)
+    handlers = {f: (lambda e, func, args, kwargs, spec=spec: _emulated_product(e, func, args, kwargs, *spec))
+                for f, spec in h.items()}
+    handlers[F.scaled_dot_product_attention] = _emulated_sdpa
+    handlers[F.multi_head_attention_forward] = _emulated_mha
+    # Products emulate() does not round: run in fp32, named in a NotEmulatedWarning. The fused transformer and
+    # attention kernels are reached only when called directly: with the mode on, nn.TransformerEncoderLayer
+    # and nn.MultiheadAttention see has_torch_function() and take their composite paths.
+    for name in ("einsum", "tensordot", "bilinear", "mv", "dot", "vdot", "addmv", "addbmm", "addr", "inner",
+                 "chain_matmul", "gru", "gru_cell", "rnn_tanh", "rnn_relu", "rnn_tanh_cell", "rnn_relu_cell", "lstm",
+                 "lstm_cell", "_transformer_encoder_layer_fwd", "_native_multi_head_attention"):
+        for owner in (torch, T, F):
+            f = getattr(owner, name, None)
+            if f is not None and f not in handlers:
+                handlers[f] = _not_emulated
+    multi_dot = getattr(torch.linalg, "multi_dot", None)
+    if multi_dot is not None:
+        handlers[multi_dot] = _not_emulated
+    return handlers
+
+
+_HANDLERS = _handlers()
+
+
+class _ProductMode(TorchFunctionMode):
+    """On while an emulated model's forward runs: hands each product to its emulated form, the rest to torch."""
+
+    def __init__(self, emulation):
+        super().__init__()
+        self._emulation = emulation
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        handler = _HANDLERS.get(func)
+        if handler is None:
+            return func(*args, **(kwargs or {}))
+        return handler(self._emulation, func, args, kwargs or {})
+
+
+class Emulation:
+    """What emulate() installed: the rounding sites, the hooks that turn the op-level emulation on while the
+    model runs; remove() restores the model (also on leaving a `with` block)."""
+
+    def __init__(self, model, make_site, module_types):
+        self.sites = {}  # name -> RoundingSite
+        self._make_site = make_site
+        self._module_types = module_types
+        self._model = model
+        self._root_name = type(model).__name__
+        self._names = {id(m): (name or self._root_name) for name, m in model.named_modules()}
+        self._params = {}  # id(parameter) -> (module name, parameter name, module)
+        for name, m in model.named_modules():
+            for pname, p in m.named_parameters(recurse=False):
+                self._params.setdefault(id(p), (name or self._root_name, pname, m))
+        self._by_prefix = {}  # site prefix -> {key: RoundingSite or None}
+        self._stack = []      # (module name, module, {operation: calls}) of the forwards running
+        self._warned = set()
+        self._mode = _ProductMode(self)
+        self._modules = []    # modules with sites made at emulate(): Linear, convolutions, LSTM, LSTMCell
+        self._replaced = []   # LSTM / LSTMCell modules whose forward is the unroll
+        self._handles = []
+
+    # -- sites --------------------------------------------------------------------------------------------
+
+    def _sites_for(self, prefix, keys):
+        """The sites PREFIX/KEY (made on first use, in `keys` order): {key: RoundingSite, or None where the
+        options leave that value unrounded (weights=False)}."""
+        got = self._by_prefix.get(prefix)
+        if got is None:
+            got = self._by_prefix[prefix] = {key: self._make_site(f"{prefix}/{key}", kind) for key, kind in keys}
+        return got
+
+    def _chosen(self, module):
+        return self._module_types is None or isinstance(module, self._module_types)
+
+    def _innermost(self):
+        return self._stack[-1] if self._stack else (self._root_name, self._model, {})
+
+    def _activation_prefix(self, label):
+        """MODULE/LABEL for the first call of the operation in a forward of the module running it, then
+        MODULE/LABEL.1, ...; None when module_types leaves that module out."""
+        name, module, calls = self._innermost()
+        if not self._chosen(module):
+            return None
+        k = calls.get(label, 0)
+        calls[label] = k + 1
+        return f"{name}/{label}" if k == 0 else f"{name}/{label}.{k}"
+
+    def _param(self, t):
+        """(module name, parameter name, module) of a parameter of the model, or of a view of one (a slice of
+        MultiheadAttention's in_proj_weight); None for an activation."""
+        found = self._params.get(id(t))
+        if found is None and t._base is not None:
+            found = self._params.get(id(t._base))
+        return found
+
+    def _product_sites(self, label, a, b):
+        """((a's site, a's gradient's), (b's, b's gradient's), (output's, output gradient's), (the bias's, ...))
+        for a product, or None where module_types leaves it out. A product with a parameter operand is named after the module
+        holding the parameter: MODULE (its `weight`) or MODULE/NAME (another parameter, `_weight` dropped:
+        MultiheadAttention's in_proj_weight gives MODULE/in_proj), with the sites of a Linear; a product of
+        two activations is named after the module running it and the operation."""
+        owner = self._param(b)
+        weight_first = owner is None and (owner := self._param(a)) is not None
+        if owner is not None:
+            mname, pname, module = owner
+            if not self._chosen(module):
+                return None
+            stem = pname[:-len("_weight")] if pname.endswith("_weight") else pname
+            s = self._sites_for(mname if pname == "weight" else f"{mname}/{stem}", _GEMM_SITES)
+            x, w, out = (s["in"], s["in_grad"]), (s["weight"], s["w_grad"]), (s["out"], s["out_grad"])
+            return (w, x, out, w) if weight_first else (x, w, out, w)
+        prefix = self._activation_prefix(label)
+        if prefix is None:
+            return None
+        s = self._sites_for(prefix, _ACTIVATION_GEMM_SITES)
+        other = (s["other"], s["other_grad"])
+        return (s["in"], s["in_grad"]), other, (s["out"], s["out_grad"]), other
+
+    def _operand(self, x, site, grad_site):
+        """The one place a product's operand or output is rounded (site: forward, grad_site: its gradient in
+        backward; either None to keep it). A scaling recipe replaces this step."""
+        return _round(x, site, grad_site)
+
+    def _warn_not_emulated(self, op):
+        name, module, _ = self._innermost()
+        if not self._chosen(module) or name in self._warned:
+            return
+        self._warned.add(name)
+        warnings.warn(f"emulate: {name} ({type(module).__name__}) calls torch {op}, which emulate() does not "
+                      f"round: its products run in fp32", NotEmulatedWarning, stacklevel=4)
+
+    # -- the hooks that turn the mode on --------------------------------------------------------------------
+
+    def _enter(self, module, args):
+        if not self._stack:
+            self._mode.__enter__()
+        self._stack.append((self._names[id(module)], module, {}))
+
+    def _leave(self, module, args, output):
+        self._stack.pop()
+        if not self._stack:
+            self._mode.__exit__(None, None, None)
+
+    def _install(self, replaced):
+        for m in self._model.modules():
+            m.__dict__["_mpsim_emulated"] = True
+            self._handles.append(m.register_forward_pre_hook(self._enter))
+            self._handles.append(m.register_forward_hook(self._leave, always_call=True))
+        for m, forward in replaced:
+            m.forward = types.MethodType(forward, m)
+            self._replaced.append(m)
+
+    # -- the public side ---------------------------------------------------------------------------------------
 
     @property
     def modules(self):
-        """The modules whose forward is emulated."""
+        """The modules whose sites were made at emulate() (Linear, convolutions, LSTM, LSTMCell): their
+        outputs' gradients are rounded (and observed) at their own sites."""
         return list(self._modules)
 
     def stats(self):
@@ -312,11 +628,16 @@ class Emulation:
             site.reset()
 
     def remove(self):
-        for m in self._modules:
-            if "forward" in m.__dict__:
-                del m.forward
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        for m in self._replaced:
+            m.__dict__.pop("forward", None)
             m.__dict__.pop("_mpsim_sites", None)
             m.__dict__.pop("_mpsim_name", None)
+        self._replaced = []
+        for m in self._model.modules():
+            m.__dict__.pop("_mpsim_emulated", None)
         self._modules = []
 
     def __enter__(self):
@@ -327,52 +648,74 @@ class Emulation:
 
 
 def emulate(model, format="fp16", mode="rne", *, grad_format=None, grad_mode=None, weights=True,
-            module_types=DEFAULT_TYPES, seed=0, sr_bits=32, subnormals="keep", overflow="inf"):
-    """Makes every module of `module_types` in `model` (Linear, the convolutions, LSTM and LSTMCell by
-    default) compute as under autocast to `format`: inputs, weights and bias, and outputs rounded to `format`
-    with `mode`; the gradients at the output, the input and the weights rounded to `grad_format` (default
-    `format`) with `grad_mode` (default `mode`). An LSTM rounds at the simulator's LSTM sites instead (its
-    bias, cell state and output stay fp32; docs/torch.md). weights=False keeps weights and their gradients in
-    fp32. Returns an Emulation (remove() undoes it). The model's parameters must be float32 or float64 on
-    the CPU; an LSTM with proj_size > 0 is refused (ValueError)."""
+            module_types=None, seed=0, sr_bits=32, subnormals="keep", overflow="inf"):
+    """Makes `model` compute as under autocast to `format`: every product its forward computes (F.linear, the
+    convolutions, matmul / mm / bmm / addmm / baddbmm, scaled_dot_product_attention, MultiheadAttention's)
+    takes its operands (bias included) rounded to `format` with `mode` and rounds its output; the gradients
+    at the output and at the operands are rounded to `grad_format` (default `format`) with `grad_mode`
+    (default `mode`). An LSTM / LSTMCell is unrolled at the simulator's LSTM sites instead (its bias, cell
+    state and output stay fp32; docs/torch.md). GRU and RNN modules, and products emulate() cannot round
+    (einsum, ...), run in fp32 and are named in a NotEmulatedWarning. weights=False keeps weights and their
+    gradients in fp32; module_types (default: every module) limits the emulation to the products of modules
+    of those types (the module holding the weight, or else the one running the product). Returns an
+    Emulation (remove() undoes it). The model's parameters must be float32 or float64 on the CPU; an LSTM
+    with proj_size > 0 is refused (ValueError)."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"emulate: expected a torch.nn.Module, got {type(model).__name__}")
     mpsim.Format(format)  # an unknown name fails here, naming it
     grad_format = grad_format or format
     grad_mode = grad_mode or mode
     mpsim.Format(grad_format)
-    chosen = [(name or type(m).__name__, m) for name, m in model.named_modules() if isinstance(m, tuple(module_types))]
-    if not chosen:
-        raise ValueError(f"emulate: {type(model).__name__} has no module of the types "
-                         f"{', '.join(t.__name__ for t in module_types)}")
-    for name, m in chosen:
-        if not isinstance(m, DEFAULT_TYPES):
-            raise TypeError(f"emulate: {name} is a {type(m).__name__}; the hooks emulate "
-                            f"{', '.join(t.__name__ for t in DEFAULT_TYPES)}")
-        if "_mpsim_sites" in m.__dict__:
+    module_types = tuple(module_types) if module_types is not None else None
+    named = [(name or type(m).__name__, m) for name, m in model.named_modules()]
+    chosen = [(n, m) for n, m in named if module_types is None or isinstance(m, module_types)]
+    if not any(True for _ in model.parameters()):
+        raise ValueError(f"emulate: {type(model).__name__} has no module with parameters: no product to emulate")
+    for name, m in named:
+        if "_mpsim_emulated" in m.__dict__:
             raise ValueError(f"emulate: {name} is already emulated (remove() the first Emulation)")
+    for name, m in chosen:
+        if module_types is not None and isinstance(m, _FUSED_RECURRENT):
+            raise TypeError(f"emulate: {name} is a {type(m).__name__}; the hooks emulate the products of Linear, "
+                            f"the convolutions, matmul, attention, LSTM, LSTMCell, not a fused recurrent kernel's")
         if isinstance(m, nn.LSTM) and m.proj_size > 0:
             raise ValueError(f"emulate: {name} is an LSTM with proj_size={m.proj_size}; the emulated LSTM has "
                              f"no projection (h_t = W_hr (o * tanh(c_t))): use proj_size=0, or module_types "
                              f"without nn.LSTM to leave it in fp32")
         for pname, p in m.named_parameters(recurse=False):
             check_float_tensor(p, f"parameter {name}.{pname}")
+    fused = [f"{name} ({type(m).__name__})" for name, m in chosen if isinstance(m, _FUSED_RECURRENT)]
 
-    sites = {}
     options = dict(seed=seed, sr_bits=sr_bits, subnormals=subnormals, overflow=overflow)
-
     def make(site_name, kind):
         if kind in ("weight", "weight_grad") and not weights:
             return None
         fmt, md = (format, mode) if kind in ("forward", "weight") else (grad_format, grad_mode)
-        site = sites[site_name] = RoundingSite(site_name, len(sites), fmt, md, kind=kind, **options)
+        observers = _observers_of_every_site([s for s in emulation.sites.values() if s.kind == kind])
+        site = emulation.sites[site_name] = RoundingSite(site_name, len(emulation.sites), fmt, md, kind=kind,
+                                                         observers=observers, **options)
+        for o in observers:  # a GradientMonitor takes its observers off the sites it knows when removed
+            monitor = o.monitor() if callable(getattr(o, "monitor", None)) else None
+            if monitor is not None and hasattr(monitor, "_observed_sites"):
+                monitor._observed_sites.append(site)
         return site
 
+    emulation = Emulation(model, make, module_types)
+    replaced = []
+    # The sites of the modules that have them before any forward, in the order the module-level emulation made
+    # them (the stochastic-rounding seeds follow a site's index).
     for name, m in chosen:
-        recurrent = isinstance(m, (nn.LSTM, nn.LSTMCell))
-        m._mpsim_sites = (_lstm_sites if recurrent else _gemm_sites)(name, m, make)
-        m._mpsim_name = name
-        forward = (_emulated_lstm_forward if isinstance(m, nn.LSTM) else
-                   _emulated_lstm_cell_forward if recurrent else _emulated_forward)
-        m.forward = types.MethodType(forward, m)
-    return Emulation([m for _, m in chosen], sites)
+        if isinstance(m, DEFAULT_TYPES):
+            emulation._modules.append(m)
+        if isinstance(m, (nn.LSTM, nn.LSTMCell)):
+            m._mpsim_sites = _lstm_sites(name, m, make)
+            m._mpsim_name = name
+            replaced.append((m, _lstm_forward if isinstance(m, nn.LSTM) else _lstm_cell_forward))
+        elif isinstance(m, DEFAULT_TYPES):
+            emulation._sites_for(name, _GEMM_SITES)
+    emulation._install(replaced)
+    if fused:
+        emulation._warned.update(n.split(" ")[0] for n in fused)
+        warnings.warn(f"emulate: {', '.join(fused)} compute their products in torch's fused recurrent kernels, "
+                      f"which emulate() does not round: they run in fp32", NotEmulatedWarning, stacklevel=2)
+    return emulation
