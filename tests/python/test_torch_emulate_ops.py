@@ -13,7 +13,7 @@ included, rounded where autocast casts, checked three ways:
   * against torch's own CPU autocast where its op lists coincide (Linear, Conv2d, an MLP: the same bits)
     and where they do not (a transformer layer: autocast runs the residual stream and layer norm in fp16 and
     attention in a fused kernel), the difference measured and printed.
-Plus: a hand-written attention equals F.scaled_dot_product_attention under emulate() bit for bit, GRU and
+Plus: a hand-written attention equals F.scaled_dot_product_attention under emulate() bit for bit, RNN and
 einsum are named in a NotEmulatedWarning, module_types, the monitor counting at sites made during a forward.
 """
 import math
@@ -350,12 +350,12 @@ def test_not_emulated_products_are_named():
         def forward(self, x):
             return torch.einsum("bi,ij->bj", x, self.w)
 
-    model = nn.ModuleDict({"gru": nn.GRU(4, 4), "mix": Mixer(), "fc": nn.Linear(4, 4)})
-    with pytest.warns(mt.NotEmulatedWarning, match=r"gru \(GRU\)"):
+    model = nn.ModuleDict({"rnn": nn.RNN(4, 4), "mix": Mixer(), "fc": nn.Linear(4, 4)})
+    with pytest.warns(mt.NotEmulatedWarning, match=r"rnn \(RNN\)"):
         emulation = mt.emulate(model, "fp16")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        model["gru"](torch.randn(3, 2, 4))
+        model["rnn"](torch.randn(3, 2, 4))
         model["mix"](torch.randn(2, 4))
         model["mix"](torch.randn(2, 4))
         model["fc"](torch.randn(2, 4))
@@ -399,3 +399,4 @@ def test_monitor_counts_sites_made_during_a_forward():
     left = [n for n, s in emulation.sites.items() if s.observers]
     assert left == [], f"the closed monitor still observes {left}"
     emulation.remove()
+

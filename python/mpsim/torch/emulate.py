@@ -25,7 +25,8 @@ activations after the module running it and the operation (MODULE/matmul, MODULE
 An LSTM (or LSTMCell) is unrolled over time in Python with the sites of the simulator's LSTM
 (lib/mpsim/nn/lstm.hpp): MODULE/in, w_ih, w_hh, ih_out, h_in, hh_out forward, gates_grad, h_grad, in_grad,
 w_ih_grad, w_hh_grad, b_grad backward (docs/torch.md); a site inside the time loop rounds once per step.
-Products emulate() cannot reproduce (GRU and RNN cells, einsum, ...) are named in a NotEmulatedWarning.
+A GRU (or GRUCell) is unrolled the same way, at the same places (docs/torch.md#gru-and-grucell). Products
+emulate() cannot reproduce (RNN cells, einsum, ...) are named in a NotEmulatedWarning.
 Each rounding returns what it did (mpsim.round(..., stats=True)), summed per site: Emulation.stats().
 """
 import math
@@ -41,7 +42,7 @@ import mpsim
 
 from ._tensors import check_float_tensor
 
-DEFAULT_TYPES = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.LSTM, nn.LSTMCell)
+DEFAULT_TYPES = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.LSTM, nn.LSTMCell, nn.GRU, nn.GRUCell)
 # What a site rounds: a forward value (GEMM input or output), a weight copy, an activation gradient or a
 # weight gradient (the simulator's classes, lib/mpsim/nn/policy.hpp, with the two forward ones merged).
 SITE_KINDS = ("forward", "weight", "activation_grad", "weight_grad")
@@ -140,28 +141,40 @@ def _round(x, forward_site, backward_site):
 _LSTM_DIRECTION_SITES = (("w_ih", "weight"), ("w_hh", "weight"), ("ih_out", "forward"), ("h_in", "forward"),
                     ("hh_out", "forward"), ("gates_grad", "activation_grad"), ("h_grad", "activation_grad"))
 _LSTM_WEIGHT_GRAD_SITES = (("w_ih_grad", "weight_grad"), ("w_hh_grad", "weight_grad"), ("b_grad", "weight_grad"))
+# The GRU at the same places, its products' output gradients apart: r gates the recurrent product's n part
+# (n = tanh(x W_in^T + b_in + r * (h W_hn^T + b_hn)), torch.nn.GRU), so the gradients reaching the two products
+# differ; each is rounded where it reaches its product (ih_grad per time step, hh_grad), and the two biases,
+# which cannot be added first, have a gradient site each.
+_GRU_DIRECTION_SITES = (("w_ih", "weight"), ("w_hh", "weight"), ("ih_out", "forward"), ("h_in", "forward"),
+                        ("hh_out", "forward"), ("hh_grad", "activation_grad"), ("ih_grad", "activation_grad"),
+                        ("h_grad", "activation_grad"))
+_GRU_WEIGHT_GRAD_SITES = (("w_ih_grad", "weight_grad"), ("w_hh_grad", "weight_grad"), ("b_ih_grad", "weight_grad"),
+                          ("b_hh_grad", "weight_grad"))
 _GEMM_SITES = (("in", "forward"), ("weight", "weight"), ("out", "forward"), ("out_grad", "activation_grad"),
                ("in_grad", "activation_grad"), ("w_grad", "weight_grad"))
 
 
-def _lstm_sites(name, module, make):
+def _recurrent_sites(name, module, make):
     """Per layer: {"in", "in_grad", "directions": [per direction {w_ih, ..., b_grad}]}. A one-layer,
     one-direction module names its sites MODULE/SITE as the simulator does; otherwise layer k's are
     MODULE/lK/SITE, its reverse direction's MODULE/lK_reverse/SITE (torch's parameter suffixes), and the
     layer's input and input gradient, which both directions share, MODULE/lK/in and MODULE/lK/in_grad."""
     layers = getattr(module, "num_layers", 1)
     directions = 2 if getattr(module, "bidirectional", False) else 1
-    has_bias = bool(module.bias)  # nn.LSTM and nn.LSTMCell keep the constructor's flag there
+    has_bias = bool(module.bias)  # nn.LSTM, nn.GRU and their cells keep the constructor's flag there
+    gru = isinstance(module, (nn.GRU, nn.GRUCell))
+    direction_sites, weight_grad_sites = ((_GRU_DIRECTION_SITES, _GRU_WEIGHT_GRAD_SITES) if gru else
+                                          (_LSTM_DIRECTION_SITES, _LSTM_WEIGHT_GRAD_SITES))
     out = []
     for k in range(layers):
         prefix = name if layers == 1 and directions == 1 else f"{name}/l{k}"
         prefixes = (prefix, f"{prefix}_reverse")[:directions]
         layer = {"in": make(f"{prefix}/in", "forward")}
-        layer["directions"] = [{key: make(f"{p}/{key}", kind) for key, kind in _LSTM_DIRECTION_SITES} for p in prefixes]
+        layer["directions"] = [{key: make(f"{p}/{key}", kind) for key, kind in direction_sites} for p in prefixes]
         layer["in_grad"] = make(f"{prefix}/in_grad", "activation_grad")
         for p, d in zip(prefixes, layer["directions"]):
-            for key, kind in _LSTM_WEIGHT_GRAD_SITES:
-                d[key] = make(f"{p}/{key}", kind) if (key != "b_grad" or has_bias) else None
+            for key, kind in weight_grad_sites:
+                d[key] = make(f"{p}/{key}", kind) if (not key.startswith("b_") or has_bias) else None
         out.append(layer)
     return out
 
@@ -190,6 +203,31 @@ def _lstm_step(pre_x, h, c, w_hh, b, s):
     return torch.sigmoid(o) * torch.tanh(c), c
 
 
+def _gru_weights(s, w_ih, w_hh, b_ih, b_hh):
+    """The weight copies the GEMMs read and the two fp32 biases (their gradients rounded at b_ih_grad, b_hh_grad)."""
+    w_ih = _round(w_ih, s["w_ih"], s["w_ih_grad"])
+    w_hh = _round(w_hh, s["w_hh"], s["w_hh_grad"])
+    if b_ih is not None:
+        b_ih, b_hh = _round(b_ih, None, s["b_ih_grad"]), _round(b_hh, None, s["b_hh_grad"])
+    return w_ih, w_hh, b_ih, b_hh
+
+
+def _gru_step(pre_x, h, w_hh, b_ih, b_hh, s):
+    """One time step of torch.nn.GRU's equations (gate order r, z, n) from the rounded input product pre_x
+    (B, 3H): r = sigmoid(gi_r + gh_r), z = sigmoid(gi_z + gh_z), n = tanh(gi_n + r * gh_n),
+    h_t = (1 - z) * n + z * h_{t-1}, with gi = pre_x + b_ih and gh = h_{t-1} W_hh^T (rounded) + b_hh."""
+    gi = _round(pre_x, None, s["ih_grad"])
+    h_in = _round(h, s["h_in"], s["h_grad"])
+    gh = _round(h_in @ w_hh.t(), s["hh_out"], s["hh_grad"])
+    if b_ih is not None:
+        gi, gh = gi + b_ih, gh + b_hh
+    i_r, i_z, i_n = gi.chunk(3, dim=-1)
+    h_r, h_z, h_n = gh.chunk(3, dim=-1)
+    r, z = torch.sigmoid(i_r + h_r), torch.sigmoid(i_z + h_z)
+    n = torch.tanh(i_n + r * h_n)
+    return (1 - z) * n + z * h
+
+
 def _with_gradient(h):
     """The initial state h_0 itself, or (with autograd on) a copy that requires grad: the simulator computes
     and rounds the gradient of h_0 too (lstm_backward's last h_grad), so the h_grad site sees every step."""
@@ -198,49 +236,61 @@ def _with_gradient(h):
     return h
 
 
-def _lstm_direction(x, w_ih, w_hh, b, h, c, s, reverse):
-    """One direction of one layer over x (T, B, I) (already rounded): outputs (T, B, H), h_T, c_T."""
+def _recurrent_direction(gru, x, params, state, s, reverse):
+    """One direction of one layer over x (T, B, I) (already rounded) from the state (h_0, c_0) or (h_0,):
+    outputs (T, B, H) and the final state."""
     T, B = x.shape[0], x.shape[1]
-    pre_x = _round(x.reshape(T * B, -1) @ w_ih.t(), s["ih_out"], None)
-    h = _with_gradient(h)
+    weights = (_gru_weights if gru else _lstm_weights)(s, *params)
+    pre_x = _round(x.reshape(T * B, -1) @ weights[0].t(), s["ih_out"], None)
+    state = (_with_gradient(state[0]),) + tuple(state[1:])
     outputs = [None] * T
     for t in (range(T - 1, -1, -1) if reverse else range(T)):
-        h, c = _lstm_step(pre_x[t * B:(t + 1) * B], h, c, w_hh, b, s)
-        outputs[t] = h
-    return torch.stack(outputs), h, c
+        if gru:
+            state = (_gru_step(pre_x[t * B:(t + 1) * B], state[0], *weights[1:], s),)
+        else:
+            state = _lstm_step(pre_x[t * B:(t + 1) * B], *state, *weights[1:], s)
+        outputs[t] = state[0]
+    return torch.stack(outputs), state
 
 
-def _check_state_pair(name, hx, rank):
-    """hx must be (h_0, c_0), two tensors of the input's rank (torch's own LSTM asserts less clearly)."""
+def _check_state(name, hx, rank, gru):
+    """hx as a tuple of states: (h_0, c_0) for an LSTM, two tensors of the input's rank; (h_0,) for a GRU, from
+    one tensor of the input's rank (torch's own modules assert less clearly)."""
+    if gru:
+        if not isinstance(hx, torch.Tensor) or hx.dim() != rank:
+            raise ValueError(f"emulate: {name}: hx must be h_0, a {rank}-D tensor")
+        return (hx,)
     if (not isinstance(hx, (tuple, list)) or len(hx) != 2 or
             any(not isinstance(t, torch.Tensor) or t.dim() != rank for t in hx)):
         raise ValueError(f"emulate: {name}: hx must be a tuple (h_0, c_0) of {rank}-D tensors")
+    return tuple(hx)
 
 
-def _emulated_lstm_forward(module, input, hx=None):
-    """nn.LSTM.forward (bound to the module) unrolled over time with the rounding sites."""
+def _emulated_rnn_forward(module, input, hx=None):
+    """nn.LSTM.forward or nn.GRU.forward (bound to the module) unrolled over time with the rounding sites."""
     name = module._mpsim_name
+    gru = isinstance(module, nn.GRU)
+    kind = "GRU" if gru else "LSTM"
     if isinstance(input, nn.utils.rnn.PackedSequence):
-        raise TypeError(f"emulate: {name} got a PackedSequence; the emulated LSTM takes padded tensors "
+        raise TypeError(f"emulate: {name} got a PackedSequence; the emulated {kind} takes padded tensors "
                         f"(torch.nn.utils.rnn.pad_packed_sequence)")
     check_float_tensor(input, f"{name} input")
     if input.dim() not in (2, 3):
-        raise ValueError(f"emulate: {name}: LSTM input must be 2-D (unbatched) or 3-D, got {input.dim()}-D")
+        raise ValueError(f"emulate: {name}: {kind} input must be 2-D (unbatched) or 3-D, got {input.dim()}-D")
     batched = input.dim() == 3
     batch_dim = 0 if module.batch_first else 1
     x = input if batched else input.unsqueeze(batch_dim)
     L, D, H = module.num_layers, 2 if module.bidirectional else 1, module.hidden_size
     if hx is None:
-        zeros = torch.zeros(L * D, x.shape[batch_dim], H, dtype=x.dtype, device=x.device)
-        hx = (zeros, zeros)
+        hx = (torch.zeros(L * D, x.shape[batch_dim], H, dtype=x.dtype, device=x.device),) * (1 if gru else 2)
     else:
-        _check_state_pair(name, hx, input.dim())
+        hx = _check_state(name, hx, input.dim(), gru)
         if not batched:
-            hx = (hx[0].unsqueeze(1), hx[1].unsqueeze(1))
-    module.check_forward_args(x, hx, None)  # torch's own shape checks and messages
+            hx = tuple(t.unsqueeze(1) for t in hx)
+    module.check_forward_args(x, hx[0] if gru else hx, None)  # torch's own shape checks and messages
     if module.batch_first:
         x = x.transpose(0, 1)  # time-major from here on
-    h_n, c_n = [], []
+    finals = [[] for _ in hx]
     for k, layer in enumerate(module._mpsim_sites):
         if k > 0 and module.dropout and module.training:
             x = F.dropout(x, module.dropout, training=True)
@@ -248,68 +298,69 @@ def _emulated_lstm_forward(module, input, hx=None):
         outs = []
         for d, s in enumerate(layer["directions"]):
             sfx = f"l{k}" + ("_reverse" if d else "")
-            params = (getattr(module, f"{p}_{sfx}", None) for p in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"))
-            w_ih, w_hh, b = _lstm_weights(s, *params)
-            out, h, c = _lstm_direction(xr, w_ih, w_hh, b, hx[0][k * D + d], hx[1][k * D + d], s, reverse=d == 1)
+            params = [getattr(module, f"{p}_{sfx}", None) for p in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+            out, state = _recurrent_direction(gru, xr, params, [t[k * D + d] for t in hx], s, reverse=d == 1)
             outs.append(out)
-            h_n.append(h)
-            c_n.append(c)
+            for f, t in zip(finals, state):
+                f.append(t)
         x = outs[0] if D == 1 else torch.cat(outs, dim=2)
-    h_n, c_n = torch.stack(h_n), torch.stack(c_n)
+    finals = [torch.stack(f) if batched else torch.stack(f).squeeze(1) for f in finals]
     if module.batch_first:
         x = x.transpose(0, 1)
     if not batched:
-        return x.squeeze(batch_dim), (h_n.squeeze(1), c_n.squeeze(1))
-    return x, (h_n, c_n)
+        x = x.squeeze(batch_dim)
+    return x, (finals[0] if gru else tuple(finals))
 
 
-def _emulated_lstm_cell_forward(module, input, hx=None):
-    """nn.LSTMCell.forward (bound to the module): one time step with the LSTM's sites. The weights are
-    rounded on every call (each call is a forward), so their gradients are rounded once per time step."""
+def _emulated_cell_forward(module, input, hx=None):
+    """nn.LSTMCell.forward or nn.GRUCell.forward (bound to the module): one time step with the LSTM's or the
+    GRU's sites. The weights are rounded on every call (each call is a forward), so their gradients are
+    rounded once per time step."""
     name = module._mpsim_name
+    gru = isinstance(module, nn.GRUCell)
     check_float_tensor(input, f"{name} input")
     if input.dim() not in (1, 2):
-        raise ValueError(f"emulate: {name}: LSTMCell input must be 1-D (unbatched) or 2-D, got {input.dim()}-D")
+        raise ValueError(f"emulate: {name}: {type(module).__name__} input must be 1-D (unbatched) or 2-D, got "
+                         f"{input.dim()}-D")
     batched = input.dim() == 2
     x = input if batched else input.unsqueeze(0)
     if hx is None:
-        zeros = torch.zeros(x.shape[0], module.hidden_size, dtype=x.dtype, device=x.device)
-        hx = (zeros, zeros)
+        hx = (torch.zeros(x.shape[0], module.hidden_size, dtype=x.dtype, device=x.device),) * (1 if gru else 2)
     else:
-        _check_state_pair(name, hx, input.dim())
+        hx = _check_state(name, hx, input.dim(), gru)
         if not batched:
-            hx = (hx[0].unsqueeze(0), hx[1].unsqueeze(0))
+            hx = tuple(t.unsqueeze(0) for t in hx)
     layer = module._mpsim_sites[0]
-    s = layer["directions"][0]
     xr = _round(x, layer["in"], layer["in_grad"])
-    w_ih, w_hh, b = _lstm_weights(s, module.weight_ih, module.weight_hh, module.bias_ih, module.bias_hh)
-    pre_x = _round(xr @ w_ih.t(), s["ih_out"], None)
-    h, c = _lstm_step(pre_x, _with_gradient(hx[0]), hx[1], w_hh, b, s)
-    return (h, c) if batched else (h.squeeze(0), c.squeeze(0))
+    params = (module.weight_ih, module.weight_hh, module.bias_ih, module.bias_hh)
+    _, state = _recurrent_direction(gru, xr.unsqueeze(0), params, hx, layer["directions"][0], reverse=False)
+    state = state if batched else tuple(t.squeeze(0) for t in state)
+    return state[0] if gru else state
 
 
-def _lstm_forward(module, *args, **kwargs):
-    """An emulated nn.LSTM's forward: the unroll runs with torch function modes off, so that its own products
-    (already rounded at the LSTM's sites) are not caught a second time by the op-level emulation."""
+def _rnn_forward(module, *args, **kwargs):
+    """An emulated nn.LSTM's or nn.GRU's forward: the unroll runs with torch function modes off, so that its own
+    products (already rounded at its sites) are not caught a second time by the op-level emulation."""
     with torch._C.DisableTorchFunction():
-        return _emulated_lstm_forward(module, *args, **kwargs)
+        return _emulated_rnn_forward(module, *args, **kwargs)
 
 
-def _lstm_cell_forward(module, *args, **kwargs):
+def _cell_forward(module, *args, **kwargs):
     with torch._C.DisableTorchFunction():
-        return _emulated_lstm_cell_forward(module, *args, **kwargs)
+        return _emulated_cell_forward(module, *args, **kwargs)
 
 
 # ------------------------------------------------------------ the op-level emulation ------------------------
 
 class NotEmulatedWarning(UserWarning):
-    """A product emulate() cannot round (a GRU's fused kernel, an einsum, ...): it runs in fp32. The message
+    """A product emulate() cannot round (an RNN's fused kernel, an einsum, ...): it runs in fp32. The message
     names the module that computes it."""
 
 
-# Modules whose products run in one fused kernel the emulation cannot open (torch.gru and torch.rnn_* take the
-# weights and loop in C++): named at emulate(), and their products stay fp32.
-_FUSED_RECURRENT = (nn.GRU, nn.RNN, nn.GRUCell, nn.RNNCell)
+# Modules whose products run in one fused kernel the emulation cannot open (torch.rnn_tanh / rnn_relu take the
+# weights and loop in C++; the LSTM and the GRU are unrolled instead): named at emulate(), their products stay fp32.
+_FUSED_RECURRENT = (nn.RNN, nn.RNNCell)
+_RECURRENT = (nn.LSTM, nn.LSTMCell, nn.GRU, nn.GRUCell)  # unrolled at the simulator's LSTM sites (the GRU's alike)
 
 # A product of two activations (no parameter among its operands) names its second operand "other"; a product
 # with a parameter has _GEMM_SITES's in / weight (bias included) / out and their gradients.
@@ -451,7 +502,8 @@ def _handlers():
         h[f] = (label, linear, 0, 1, 2)
     T = torch.Tensor
     for fs, label, names in (((torch.matmul, T.matmul, T.__matmul__), "matmul", ("input", "other")),
-                             ((torch.mm, T.mm), "mm", ("input", "mat2")), ((torch.bmm, T.bmm), "bmm", ("input", "mat2"))):
+                             ((torch.mm, T.mm), "mm", ("input", "mat2")),
+                             ((torch.bmm, T.bmm), "bmm", ("input", "mat2"))):
         for f in fs:
             h[f] = (label, names, 0, 1, None)
     h[T.__rmatmul__] = ("matmul", ("self", "other"), 1, 0, None)  # other @ self
@@ -494,6 +546,14 @@ class _ProductMode(TorchFunctionMode):
         if handler is None:
             return func(*args, **(kwargs or {}))
         return handler(self._emulation, func, args, kwargs or {})
+
+
+def _computes_no_product(module):
+    """torch.nn's own leaf modules without parameters (ReLU, MaxPool2d, Flatten, Dropout, ...) compute no
+    product, so they need no hooks: a module with hooks leaves torch's fast call path (about 3 us a call), and
+    these run under their parent's mode all the same."""
+    return (type(module).__module__.startswith("torch.nn.modules.") and not module._modules
+            and not module._parameters)
 
 
 class Emulation:
@@ -555,10 +615,10 @@ class Emulation:
 
     def _product_sites(self, label, a, b):
         """((a's site, a's gradient's), (b's, b's gradient's), (output's, output gradient's), (the bias's, ...))
-        for a product, or None where module_types leaves it out. A product with a parameter operand is named after the module
-        holding the parameter: MODULE (its `weight`) or MODULE/NAME (another parameter, `_weight` dropped:
-        MultiheadAttention's in_proj_weight gives MODULE/in_proj), with the sites of a Linear; a product of
-        two activations is named after the module running it and the operation."""
+        for a product, or None where module_types leaves it out. A product with a parameter operand is named
+        after the module holding the parameter: MODULE (its `weight`) or MODULE/NAME (another parameter,
+        `_weight` dropped: MultiheadAttention's in_proj_weight gives MODULE/in_proj), with the sites of a
+        Linear; a product of two activations is named after the module running it and the operation."""
         owner = self._param(b)
         weight_first = owner is None and (owner := self._param(a)) is not None
         if owner is not None:
@@ -604,6 +664,8 @@ class Emulation:
     def _install(self, replaced):
         for m in self._model.modules():
             m.__dict__["_mpsim_emulated"] = True
+            if m is not self._model and _computes_no_product(m):
+                continue
             self._handles.append(m.register_forward_pre_hook(self._enter))
             self._handles.append(m.register_forward_hook(self._leave, always_call=True))
         for m, forward in replaced:
@@ -654,7 +716,7 @@ def emulate(model, format="fp16", mode="rne", *, grad_format=None, grad_mode=Non
     takes its operands (bias included) rounded to `format` with `mode` and rounds its output; the gradients
     at the output and at the operands are rounded to `grad_format` (default `format`) with `grad_mode`
     (default `mode`). An LSTM / LSTMCell is unrolled at the simulator's LSTM sites instead (its bias, cell
-    state and output stay fp32; docs/torch.md). GRU and RNN modules, and products emulate() cannot round
+    state and output stay fp32; docs/torch.md), a GRU / GRUCell alike. RNN modules, and products emulate() cannot round
     (einsum, ...), run in fp32 and are named in a NotEmulatedWarning. weights=False keeps weights and their
     gradients in fp32; module_types (default: every module) limits the emulation to the products of modules
     of those types (the module holding the weight, or else the one running the product). Returns an
@@ -677,7 +739,8 @@ def emulate(model, format="fp16", mode="rne", *, grad_format=None, grad_mode=Non
     for name, m in chosen:
         if module_types is not None and isinstance(m, _FUSED_RECURRENT):
             raise TypeError(f"emulate: {name} is a {type(m).__name__}; the hooks emulate the products of Linear, "
-                            f"the convolutions, matmul, attention, LSTM, LSTMCell, not a fused recurrent kernel's")
+                            f"the convolutions, matmul, attention, LSTM, LSTMCell, GRU, GRUCell, not a fused "
+                            f"recurrent kernel's")
         if isinstance(m, nn.LSTM) and m.proj_size > 0:
             raise ValueError(f"emulate: {name} is an LSTM with proj_size={m.proj_size}; the emulated LSTM has "
                              f"no projection (h_t = W_hr (o * tanh(c_t))): use proj_size=0, or module_types "
@@ -707,10 +770,10 @@ def emulate(model, format="fp16", mode="rne", *, grad_format=None, grad_mode=Non
     for name, m in chosen:
         if isinstance(m, DEFAULT_TYPES):
             emulation._modules.append(m)
-        if isinstance(m, (nn.LSTM, nn.LSTMCell)):
-            m._mpsim_sites = _lstm_sites(name, m, make)
+        if isinstance(m, _RECURRENT):
+            m._mpsim_sites = _recurrent_sites(name, m, make)
             m._mpsim_name = name
-            replaced.append((m, _lstm_forward if isinstance(m, nn.LSTM) else _lstm_cell_forward))
+            replaced.append((m, _rnn_forward if isinstance(m, (nn.LSTM, nn.GRU)) else _cell_forward))
         elif isinstance(m, DEFAULT_TYPES):
             emulation._sites_for(name, _GEMM_SITES)
     emulation._install(replaced)
