@@ -400,3 +400,75 @@ def test_monitor_counts_sites_made_during_a_forward():
     assert left == [], f"the closed monitor still observes {left}"
     emulation.remove()
 
+
+
+def test_attention_masks_gqa_and_an_error_inside_the_forward():
+    """F.scaled_dot_product_attention with a boolean mask, a float mask and grouped-query attention (2 key /
+    value heads for 4 query heads) equals the unroll with the mask applied and k, v repeated per head, bit for
+    bit, forward and backward; an exception inside an emulated forward leaves no torch function mode on."""
+    gen = torch.Generator().manual_seed(14)
+    q = torch.randn(2, 4, 5, 8, generator=gen)
+    kv = [torch.randn(2, 2, 7, 8, generator=gen) for _ in range(2)]
+    g = torch.randn(2, 4, 5, 8, generator=gen)
+    bool_mask = torch.rand(5, 7, generator=gen) > 0.3
+    bool_mask[:, 0] = True  # no row masked entirely
+    float_mask = torch.randn(5, 7, generator=gen)
+
+    class Attend(nn.Module):
+        def __init__(self, mask):
+            super().__init__()
+            self.mask = mask
+            self.proj = nn.Linear(8, 8)
+
+        def forward(self, q, k, v):
+            return F.scaled_dot_product_attention(self.proj(q), k, v, attn_mask=self.mask, enable_gqa=True)
+
+    for name, mask in (("boolean mask", bool_mask), ("float mask", float_mask)):
+        torch.manual_seed(15)
+        model = Attend(mask)
+        leaves = [t.clone().requires_grad_() for t in (q, *kv)]
+        with mt.emulate(model, "fp16"):
+            y = model(*leaves)
+            y.backward(g)
+        got = [y.detach()] + [t.grad for t in leaves]
+        ref = [t.clone().requires_grad_() for t in (q, *kv)]
+        dtype = torch.float16
+        _, c = make_counter()
+        qp = reference_linear(c, dtype, "proj", ref[0], model.proj.weight, model.proj.bias)
+        k, v = (t.repeat_interleave(2, -3) for t in ref[1:])
+        scale = 1.0 / math.sqrt(8)
+        s = c(torch.matmul(c(qp * scale, dtype, "q", "q_grad"), c(k, dtype, "k", "k_grad").transpose(-2, -1)),
+              dtype, "scores", "scores_grad")
+        s = s.masked_fill(mask.logical_not(), float("-inf")) if mask.dtype == torch.bool else s + mask
+        p = c(torch.softmax(s, dim=-1), dtype, "probs", "probs_grad")
+        want = c(torch.matmul(p, c(v, dtype, "v", "v_grad")), dtype, "out", "out_grad")
+        want.backward(g)
+        wants = [want] + [t.grad for t in ref]
+        for what, a, b in zip(("output", "q gradient", "k gradient", "v gradient"), got, wants):
+            compare(f"sdpa with a {name}, grouped-query: {what}", a, b)
+    model = Attend(None)
+    with mt.emulate(model, "fp16"):
+        with pytest.raises(TypeError, match=r"proj/in: dtype torch.float16"):
+            model(q.half(), *kv)
+        assert torch._C._len_torch_function_stack() == 0
+        print("after a TypeError inside the emulated forward: no torch function mode on")
+
+
+def test_cross_attention_and_need_weights_are_emulated():
+    """nn.MultiheadAttention as cross-attention (its in-projection uses slices of in_proj_weight, views the
+    emulation traces to the parameter) and with need_weights=True (bmm, softmax, bmm, not the sdpa): every
+    product rounded, named after the module, the attention weights' products numbered."""
+    torch.manual_seed(16)
+    mha = nn.MultiheadAttention(16, 2, batch_first=True)
+    q, kv = torch.randn(2, 3, 16), torch.randn(2, 5, 16)
+    with mt.emulate(mha, "fp16") as emulation:
+        out, weights = mha(q, kv, kv)  # need_weights=True by default
+        out.sum().backward()
+        called = {n: s.calls for n, s in emulation.sites.items() if s.calls}
+    print(f"cross-attention, need_weights: {called}")
+    assert weights.shape == (2, 3, 5)
+    # q's product with the first third of in_proj_weight, then k and v (one tensor) with the other two thirds
+    # in one product (torch's _in_projection_packed): two products of slices, both at in_proj's sites.
+    assert called["MultiheadAttention/in_proj/in"] == 2 and called["MultiheadAttention/in_proj/weight"] == 4
+    assert called["MultiheadAttention/bmm/out"] == called["MultiheadAttention/bmm.1/out"] == 1
+    assert called["out_proj/out"] == 1 and called["out_proj/out_grad"] == 1
