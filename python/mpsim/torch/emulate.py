@@ -566,11 +566,13 @@ class Emulation:
         self._module_types = module_types
         self._model = model
         self._root_name = type(model).__name__
-        self._names = {id(m): (name or self._root_name) for name, m in model.named_modules()}
-        self._params = {}  # id(parameter) -> (module name, parameter name, module)
+        # Keyed by the modules and parameters themselves (hashed by identity), not their id()s, so that a
+        # deepcopy or a pickle of the model, hooks and all, maps them to the copies.
+        self._names = {m: (name or self._root_name) for name, m in model.named_modules()}
+        self._params = {}  # parameter -> (module name, parameter name, module)
         for name, m in model.named_modules():
             for pname, p in m.named_parameters(recurse=False):
-                self._params.setdefault(id(p), (name or self._root_name, pname, m))
+                self._params.setdefault(p, (name or self._root_name, pname, m))
         self._by_prefix = {}  # site prefix -> {key: RoundingSite or None}
         self._stack = []      # (module name, module, {operation: calls}) of the forwards running
         self._warned = set()
@@ -608,9 +610,9 @@ class Emulation:
     def _param(self, t):
         """(module name, parameter name, module) of a parameter of the model, or of a view of one (a slice of
         MultiheadAttention's in_proj_weight); None for an activation."""
-        found = self._params.get(id(t))
+        found = self._params.get(t)
         if found is None and t._base is not None:
-            found = self._params.get(id(t._base))
+            found = self._params.get(t._base)
         return found
 
     def _product_sites(self, label, a, b):
@@ -654,7 +656,7 @@ class Emulation:
     def _enter(self, module, args):
         if not self._stack:
             self._mode.__enter__()
-        self._stack.append((self._names[id(module)], module, {}))
+        self._stack.append((self._names[module], module, {}))
 
     def _leave(self, module, args, output):
         self._stack.pop()
