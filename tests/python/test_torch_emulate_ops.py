@@ -472,3 +472,29 @@ def test_cross_attention_and_need_weights_are_emulated():
     assert called["MultiheadAttention/in_proj/in"] == 2 and called["MultiheadAttention/in_proj/weight"] == 4
     assert called["MultiheadAttention/bmm/out"] == called["MultiheadAttention/bmm.1/out"] == 1
     assert called["out_proj/out"] == 1 and called["out_proj/out_grad"] == 1
+
+
+def test_encoder_stack_and_decoder_layer_in_eval_are_emulated():
+    """nn.TransformerEncoder in eval mode under no_grad with a padding mask takes torch's nested-tensor fast
+    path, and nn.TransformerDecoderLayer has self- and cross-attention: under emulate() every forward site of
+    both is called and every output differs from fp32's where fp32's is defined (not padded)."""
+    torch.manual_seed(17)
+    enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 2, 32, batch_first=True), 2,
+                                enable_nested_tensor=True).eval()
+    dec = nn.TransformerDecoderLayer(16, 2, 32, batch_first=True).eval()
+    gen = torch.Generator().manual_seed(18)
+    x, memory = torch.randn(2, 5, 16, generator=gen), torch.randn(2, 7, 16, generator=gen)
+    padding = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])
+    for name, model, run in (("TransformerEncoder", enc, lambda: enc(x, src_key_padding_mask=padding)),
+                             ("TransformerDecoderLayer", dec, lambda: dec(x, memory))):
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's note on the nested-tensor path
+            plain = run()
+            with mt.emulate(model, "fp16") as emulation:
+                got = run()
+                calls = {n: s.calls for n, s in emulation.sites.items() if not n.endswith("grad")}
+        kept = ~padding if name == "TransformerEncoder" else torch.ones(2, 5, dtype=torch.bool)
+        same = int((got[kept] == plain[kept]).sum())
+        print(f"{name}, eval, no_grad: {len(calls)} forward sites, uncalled {[n for n, c in calls.items() if not c]}; "
+              f"{same} of {got[kept].numel()} outputs equal to fp32's")
+        assert all(calls.values()) and same < got[kept].numel() // 10
