@@ -1,4 +1,4 @@
-"""mpsim.torch.emulate on torch.nn.LSTM and nn.LSTMCell, checked three ways:
+"""mpsim.torch.emulate on torch.nn.LSTM and nn.LSTMCell (and nn.GRU, nn.GRUCell: at the end), checked three ways:
 
   * the unrolled recurrence: emulated in fp64 (every rounding exact for float64 tensors), an LSTM of float64
     parameters gives torch.nn.LSTM's own outputs, final states and gradients (input, initial states, every
@@ -18,7 +18,7 @@
   * the rounding itself, independently of mpsim: every value a site returns, forward and backward, equals
     torch's own cast of its input (Tensor.half() / .bfloat16(), round to nearest even); fp8_e4m3 and
     stochastic rounding give representable values and repeat bit for bit from their seed.
-Plus the refusals (proj_size, PackedSequence, GRU, malformed states), remove() restoring the fp32 module bit
+Plus the refusals (proj_size, PackedSequence, RNN, malformed states), remove() restoring the fp32 module bit
 for bit, and GradientMonitor(emulation=...) counting at the LSTM's activation-gradient sites.
 """
 import math
@@ -62,23 +62,26 @@ def relative_difference(got, want):
 # ------------------------------------------------------------ the unrolled recurrence ----------------------
 
 def expected_site_values(m, T, B, sites):
-    """{site: (calls, values)} one forward and backward of LSTM m on (T, B) inputs makes, from the simulator's
+    """{site: (calls, values)} one forward and backward of LSTM (or GRU) m on (T, B) inputs makes, from the simulator's
     placement of the sites (lib/mpsim/nn/lstm.hpp, lstm_lm.cpp): the input, weights and input product once per
     forward, h_in / hh_out / gates_grad / h_grad once per time step, the input and weight gradients once."""
     D = 2 if m.bidirectional else 1
-    H, G = m.hidden_size, 4 * m.hidden_size
+    gru = isinstance(m, nn.GRU)  # a GRU: 3 gates, the two products' gradients and the two biases' apart
+    name, H, G = type(m).__name__, m.hidden_size, (3 if gru else 4) * m.hidden_size
     want = {}
     for k in range(m.num_layers):
         I = m.input_size if k == 0 else D * H
         layer = "" if m.num_layers == 1 and D == 1 else f"l{k}/"
-        want[f"LSTM/{layer}in"] = want[f"LSTM/{layer}in_grad"] = (1, T * B * I)
+        want[f"{name}/{layer}in"] = want[f"{name}/{layer}in_grad"] = (1, T * B * I)
         for d in range(D):
-            p = f"LSTM/{layer}" if d == 0 else f"LSTM/l{k}_reverse/"
+            p = f"{name}/{layer}" if d == 0 else f"{name}/l{k}_reverse/"
             want.update({p + "w_ih": (1, G * I), p + "w_hh": (1, G * H), p + "ih_out": (1, T * B * G),
-                         p + "h_in": (T, T * B * H), p + "hh_out": (T, T * B * G), p + "gates_grad": (T, T * B * G),
-                         p + "h_grad": (T, T * B * H), p + "w_ih_grad": (1, G * I), p + "w_hh_grad": (1, G * H)})
+                         p + "h_in": (T, T * B * H), p + "hh_out": (T, T * B * G), p + "h_grad": (T, T * B * H),
+                         p + "w_ih_grad": (1, G * I), p + "w_hh_grad": (1, G * H)})
+            want.update({p + "ih_grad": (T, T * B * G), p + "hh_grad": (T, T * B * G)} if gru else
+                        {p + "gates_grad": (T, T * B * G)})
             if m.bias:
-                want[p + "b_grad"] = (1, G)
+                want.update({p + "b_ih_grad": (1, G), p + "b_hh_grad": (1, G)} if gru else {p + "b_grad": (1, G)})
     assert set(want) == set(sites), sorted(set(want) ^ set(sites))
     return want
 
@@ -95,16 +98,30 @@ LSTM_CONFIGS = [
 ]
 
 
-@pytest.mark.parametrize("config", LSTM_CONFIGS, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()) or "plain")
-def test_unrolled_lstm_equals_torch_lstm_in_float64(config):
+def assert_close_in_float64(what, reference, names, got, want):
+    """Every tensor within 1e-12 of its largest value (float64 rounding noise); prints the worst."""
+    worst = max((relative_difference(g, w), n) for g, w, n in zip(got, want, names))
+    print(f"{what}: {len(names)} tensors, {sum(w.numel() for w in want)} values against {reference} (float64), "
+          f"worst relative difference {worst[0]:.2e} ({worst[1]})")
+    assert worst[0] < 1e-12, worst
+
+
+def float64_recurrent_module(module_type, config, seed, T=6, B=3, I=5, H=7):
+    """(module, unbatched, states, T, B, I, H, D, input shape, input x) of a float64 LSTM / GRU configured by
+    `config` (with the test's own keys `unbatched` and `states` taken out)."""
     config = dict(config)
     unbatched, states = config.pop("unbatched", False), config.pop("states", False)
-    T, B, I, H = 6, 3, 5, 7
-    torch.manual_seed(11)
-    m = nn.LSTM(I, H, dtype=torch.float64, **config)
+    torch.manual_seed(seed)
+    m = module_type(I, H, dtype=torch.float64, **config)
     D = 2 if m.bidirectional else 1
     shape = (T, I) if unbatched else ((B, T, I) if m.batch_first else (T, B, I))
     x = torch.randn(*shape, dtype=torch.float64, requires_grad=True)
+    return m, unbatched, states, T, B, I, H, D, shape, x
+
+
+@pytest.mark.parametrize("config", LSTM_CONFIGS, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()) or "plain")
+def test_unrolled_lstm_equals_torch_lstm_in_float64(config):
+    m, unbatched, states, T, B, I, H, D, shape, x = float64_recurrent_module(nn.LSTM, config, 11)
     hx = None
     if states:
         hx = tuple(torch.randn(m.num_layers * D, B, H, dtype=torch.float64, requires_grad=True) for _ in range(2))
@@ -129,21 +146,20 @@ def test_unrolled_lstm_equals_torch_lstm_in_float64(config):
     emulation.remove()
     names = ["output", "h_n", "c_n", "input grad"] + (["h_0 grad", "c_0 grad"] if states else []) + \
         [f"{n} grad" for n, _ in m.named_parameters()]
-    worst = max((relative_difference(g, w), n) for g, w, n in zip(got, want, names))
-    print(f"LSTM {config or 'plain'}{' unbatched' if unbatched else ''}{' with (h_0, c_0)' if states else ''}: "
-          f"{len(names)} tensors, {sum(w.numel() for w in want)} values against torch.nn.LSTM (float64), "
-          f"worst relative difference {worst[0]:.2e} ({worst[1]})")
-    assert worst[0] < 1e-12, worst
+    assert_close_in_float64(f"LSTM {config or 'plain'}{' unbatched' if unbatched else ''}"
+                            f"{' with (h_0, c_0)' if states else ''}", "torch.nn.LSTM", names, got, want)
     counts = expected_site_values(m, T, 1 if unbatched else B, emulation.sites)
     seen = {name: (s.calls, s.totals.get("count", 0)) for name, s in emulation.sites.items()}
     assert seen == counts, {k: (seen[k], counts[k]) for k in counts if seen[k] != counts[k]}
     print(f"  {len(counts)} sites, calls and values as the simulator's: {dict(list(seen.items())[:7])} ...")
 
 
-def test_unrolled_lstm_cell_equals_torch_lstm_cell_in_float64():
+@pytest.mark.parametrize("kind", ["LSTMCell", "GRUCell"])
+def test_unrolled_cell_equals_torch_cell_in_float64(kind):
     T, B, I, H = 5, 4, 3, 6
     torch.manual_seed(12)
-    cell = nn.LSTMCell(I, H, dtype=torch.float64)
+    gru = kind == "GRUCell"
+    cell = getattr(nn, kind)(I, H, dtype=torch.float64)
     x = torch.randn(T, B, I, dtype=torch.float64, requires_grad=True)
     h0 = torch.randn(B, H, dtype=torch.float64, requires_grad=True)
 
@@ -154,7 +170,10 @@ def test_unrolled_lstm_cell_equals_torch_lstm_cell_in_float64():
             t.grad = None
         h, c, outs = h0, torch.zeros(B, H, dtype=torch.float64), []
         for t in range(T):
-            h, c = cell(x[t], (h, c))
+            if gru:
+                h = cell(x[t], h)
+            else:
+                h, c = cell(x[t], (h, c))
             outs.append(h)
         out = torch.stack(outs)
         (out.square().sum() + c.sum()).backward()
@@ -164,15 +183,18 @@ def test_unrolled_lstm_cell_equals_torch_lstm_cell_in_float64():
     with mt.emulate(cell, "fp64") as emulation:
         got = run()
         single = cell(x[0, 0].detach())  # unbatched, no state
-    assert single[0].shape == (H,)
+    assert (single if gru else single[0]).shape == (H,)
     worst = max(relative_difference(g, w) for g, w in zip(got, want))
     calls = {n: s.calls for n, s in emulation.sites.items()}
-    print(f"LSTMCell over {T} steps: {len(want)} tensors against torch.nn.LSTMCell (float64), worst relative "
+    print(f"{kind} over {T} steps: {len(want)} tensors against torch.nn.{kind} (float64), worst relative "
           f"difference {worst:.2e}; site calls {calls}")
     assert worst < 1e-12
     # Every call of the cell is a forward: each site (weights included) rounds once per call.
-    assert calls["LSTMCell/w_ih"] == calls["LSTMCell/h_in"] == T + 1
-    assert calls["LSTMCell/gates_grad"] == calls["LSTMCell/w_hh_grad"] == calls["LSTMCell/b_grad"] == T
+    assert calls[f"{kind}/w_ih"] == calls[f"{kind}/h_in"] == T + 1
+    if gru:
+        assert calls["GRUCell/ih_grad"] == calls["GRUCell/hh_grad"] == calls["GRUCell/b_hh_grad"] == T
+    else:
+        assert calls["LSTMCell/gates_grad"] == calls["LSTMCell/w_hh_grad"] == calls["LSTMCell/b_grad"] == T
 
 
 # ------------------------------------------------------------ against the simulator -------------------------
@@ -398,8 +420,8 @@ def test_weights_false_and_a_gradient_format_of_its_own():
 def test_refusals_name_the_module_and_the_option():
     with pytest.raises(ValueError, match=r"emulate: rnn is an LSTM with proj_size=3"):
         mt.emulate(nn.ModuleDict({"rnn": nn.LSTM(4, 6, proj_size=3)}), "fp16")
-    with pytest.raises(TypeError, match=r"emulate: gru is a GRU; the hooks emulate .*LSTM, LSTMCell"):
-        mt.emulate(nn.ModuleDict({"gru": nn.GRU(4, 6)}), "fp16", module_types=(nn.GRU,))
+    with pytest.raises(TypeError, match=r"emulate: rnn is a RNN; the hooks emulate .*LSTM, LSTMCell"):
+        mt.emulate(nn.ModuleDict({"rnn": nn.RNN(4, 6)}), "fp16", module_types=(nn.RNN,))
     lstm = nn.LSTM(4, 6)
     with mt.emulate(lstm, "fp16"):
         packed = nn.utils.rnn.pack_padded_sequence(torch.randn(5, 2, 4), [5, 3])
@@ -419,7 +441,7 @@ def test_refusals_name_the_module_and_the_option():
             cell(torch.randn(2, 4), (torch.zeros(2, 6), None))
         with pytest.raises(ValueError, match="LSTMCell: LSTMCell input must be 1-D"):
             cell(torch.randn(1, 2, 4))
-    print("proj_size, GRU, PackedSequence, a bare h_0, a wrong batch, a 1-D input, a float16 input, an LSTMCell's "
+    print("proj_size, RNN, PackedSequence, a bare h_0, a wrong batch, a 1-D input, a float16 input, an LSTMCell's "
           "state without c_0 and its 3-D input: refused, each naming the module and what is wrong")
 
 
@@ -468,3 +490,77 @@ def test_monitor_counts_the_lstm_activation_gradient_sites():
     print("monitor and emulation agree (site, values, underflow, subnormal): " + "; ".join(map(str, rows)))
     emulation.remove()
     monitor.close()
+
+
+# ------------------------------------------------------------ the GRU, unrolled -----------------------------
+
+GRU_CONFIGS = [dict(), dict(num_layers=2, bidirectional=True, batch_first=True), dict(bias=False),
+               dict(num_layers=3, dropout=0.4), dict(unbatched=True, num_layers=2),
+               dict(states=True, num_layers=2, bidirectional=True)]
+
+
+@pytest.mark.parametrize("config", GRU_CONFIGS, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()) or "plain")
+def test_unrolled_gru_equals_torch_gru_in_float64(config):
+    """emulate(model, "fp64") rounds nothing of a float64 GRU: the unroll (torch.nn.GRU's equations, gate order
+    r, z, n) gives torch's own GRU's output, final state and every gradient; each site rounds as often and as
+    many values as documented (per forward: in, w_ih, w_hh, ih_out; per time step: h_in, hh_out, and in backward
+    ih_grad, hh_grad, h_grad; per backward: in_grad and the weight and bias gradients)."""
+    m, unbatched, states, T, B, I, H, D, shape, x = float64_recurrent_module(nn.GRU, config, 21)
+    h0 = torch.randn(m.num_layers * D, B, H, dtype=torch.float64, requires_grad=True) if states else None
+    w_out = torch.randn(*shape[:-1], D * H, dtype=torch.float64)
+    w_h = torch.randn((m.num_layers * D,) + ((H,) if unbatched else (B, H)), dtype=torch.float64)
+    leaves = [x] + ([h0] if states else []) + list(m.parameters())
+
+    def run():
+        for t in leaves:
+            t.grad = None
+        torch.manual_seed(5)  # dropout draws the same masks on both sides
+        out, h = m(x, h0)
+        ((out * w_out).sum() + (h * w_h).square().sum()).backward()
+        return [out.detach(), h.detach()] + [t.grad for t in leaves]
+
+    want = run()
+    with mt.emulate(m, "fp64") as emulation:
+        got = run()
+        seen = {name: (s.calls, s.totals.get("count", 0)) for name, s in emulation.sites.items()}
+    names = ["output", "h_n", "input grad"] + (["h_0 grad"] if states else []) + \
+        [f"{n} grad" for n, _ in m.named_parameters()]
+    assert_close_in_float64(f"GRU {config or 'plain'}{' unbatched' if unbatched else ''}"
+                            f"{' with h_0' if states else ''}", "torch.nn.GRU", names, got, want)
+    counts = expected_site_values(m, T, 1 if unbatched else B, seen)
+    assert seen == counts, sorted(set(seen.items()) ^ set(counts.items()))
+    print(f"  {len(counts)} sites, calls and values as documented")
+
+
+def test_gru_cell_rounds_as_torch_casts_in_fp16():
+    """In fp16 (a float32 cell), every rounding of a GRUCell, forward and backward, returns torch's cast of what
+    it was given (its float64 unroll: test_unrolled_cell_equals_torch_cell_in_float64)."""
+    T, B, I, H = 5, 4, 3, 6
+    torch.manual_seed(22)
+    cell = nn.GRUCell(I, H)
+    x = torch.randn(T, B, I)
+    # In fp16 (a float32 cell), every rounding, forward and backward, returns torch's cast of what it was given.
+    pairs = []
+    call = mt.RoundingSite.__call__
+
+    def recording(site, t):
+        y = call(site, t)
+        pairs.append((site.name, t.detach().clone(), y))
+        return y
+
+    mt.RoundingSite.__call__ = recording
+    try:
+        with mt.emulate(cell, "fp16"):
+            h, xf = torch.zeros(B, H), x.clone().requires_grad_()
+            for t in range(T):
+                h = cell(xf[t], h)
+            (h * 2.0**-10).sum().backward()  # small gradients: some reach fp16's subnormals
+    finally:
+        mt.RoundingSite.__call__ = call
+    values = sum(t.numel() for _, t, _ in pairs)
+    for name, t, y in pairs:
+        assert torch.equal(y, t.half().float()), name
+    sites = sorted({n for n, _, _ in pairs})
+    print(f"GRUCell fp16: {len(pairs)} roundings at {len(sites)} sites, {values} values, each equal to torch's "
+          f".half() cast of its input")
+    assert len(sites) == 14

@@ -9,7 +9,7 @@
 
 CPU tensors only (float32 / float64; the monitor widens fp16 / bf16 exactly).
 """
-from .emulate import Emulation, RoundingSite, emulate
+from .emulate import Emulation, NotEmulatedWarning, RoundingSite, emulate
 from .monitor import DEFAULT_FORMATS, GradientMonitor
 
-__all__ = ["DEFAULT_FORMATS", "Emulation", "GradientMonitor", "RoundingSite", "emulate"]
+__all__ = ["DEFAULT_FORMATS", "Emulation", "GradientMonitor", "NotEmulatedWarning", "RoundingSite", "emulate"]

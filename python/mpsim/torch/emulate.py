@@ -1,36 +1,48 @@
-"""Emulation hooks: an fp32 model run as if under torch.autocast in a chosen format, with mpsim's rounding.
+"""Op-level emulation: an fp32 model run as if under torch.autocast in a chosen format, with mpsim's rounding.
 
-What torch.autocast does to a Linear or a convolution in fp16 (and what the simulator's mixed policies do,
-DESIGN.md): the input, the weight and the bias are cast to fp16, the product accumulates in fp32 and the
-output is rounded to fp16; in backward every gradient that passes one of those casts is rounded into the
-low format too (the output's gradient arrives in fp16 because the output is an fp16 tensor; the input's and
-the weight's gradients are fp16 results of fp16 GEMMs, cast back to fp32 for the master weights). Here each
-of those casts is one rounding with mpsim.round (any format, any mode, stochastic included) around the
-module's own fp32 computation, so real autograd, real optimisers and the real torch.amp.GradScaler run on
-the emulated numbers. Other operations (activations, softmax, losses) run in fp32, as autocast runs them.
+What torch.autocast does to a matrix product (a Linear, a convolution, matmul / bmm, attention's two
+products) in fp16, and what the simulator's mixed policies do (DESIGN.md): the operands are cast to fp16, the
+product accumulates in fp32 and the output is rounded to fp16; in backward every gradient that passes one of
+those casts is rounded into the low format too (the output's gradient arrives in fp16 because the output is
+an fp16 tensor; the operands' gradients are fp16 results of fp16 GEMMs, cast back to fp32 for the master
+weights). Here each of those casts is one rounding with mpsim.round (any format, any mode, stochastic
+included) around torch's own fp32 computation, so real autograd, real optimisers and the real
+torch.amp.GradScaler run on the emulated numbers. Other operations (activations, softmax, layer norm,
+losses) run in fp32, as autocast runs them.
 
-    emulation = mpsim.torch.emulate(model, "fp16")           # every Linear / Conv1d-3d / LSTM / LSTMCell
+    emulation = mpsim.torch.emulate(model, "fp16")           # every product the model's forward computes
     ... train ...
     emulation.remove()                                       # the model is plain fp32 again
 
-Sites are named as the simulator names its rounding sites: MODULE/in, MODULE/weight, MODULE/out in forward,
-MODULE/out_grad (the gradient arriving at the output), MODULE/in_grad and MODULE/w_grad in backward.
+The products are caught where they are called, not where a module holds them: while the model (or any of its
+submodules) runs its forward, a TorchFunctionMode sees every torch function call (F.linear, the
+convolutions, matmul / mm / bmm / addmm / baddbmm, scaled_dot_product_attention, MultiheadAttention's
+functional forward) and replaces the products by their emulated form (docs/torch.md#emulate). A product
+whose weight is a parameter is named after the module holding it (MODULE/in, MODULE/weight, MODULE/out in
+forward, MODULE/out_grad, MODULE/in_grad, MODULE/w_grad in backward: an nn.Linear's names whether it is
+called as a module or its weight is used by MultiheadAttention's functional forward); a product of two
+activations after the module running it and the operation (MODULE/matmul, MODULE/sdpa, ...).
 An LSTM (or LSTMCell) is unrolled over time in Python with the sites of the simulator's LSTM
 (lib/mpsim/nn/lstm.hpp): MODULE/in, w_ih, w_hh, ih_out, h_in, hh_out forward, gates_grad, h_grad, in_grad,
 w_ih_grad, w_hh_grad, b_grad backward (docs/torch.md); a site inside the time loop rounds once per step.
+A GRU (or GRUCell) is unrolled the same way, at the same places (docs/torch.md#gru-and-grucell). Products
+emulate() cannot reproduce (RNN cells, einsum, ...) are named in a NotEmulatedWarning.
 Each rounding returns what it did (mpsim.round(..., stats=True)), summed per site: Emulation.stats().
 """
+import math
 import types
+import warnings
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 import mpsim
 
 from ._tensors import check_float_tensor
 
-DEFAULT_TYPES = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.LSTM, nn.LSTMCell)
+DEFAULT_TYPES = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.LSTM, nn.LSTMCell, nn.GRU, nn.GRUCell)
 # What a site rounds: a forward value (GEMM input or output), a weight copy, an activation gradient or a
 # weight gradient (the simulator's classes, lib/mpsim/nn/policy.hpp, with the two forward ones merged).
 SITE_KINDS = ("forward", "weight", "activation_grad", "weight_grad")
@@ -54,7 +66,8 @@ class RoundingSite:
     The options are parsed once, here (mpsim._core.PreparedRounding), and each call's stats are summed in
     C++: a call costs the rounding and a few microseconds of Python (docs/torch.md#cost)."""
 
-    def __init__(self, name, index, fmt, mode, *, seed, sr_bits, subnormals, overflow, kind="forward"):
+    def __init__(self, name, index, fmt, mode, *, seed, sr_bits, subnormals, overflow, kind="forward",
+                 observers=()):
         if kind not in SITE_KINDS:
             raise ValueError(f"RoundingSite {name}: kind {kind!r} is not one of {', '.join(SITE_KINDS)}")
         self.name = name
@@ -68,7 +81,7 @@ class RoundingSite:
         self.calls = 0
         # Callables (site name, tensor) shown every tensor before it is rounded: GradientMonitor counts the
         # gradients at the rounding sites, as the simulator counts them, through these.
-        self.observers = []
+        self.observers = list(observers)
 
     @property
     def totals(self):
@@ -117,16 +130,6 @@ def _round(x, forward_site, backward_site):
     return _Round.apply(x, forward_site, backward_site)
 
 
-def _emulated_forward(module, x):
-    """The module's own fp32 computation between roundings (bound to the module as its forward)."""
-    s = module._mpsim_sites
-    w = _round(module.weight, s["weight"], s["w_grad"])
-    b = _round(module.bias, s["weight"], s["w_grad"]) if module.bias is not None else None
-    xin = _round(x, s["in"], s["in_grad"])
-    y = F.linear(xin, w, b) if isinstance(module, nn.Linear) else module._conv_forward(xin, w, b)
-    return _round(y, s["out"], s["out_grad"])
-
-
 # The LSTM follows the simulator's mixed policies (lib/mpsim/nn/lstm.hpp, lib/mpsim/models/lstm_lm.cpp)
 # site for site, in the order the simulator first calls them, so that an emulated torch LSTM and the
 # simulator's LSTM round the same values: the input and the weight copies once per forward, the input
@@ -138,32 +141,40 @@ def _emulated_forward(module, x):
 _LSTM_DIRECTION_SITES = (("w_ih", "weight"), ("w_hh", "weight"), ("ih_out", "forward"), ("h_in", "forward"),
                     ("hh_out", "forward"), ("gates_grad", "activation_grad"), ("h_grad", "activation_grad"))
 _LSTM_WEIGHT_GRAD_SITES = (("w_ih_grad", "weight_grad"), ("w_hh_grad", "weight_grad"), ("b_grad", "weight_grad"))
+# The GRU at the same places, its products' output gradients apart: r gates the recurrent product's n part
+# (n = tanh(x W_in^T + b_in + r * (h W_hn^T + b_hn)), torch.nn.GRU), so the gradients reaching the two products
+# differ; each is rounded where it reaches its product (ih_grad per time step, hh_grad), and the two biases,
+# which cannot be added first, have a gradient site each.
+_GRU_DIRECTION_SITES = (("w_ih", "weight"), ("w_hh", "weight"), ("ih_out", "forward"), ("h_in", "forward"),
+                        ("hh_out", "forward"), ("hh_grad", "activation_grad"), ("ih_grad", "activation_grad"),
+                        ("h_grad", "activation_grad"))
+_GRU_WEIGHT_GRAD_SITES = (("w_ih_grad", "weight_grad"), ("w_hh_grad", "weight_grad"), ("b_ih_grad", "weight_grad"),
+                          ("b_hh_grad", "weight_grad"))
 _GEMM_SITES = (("in", "forward"), ("weight", "weight"), ("out", "forward"), ("out_grad", "activation_grad"),
                ("in_grad", "activation_grad"), ("w_grad", "weight_grad"))
 
 
-def _gemm_sites(name, module, make):
-    return {key: make(f"{name}/{key}", kind) for key, kind in _GEMM_SITES}
-
-
-def _lstm_sites(name, module, make):
+def _recurrent_sites(name, module, make):
     """Per layer: {"in", "in_grad", "directions": [per direction {w_ih, ..., b_grad}]}. A one-layer,
     one-direction module names its sites MODULE/SITE as the simulator does; otherwise layer k's are
     MODULE/lK/SITE, its reverse direction's MODULE/lK_reverse/SITE (torch's parameter suffixes), and the
     layer's input and input gradient, which both directions share, MODULE/lK/in and MODULE/lK/in_grad."""
     layers = getattr(module, "num_layers", 1)
     directions = 2 if getattr(module, "bidirectional", False) else 1
-    has_bias = bool(module.bias)  # nn.LSTM and nn.LSTMCell keep the constructor's flag there
+    has_bias = bool(module.bias)  # nn.LSTM, nn.GRU and their cells keep the constructor's flag there
+    gru = isinstance(module, (nn.GRU, nn.GRUCell))
+    direction_sites, weight_grad_sites = ((_GRU_DIRECTION_SITES, _GRU_WEIGHT_GRAD_SITES) if gru else
+                                          (_LSTM_DIRECTION_SITES, _LSTM_WEIGHT_GRAD_SITES))
     out = []
     for k in range(layers):
         prefix = name if layers == 1 and directions == 1 else f"{name}/l{k}"
         prefixes = (prefix, f"{prefix}_reverse")[:directions]
         layer = {"in": make(f"{prefix}/in", "forward")}
-        layer["directions"] = [{key: make(f"{p}/{key}", kind) for key, kind in _LSTM_DIRECTION_SITES} for p in prefixes]
+        layer["directions"] = [{key: make(f"{p}/{key}", kind) for key, kind in direction_sites} for p in prefixes]
         layer["in_grad"] = make(f"{prefix}/in_grad", "activation_grad")
         for p, d in zip(prefixes, layer["directions"]):
-            for key, kind in _LSTM_WEIGHT_GRAD_SITES:
-                d[key] = make(f"{p}/{key}", kind) if (key != "b_grad" or has_bias) else None
+            for key, kind in weight_grad_sites:
+                d[key] = make(f"{p}/{key}", kind) if (not key.startswith("b_") or has_bias) else None
         out.append(layer)
     return out
 
@@ -192,6 +203,31 @@ def _lstm_step(pre_x, h, c, w_hh, b, s):
     return torch.sigmoid(o) * torch.tanh(c), c
 
 
+def _gru_weights(s, w_ih, w_hh, b_ih, b_hh):
+    """The weight copies the GEMMs read and the two fp32 biases (their gradients rounded at b_ih_grad, b_hh_grad)."""
+    w_ih = _round(w_ih, s["w_ih"], s["w_ih_grad"])
+    w_hh = _round(w_hh, s["w_hh"], s["w_hh_grad"])
+    if b_ih is not None:
+        b_ih, b_hh = _round(b_ih, None, s["b_ih_grad"]), _round(b_hh, None, s["b_hh_grad"])
+    return w_ih, w_hh, b_ih, b_hh
+
+
+def _gru_step(pre_x, h, w_hh, b_ih, b_hh, s):
+    """One time step of torch.nn.GRU's equations (gate order r, z, n) from the rounded input product pre_x
+    (B, 3H): r = sigmoid(gi_r + gh_r), z = sigmoid(gi_z + gh_z), n = tanh(gi_n + r * gh_n),
+    h_t = (1 - z) * n + z * h_{t-1}, with gi = pre_x + b_ih and gh = h_{t-1} W_hh^T (rounded) + b_hh."""
+    gi = _round(pre_x, None, s["ih_grad"])
+    h_in = _round(h, s["h_in"], s["h_grad"])
+    gh = _round(h_in @ w_hh.t(), s["hh_out"], s["hh_grad"])
+    if b_ih is not None:
+        gi, gh = gi + b_ih, gh + b_hh
+    i_r, i_z, i_n = gi.chunk(3, dim=-1)
+    h_r, h_z, h_n = gh.chunk(3, dim=-1)
+    r, z = torch.sigmoid(i_r + h_r), torch.sigmoid(i_z + h_z)
+    n = torch.tanh(i_n + r * h_n)
+    return (1 - z) * n + z * h
+
+
 def _with_gradient(h):
     """The initial state h_0 itself, or (with autograd on) a copy that requires grad: the simulator computes
     and rounds the gradient of h_0 too (lstm_backward's last h_grad), so the h_grad site sees every step."""
@@ -200,49 +236,61 @@ def _with_gradient(h):
     return h
 
 
-def _lstm_direction(x, w_ih, w_hh, b, h, c, s, reverse):
-    """One direction of one layer over x (T, B, I) (already rounded): outputs (T, B, H), h_T, c_T."""
+def _recurrent_direction(gru, x, params, state, s, reverse):
+    """One direction of one layer over x (T, B, I) (already rounded) from the state (h_0, c_0) or (h_0,):
+    outputs (T, B, H) and the final state."""
     T, B = x.shape[0], x.shape[1]
-    pre_x = _round(x.reshape(T * B, -1) @ w_ih.t(), s["ih_out"], None)
-    h = _with_gradient(h)
+    weights = (_gru_weights if gru else _lstm_weights)(s, *params)
+    pre_x = _round(x.reshape(T * B, -1) @ weights[0].t(), s["ih_out"], None)
+    state = (_with_gradient(state[0]),) + tuple(state[1:])
     outputs = [None] * T
     for t in (range(T - 1, -1, -1) if reverse else range(T)):
-        h, c = _lstm_step(pre_x[t * B:(t + 1) * B], h, c, w_hh, b, s)
-        outputs[t] = h
-    return torch.stack(outputs), h, c
+        if gru:
+            state = (_gru_step(pre_x[t * B:(t + 1) * B], state[0], *weights[1:], s),)
+        else:
+            state = _lstm_step(pre_x[t * B:(t + 1) * B], *state, *weights[1:], s)
+        outputs[t] = state[0]
+    return torch.stack(outputs), state
 
 
-def _check_state_pair(name, hx, rank):
-    """hx must be (h_0, c_0), two tensors of the input's rank (torch's own LSTM asserts less clearly)."""
+def _check_state(name, hx, rank, gru):
+    """hx as a tuple of states: (h_0, c_0) for an LSTM, two tensors of the input's rank; (h_0,) for a GRU, from
+    one tensor of the input's rank (torch's own modules assert less clearly)."""
+    if gru:
+        if not isinstance(hx, torch.Tensor) or hx.dim() != rank:
+            raise ValueError(f"emulate: {name}: hx must be h_0, a {rank}-D tensor")
+        return (hx,)
     if (not isinstance(hx, (tuple, list)) or len(hx) != 2 or
             any(not isinstance(t, torch.Tensor) or t.dim() != rank for t in hx)):
         raise ValueError(f"emulate: {name}: hx must be a tuple (h_0, c_0) of {rank}-D tensors")
+    return tuple(hx)
 
 
-def _emulated_lstm_forward(module, input, hx=None):
-    """nn.LSTM.forward (bound to the module) unrolled over time with the rounding sites."""
+def _emulated_rnn_forward(module, input, hx=None):
+    """nn.LSTM.forward or nn.GRU.forward (bound to the module) unrolled over time with the rounding sites."""
     name = module._mpsim_name
+    gru = isinstance(module, nn.GRU)
+    kind = "GRU" if gru else "LSTM"
     if isinstance(input, nn.utils.rnn.PackedSequence):
-        raise TypeError(f"emulate: {name} got a PackedSequence; the emulated LSTM takes padded tensors "
+        raise TypeError(f"emulate: {name} got a PackedSequence; the emulated {kind} takes padded tensors "
                         f"(torch.nn.utils.rnn.pad_packed_sequence)")
     check_float_tensor(input, f"{name} input")
     if input.dim() not in (2, 3):
-        raise ValueError(f"emulate: {name}: LSTM input must be 2-D (unbatched) or 3-D, got {input.dim()}-D")
+        raise ValueError(f"emulate: {name}: {kind} input must be 2-D (unbatched) or 3-D, got {input.dim()}-D")
     batched = input.dim() == 3
     batch_dim = 0 if module.batch_first else 1
     x = input if batched else input.unsqueeze(batch_dim)
     L, D, H = module.num_layers, 2 if module.bidirectional else 1, module.hidden_size
     if hx is None:
-        zeros = torch.zeros(L * D, x.shape[batch_dim], H, dtype=x.dtype, device=x.device)
-        hx = (zeros, zeros)
+        hx = (torch.zeros(L * D, x.shape[batch_dim], H, dtype=x.dtype, device=x.device),) * (1 if gru else 2)
     else:
-        _check_state_pair(name, hx, input.dim())
+        hx = _check_state(name, hx, input.dim(), gru)
         if not batched:
-            hx = (hx[0].unsqueeze(1), hx[1].unsqueeze(1))
-    module.check_forward_args(x, hx, None)  # torch's own shape checks and messages
+            hx = tuple(t.unsqueeze(1) for t in hx)
+    module.check_forward_args(x, hx[0] if gru else hx, None)  # torch's own shape checks and messages
     if module.batch_first:
         x = x.transpose(0, 1)  # time-major from here on
-    h_n, c_n = [], []
+    finals = [[] for _ in hx]
     for k, layer in enumerate(module._mpsim_sites):
         if k > 0 and module.dropout and module.training:
             x = F.dropout(x, module.dropout, training=True)
@@ -250,56 +298,388 @@ def _emulated_lstm_forward(module, input, hx=None):
         outs = []
         for d, s in enumerate(layer["directions"]):
             sfx = f"l{k}" + ("_reverse" if d else "")
-            params = (getattr(module, f"{p}_{sfx}", None) for p in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"))
-            w_ih, w_hh, b = _lstm_weights(s, *params)
-            out, h, c = _lstm_direction(xr, w_ih, w_hh, b, hx[0][k * D + d], hx[1][k * D + d], s, reverse=d == 1)
+            params = [getattr(module, f"{p}_{sfx}", None) for p in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+            out, state = _recurrent_direction(gru, xr, params, [t[k * D + d] for t in hx], s, reverse=d == 1)
             outs.append(out)
-            h_n.append(h)
-            c_n.append(c)
+            for f, t in zip(finals, state):
+                f.append(t)
         x = outs[0] if D == 1 else torch.cat(outs, dim=2)
-    h_n, c_n = torch.stack(h_n), torch.stack(c_n)
+    finals = [torch.stack(f) if batched else torch.stack(f).squeeze(1) for f in finals]
     if module.batch_first:
         x = x.transpose(0, 1)
     if not batched:
-        return x.squeeze(batch_dim), (h_n.squeeze(1), c_n.squeeze(1))
-    return x, (h_n, c_n)
+        x = x.squeeze(batch_dim)
+    return x, (finals[0] if gru else tuple(finals))
 
 
-def _emulated_lstm_cell_forward(module, input, hx=None):
-    """nn.LSTMCell.forward (bound to the module): one time step with the LSTM's sites. The weights are
-    rounded on every call (each call is a forward), so their gradients are rounded once per time step."""
+def _emulated_cell_forward(module, input, hx=None):
+    """nn.LSTMCell.forward or nn.GRUCell.forward (bound to the module): one time step with the LSTM's or the
+    GRU's sites. The weights are rounded on every call (each call is a forward), so their gradients are
+    rounded once per time step."""
     name = module._mpsim_name
+    gru = isinstance(module, nn.GRUCell)
     check_float_tensor(input, f"{name} input")
     if input.dim() not in (1, 2):
-        raise ValueError(f"emulate: {name}: LSTMCell input must be 1-D (unbatched) or 2-D, got {input.dim()}-D")
+        raise ValueError(f"emulate: {name}: {type(module).__name__} input must be 1-D (unbatched) or 2-D, got "
+                         f"{input.dim()}-D")
     batched = input.dim() == 2
     x = input if batched else input.unsqueeze(0)
     if hx is None:
-        zeros = torch.zeros(x.shape[0], module.hidden_size, dtype=x.dtype, device=x.device)
-        hx = (zeros, zeros)
+        hx = (torch.zeros(x.shape[0], module.hidden_size, dtype=x.dtype, device=x.device),) * (1 if gru else 2)
     else:
-        _check_state_pair(name, hx, input.dim())
+        hx = _check_state(name, hx, input.dim(), gru)
         if not batched:
-            hx = (hx[0].unsqueeze(0), hx[1].unsqueeze(0))
+            hx = tuple(t.unsqueeze(0) for t in hx)
     layer = module._mpsim_sites[0]
-    s = layer["directions"][0]
     xr = _round(x, layer["in"], layer["in_grad"])
-    w_ih, w_hh, b = _lstm_weights(s, module.weight_ih, module.weight_hh, module.bias_ih, module.bias_hh)
-    pre_x = _round(xr @ w_ih.t(), s["ih_out"], None)
-    h, c = _lstm_step(pre_x, _with_gradient(hx[0]), hx[1], w_hh, b, s)
-    return (h, c) if batched else (h.squeeze(0), c.squeeze(0))
+    params = (module.weight_ih, module.weight_hh, module.bias_ih, module.bias_hh)
+    _, state = _recurrent_direction(gru, xr.unsqueeze(0), params, hx, layer["directions"][0], reverse=False)
+    state = state if batched else tuple(t.squeeze(0) for t in state)
+    return state[0] if gru else state
+
+
+def _rnn_forward(module, *args, **kwargs):
+    """An emulated nn.LSTM's or nn.GRU's forward: the unroll runs with torch function modes off, so that its own
+    products (already rounded at its sites) are not caught a second time by the op-level emulation."""
+    with torch._C.DisableTorchFunction():
+        return _emulated_rnn_forward(module, *args, **kwargs)
+
+
+def _cell_forward(module, *args, **kwargs):
+    with torch._C.DisableTorchFunction():
+        return _emulated_cell_forward(module, *args, **kwargs)
+
+
+# ------------------------------------------------------------ the op-level emulation ------------------------
+
+class NotEmulatedWarning(UserWarning):
+    """A product emulate() cannot round (an RNN's fused kernel, an einsum, ...): it runs in fp32. The message
+    names the module that computes it."""
+
+
+# Modules whose products run in one fused kernel the emulation cannot open (torch.rnn_tanh / rnn_relu take the
+# weights and loop in C++; the LSTM and the GRU are unrolled instead): named at emulate(), their products stay fp32.
+_FUSED_RECURRENT = (nn.RNN, nn.RNNCell)
+_RECURRENT = (nn.LSTM, nn.LSTMCell, nn.GRU, nn.GRUCell)  # unrolled at the simulator's LSTM sites (the GRU's alike)
+
+# A product of two activations (no parameter among its operands) names its second operand "other"; a product
+# with a parameter has _GEMM_SITES's in / weight (bias included) / out and their gradients.
+_ACTIVATION_GEMM_SITES = (("in", "forward"), ("other", "forward"), ("out", "forward"),
+                          ("out_grad", "activation_grad"), ("in_grad", "activation_grad"),
+                          ("other_grad", "activation_grad"))
+# scaled_dot_product_attention emulated as its math decomposition, two products with fp32 between them:
+# scores = (q * scale) @ k^T, probs = softmax(scores + mask), out = probs @ v (docs/torch.md#attention).
+_SDPA_SITES = (("q", "forward"), ("k", "forward"), ("scores", "forward"), ("probs", "forward"), ("v", "forward"),
+               ("out", "forward"), ("out_grad", "activation_grad"), ("probs_grad", "activation_grad"),
+               ("v_grad", "activation_grad"), ("scores_grad", "activation_grad"), ("q_grad", "activation_grad"),
+               ("k_grad", "activation_grad"))
+
+
+def _observers_of_every_site(sites):
+    """The observers every one of `sites` has: the same callable, or one made per site by the same monitor
+    (GradientMonitor gives each site its own, marked with .monitor). A site made during a forward (an
+    attention's products have no module to make them in advance) starts with these, so that a monitor attached
+    before the first forward counts it as it counts the others."""
+    if not sites:
+        return []
+    common = []
+    for o in sites[0].observers:
+        key = getattr(o, "monitor", None)
+        if all(any(x is o or (key is not None and getattr(x, "monitor", None) == key) for x in s.observers)
+               for s in sites[1:]):
+            common.append(o)
+    return common
+
+
+def _args(args, kwargs, names):
+    """The values of a call's leading parameters `names`, positional or keyword (None where absent)."""
+    return [args[i] if i < len(args) else kwargs.get(n) for i, n in enumerate(names)]
+
+
+def _with_args(args, kwargs, names, values):
+    """(args, kwargs) of the call with the leading parameters `names` replaced by `values`."""
+    args, kwargs = list(args), dict(kwargs)
+    for i, (n, v) in enumerate(zip(names, values)):
+        if i < len(args):
+            args[i] = v
+        elif n in kwargs:
+            kwargs[n] = v
+    return args, kwargs
+
+
+def _emulated_product(emulation, func, args, kwargs, label, names, a_at, b_at, bias_at):
+    """A product func(a, b[, bias]) (linear, a convolution, matmul, mm, bmm, addmm, baddbmm) as autocast computes
+    it: both operands and the bias rounded, torch's own fp32 product, the output rounded; in backward the
+    output's gradient and the operands' gradients rounded. Anything that is not a product of floating-point
+    tensors (integer matmul, out=) is passed through."""
+    vals = _args(args, kwargs, names)
+    a, b = vals[a_at], vals[b_at]
+    if ("out" in kwargs or not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor)
+            or not a.is_floating_point() or not b.is_floating_point()):
+        return func(*args, **kwargs)
+    sites = emulation._product_sites(label, a, b)
+    if sites is None:
+        return func(*args, **kwargs)
+    (a_site, a_grad), (b_site, b_grad), (out_site, out_grad), (bias_site, bias_grad) = sites
+    vals[a_at] = emulation._operand(a, a_site, a_grad)
+    vals[b_at] = emulation._operand(b, b_site, b_grad)
+    if bias_at is not None and isinstance(vals[bias_at], torch.Tensor):
+        # The bias is cast with the weight (autocast casts every floating operand) and, as the module-level
+        # emulation did, rounded at the weight's site and its gradient at the weight gradient's.
+        vals[bias_at] = emulation._operand(vals[bias_at], bias_site, bias_grad)
+    args, kwargs = _with_args(args, kwargs, names, vals)
+    return emulation._operand(func(*args, **kwargs), out_site, out_grad)
+
+
+def _emulated_sdpa(emulation, func, args, kwargs):
+    """F.scaled_dot_product_attention as its math decomposition with the two products emulated: q scaled in
+    fp32 (one multiplication, where torch's math path scales q and k by sqrt(scale) each), scores = q k^T
+    rounded, the mask added and the softmax taken in fp32 (autocast's fp32 list), probs rounded as the second
+    product's input, out rounded. What a hand-written attention under emulate() computes, and the one
+    placement a CPU and a GPU share (their fused kernels round at other points: docs/torch.md#attention)."""
+    q, k, v, mask, dropout_p, causal, scale, gqa = _args(
+        args, kwargs, ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa"))
+    if not all(isinstance(t, torch.Tensor) and t.is_floating_point() for t in (q, k, v)):
+        return func(*args, **kwargs)
+    prefix = emulation._activation_prefix("sdpa")
+    if prefix is None:
+        return func(*args, **kwargs)
+    s = emulation._sites_for(prefix, _SDPA_SITES)
+    scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
+    if gqa:  # grouped-query attention: each key / value head serves q.size(-3) // k.size(-3) query heads
+        k = k.repeat_interleave(q.size(-3) // k.size(-3), -3)
+        v = v.repeat_interleave(q.size(-3) // v.size(-3), -3)
+    qr = emulation._operand(q * scale, s["q"], s["q_grad"])
+    kr = emulation._operand(k, s["k"], s["k_grad"])
+    scores = emulation._operand(torch.matmul(qr, kr.transpose(-2, -1)), s["scores"], s["scores_grad"])
+    if causal:
+        keep = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()
+        scores = scores.masked_fill(keep.logical_not(), float("-inf"))
+    if mask is not None:
+        scores = scores.masked_fill(mask.logical_not(), float("-inf")) if mask.dtype == torch.bool else scores + mask
+    probs = torch.softmax(scores, dim=-1)
+    if dropout_p:
+        probs = F.dropout(probs, dropout_p, training=True)
+    pr = emulation._operand(probs, s["probs"], s["probs_grad"])
+    vr = emulation._operand(v, s["v"], s["v_grad"])
+    return emulation._operand(torch.matmul(pr, vr), s["out"], s["out_grad"])
+
+
+def _without_torch_function_check(f):
+    """A copy of the Python function f whose has_torch_function() is always False. f's body then runs with the
+    emulation's mode on, so the products inside it are caught one by one (torch function modes are popped
+    while a handler runs, and f called with the mode on would only hand itself to the mode again)."""
+    g = dict(f.__globals__)
+    g["has_torch_function"] = lambda *_: False
+    copy = types.FunctionType(f.__code__, g, f.__name__, f.__defaults__, f.__closure__)
+    copy.__kwdefaults__ = f.__kwdefaults__
+    return copy
+
+
+# nn.MultiheadAttention's functional forward: the in-projection (one F.linear of in_proj_weight, or three),
+# F.scaled_dot_product_attention or, when it returns the weights, bmm / baddbmm and softmax, then F.linear of
+# out_proj's weight; written in Python behind one has_torch_function check.
+_MHA_BODY = _without_torch_function_check(F.multi_head_attention_forward)
+
+
+def _emulated_mha(emulation, func, args, kwargs):
+    with emulation._mode:
+        return _MHA_BODY(*args, **kwargs)
+
+
+def _not_emulated(emulation, func, args, kwargs):
+    emulation._warn_not_emulated(getattr(func, "__name__", str(func)))
+    return func(*args, **kwargs)
+
+
+def _handlers():
+    """torch function -> handler(emulation, func, args, kwargs)."""
+    h = {}
+    linear = ("input", "weight", "bias")
+    for f, label in ((F.linear, "linear"), (F.conv1d, "conv"), (F.conv2d, "conv"), (F.conv3d, "conv"),
+                     (F.conv_transpose1d, "conv_transpose"), (F.conv_transpose2d, "conv_transpose"),
+                     (F.conv_transpose3d, "conv_transpose")):
+        h[f] = (label, linear, 0, 1, 2)
+    T = torch.Tensor
+    for fs, label, names in (((torch.matmul, T.matmul, T.__matmul__), "matmul", ("input", "other")),
+                             ((torch.mm, T.mm), "mm", ("input", "mat2")),
+                             ((torch.bmm, T.bmm), "bmm", ("input", "mat2"))):
+        for f in fs:
+            h[f] = (label, names, 0, 1, None)
+    h[T.__rmatmul__] = ("matmul", ("self", "other"), 1, 0, None)  # other @ self
+    for fs, label, names in (((torch.addmm, T.addmm), "addmm", ("input", "mat1", "mat2")),
+                             ((torch.baddbmm, T.baddbmm), "baddbmm", ("input", "batch1", "batch2"))):
+        for f in fs:
+            h[f] = (label, names, 1, 2, 0)
+    handlers = {f: (lambda e, func, args, kwargs, spec=spec: _emulated_product(e, func, args, kwargs, *spec))
+                for f, spec in h.items()}
+    handlers[F.scaled_dot_product_attention] = _emulated_sdpa
+    handlers[F.multi_head_attention_forward] = _emulated_mha
+    # Products emulate() does not round: run in fp32, named in a NotEmulatedWarning. The fused transformer and
+    # attention kernels are reached only when called directly: with the mode on, nn.TransformerEncoderLayer
+    # and nn.MultiheadAttention see has_torch_function() and take their composite paths.
+    for name in ("einsum", "tensordot", "bilinear", "mv", "dot", "vdot", "addmv", "addbmm", "addr", "inner",
+                 "chain_matmul", "gru", "gru_cell", "rnn_tanh", "rnn_relu", "rnn_tanh_cell", "rnn_relu_cell", "lstm",
+                 "lstm_cell", "_transformer_encoder_layer_fwd", "_native_multi_head_attention"):
+        for owner in (torch, T, F):
+            f = getattr(owner, name, None)
+            if f is not None and f not in handlers:
+                handlers[f] = _not_emulated
+    multi_dot = getattr(torch.linalg, "multi_dot", None)
+    if multi_dot is not None:
+        handlers[multi_dot] = _not_emulated
+    return handlers
+
+
+_HANDLERS = _handlers()
+
+
+class _ProductMode(TorchFunctionMode):
+    """On while an emulated model's forward runs: hands each product to its emulated form, the rest to torch."""
+
+    def __init__(self, emulation):
+        super().__init__()
+        self._emulation = emulation
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        handler = _HANDLERS.get(func)
+        if handler is None:
+            return func(*args, **(kwargs or {}))
+        return handler(self._emulation, func, args, kwargs or {})
+
+
+def _computes_no_product(module):
+    """torch.nn's own leaf modules without parameters (ReLU, MaxPool2d, Flatten, Dropout, ...) compute no
+    product, so they need no hooks: a module with hooks leaves torch's fast call path (about 3 us a call), and
+    these run under their parent's mode all the same."""
+    return (type(module).__module__.startswith("torch.nn.modules.") and not module._modules
+            and not module._parameters)
 
 
 class Emulation:
-    """The hooks emulate() installed; remove() restores the modules (also on leaving a `with` block)."""
+    """What emulate() installed: the rounding sites, the hooks that turn the op-level emulation on while the
+    model runs; remove() restores the model (also on leaving a `with` block)."""
 
-    def __init__(self, modules, sites):
-        self._modules = modules
-        self.sites = sites  # name -> RoundingSite
+    def __init__(self, model, make_site, module_types):
+        self.sites = {}  # name -> RoundingSite
+        self._make_site = make_site
+        self._module_types = module_types
+        self._model = model
+        self._root_name = type(model).__name__
+        # Keyed by the modules and parameters themselves (hashed by identity), not their id()s, so that a
+        # deepcopy or a pickle of the model, hooks and all, maps them to the copies.
+        self._names = {m: (name or self._root_name) for name, m in model.named_modules()}
+        self._params = {}  # parameter -> (module name, parameter name, module)
+        for name, m in model.named_modules():
+            for pname, p in m.named_parameters(recurse=False):
+                self._params.setdefault(p, (name or self._root_name, pname, m))
+        self._by_prefix = {}  # site prefix -> {key: RoundingSite or None}
+        self._stack = []      # (module name, module, {operation: calls}) of the forwards running
+        self._warned = set()
+        self._mode = _ProductMode(self)
+        self._modules = []    # modules with sites made at emulate(): Linear, convolutions, LSTM, LSTMCell
+        self._replaced = []   # LSTM / LSTMCell modules whose forward is the unroll
+        self._handles = []
+
+    # -- sites --------------------------------------------------------------------------------------------
+
+    def _sites_for(self, prefix, keys):
+        """The sites PREFIX/KEY (made on first use, in `keys` order): {key: RoundingSite, or None where the
+        options leave that value unrounded (weights=False)}."""
+        got = self._by_prefix.get(prefix)
+        if got is None:
+            got = self._by_prefix[prefix] = {key: self._make_site(f"{prefix}/{key}", kind) for key, kind in keys}
+        return got
+
+    def _chosen(self, module):
+        return self._module_types is None or isinstance(module, self._module_types)
+
+    def _innermost(self):
+        return self._stack[-1] if self._stack else (self._root_name, self._model, {})
+
+    def _activation_prefix(self, label):
+        """MODULE/LABEL for the first call of the operation in a forward of the module running it, then
+        MODULE/LABEL.1, ...; None when module_types leaves that module out."""
+        name, module, calls = self._innermost()
+        if not self._chosen(module):
+            return None
+        k = calls.get(label, 0)
+        calls[label] = k + 1
+        return f"{name}/{label}" if k == 0 else f"{name}/{label}.{k}"
+
+    def _param(self, t):
+        """(module name, parameter name, module) of a parameter of the model, or of a view of one (a slice of
+        MultiheadAttention's in_proj_weight); None for an activation."""
+        found = self._params.get(t)
+        if found is None and t._base is not None:
+            found = self._params.get(t._base)
+        return found
+
+    def _product_sites(self, label, a, b):
+        """((a's site, a's gradient's), (b's, b's gradient's), (output's, output gradient's), (the bias's, ...))
+        for a product, or None where module_types leaves it out. A product with a parameter operand is named
+        after the module holding the parameter: MODULE (its `weight`) or MODULE/NAME (another parameter,
+        `_weight` dropped: MultiheadAttention's in_proj_weight gives MODULE/in_proj), with the sites of a
+        Linear; a product of two activations is named after the module running it and the operation."""
+        owner = self._param(b)
+        weight_first = owner is None and (owner := self._param(a)) is not None
+        if owner is not None:
+            mname, pname, module = owner
+            if not self._chosen(module):
+                return None
+            stem = pname[:-len("_weight")] if pname.endswith("_weight") else pname
+            s = self._sites_for(mname if pname == "weight" else f"{mname}/{stem}", _GEMM_SITES)
+            x, w, out = (s["in"], s["in_grad"]), (s["weight"], s["w_grad"]), (s["out"], s["out_grad"])
+            return (w, x, out, w) if weight_first else (x, w, out, w)
+        prefix = self._activation_prefix(label)
+        if prefix is None:
+            return None
+        s = self._sites_for(prefix, _ACTIVATION_GEMM_SITES)
+        other = (s["other"], s["other_grad"])
+        return (s["in"], s["in_grad"]), other, (s["out"], s["out_grad"]), other
+
+    def _operand(self, x, site, grad_site):
+        """The one place a product's operand or output is rounded (site: forward, grad_site: its gradient in
+        backward; either None to keep it). A scaling recipe replaces this step."""
+        return _round(x, site, grad_site)
+
+    def _warn_not_emulated(self, op):
+        name, module, _ = self._innermost()
+        if not self._chosen(module) or name in self._warned:
+            return
+        self._warned.add(name)
+        warnings.warn(f"emulate: {name} ({type(module).__name__}) calls torch {op}, which emulate() does not "
+                      f"round: its products run in fp32", NotEmulatedWarning, stacklevel=4)
+
+    # -- the hooks that turn the mode on --------------------------------------------------------------------
+
+    def _enter(self, module, args):
+        if not self._stack:
+            self._mode.__enter__()
+        self._stack.append((self._names[module], module, {}))
+
+    def _leave(self, module, args, output):
+        self._stack.pop()
+        if not self._stack:
+            self._mode.__exit__(None, None, None)
+
+    def _install(self, replaced):
+        for m in self._model.modules():
+            m.__dict__["_mpsim_emulated"] = True
+            if m is not self._model and _computes_no_product(m):
+                continue
+            self._handles.append(m.register_forward_pre_hook(self._enter))
+            self._handles.append(m.register_forward_hook(self._leave, always_call=True))
+        for m, forward in replaced:
+            m.forward = types.MethodType(forward, m)
+            self._replaced.append(m)
+
+    # -- the public side ---------------------------------------------------------------------------------------
 
     @property
     def modules(self):
-        """The modules whose forward is emulated."""
+        """The modules whose sites were made at emulate() (Linear, convolutions, LSTM, LSTMCell): their
+        outputs' gradients are rounded (and observed) at their own sites."""
         return list(self._modules)
 
     def stats(self):
@@ -312,11 +692,16 @@ class Emulation:
             site.reset()
 
     def remove(self):
-        for m in self._modules:
-            if "forward" in m.__dict__:
-                del m.forward
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        for m in self._replaced:
+            m.__dict__.pop("forward", None)
             m.__dict__.pop("_mpsim_sites", None)
             m.__dict__.pop("_mpsim_name", None)
+        self._replaced = []
+        for m in self._model.modules():
+            m.__dict__.pop("_mpsim_emulated", None)
         self._modules = []
 
     def __enter__(self):
@@ -327,52 +712,75 @@ class Emulation:
 
 
 def emulate(model, format="fp16", mode="rne", *, grad_format=None, grad_mode=None, weights=True,
-            module_types=DEFAULT_TYPES, seed=0, sr_bits=32, subnormals="keep", overflow="inf"):
-    """Makes every module of `module_types` in `model` (Linear, the convolutions, LSTM and LSTMCell by
-    default) compute as under autocast to `format`: inputs, weights and bias, and outputs rounded to `format`
-    with `mode`; the gradients at the output, the input and the weights rounded to `grad_format` (default
-    `format`) with `grad_mode` (default `mode`). An LSTM rounds at the simulator's LSTM sites instead (its
-    bias, cell state and output stay fp32; docs/torch.md). weights=False keeps weights and their gradients in
-    fp32. Returns an Emulation (remove() undoes it). The model's parameters must be float32 or float64 on
-    the CPU; an LSTM with proj_size > 0 is refused (ValueError)."""
+            module_types=None, seed=0, sr_bits=32, subnormals="keep", overflow="inf"):
+    """Makes `model` compute as under autocast to `format`: every product its forward computes (F.linear, the
+    convolutions, matmul / mm / bmm / addmm / baddbmm, scaled_dot_product_attention, MultiheadAttention's)
+    takes its operands (bias included) rounded to `format` with `mode` and rounds its output; the gradients
+    at the output and at the operands are rounded to `grad_format` (default `format`) with `grad_mode`
+    (default `mode`). An LSTM / LSTMCell is unrolled at the simulator's LSTM sites instead (its bias, cell
+    state and output stay fp32; docs/torch.md), a GRU / GRUCell alike. RNN modules, and products emulate() cannot round
+    (einsum, ...), run in fp32 and are named in a NotEmulatedWarning. weights=False keeps weights and their
+    gradients in fp32; module_types (default: every module) limits the emulation to the products of modules
+    of those types (the module holding the weight, or else the one running the product). Returns an
+    Emulation (remove() undoes it). The model's parameters must be float32 or float64 on the CPU; an LSTM
+    with proj_size > 0 is refused (ValueError)."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"emulate: expected a torch.nn.Module, got {type(model).__name__}")
     mpsim.Format(format)  # an unknown name fails here, naming it
     grad_format = grad_format or format
     grad_mode = grad_mode or mode
     mpsim.Format(grad_format)
-    chosen = [(name or type(m).__name__, m) for name, m in model.named_modules() if isinstance(m, tuple(module_types))]
-    if not chosen:
-        raise ValueError(f"emulate: {type(model).__name__} has no module of the types "
-                         f"{', '.join(t.__name__ for t in module_types)}")
-    for name, m in chosen:
-        if not isinstance(m, DEFAULT_TYPES):
-            raise TypeError(f"emulate: {name} is a {type(m).__name__}; the hooks emulate "
-                            f"{', '.join(t.__name__ for t in DEFAULT_TYPES)}")
-        if "_mpsim_sites" in m.__dict__:
+    module_types = tuple(module_types) if module_types is not None else None
+    named = [(name or type(m).__name__, m) for name, m in model.named_modules()]
+    chosen = [(n, m) for n, m in named if module_types is None or isinstance(m, module_types)]
+    if not any(True for _ in model.parameters()):
+        raise ValueError(f"emulate: {type(model).__name__} has no module with parameters: no product to emulate")
+    for name, m in named:
+        if "_mpsim_emulated" in m.__dict__:
             raise ValueError(f"emulate: {name} is already emulated (remove() the first Emulation)")
+    for name, m in chosen:
+        if module_types is not None and isinstance(m, _FUSED_RECURRENT):
+            raise TypeError(f"emulate: {name} is a {type(m).__name__}; the hooks emulate the products of Linear, "
+                            f"the convolutions, matmul, attention, LSTM, LSTMCell, GRU, GRUCell, not a fused "
+                            f"recurrent kernel's")
         if isinstance(m, nn.LSTM) and m.proj_size > 0:
             raise ValueError(f"emulate: {name} is an LSTM with proj_size={m.proj_size}; the emulated LSTM has "
                              f"no projection (h_t = W_hr (o * tanh(c_t))): use proj_size=0, or module_types "
                              f"without nn.LSTM to leave it in fp32")
         for pname, p in m.named_parameters(recurse=False):
             check_float_tensor(p, f"parameter {name}.{pname}")
+    fused = [f"{name} ({type(m).__name__})" for name, m in chosen if isinstance(m, _FUSED_RECURRENT)]
 
-    sites = {}
     options = dict(seed=seed, sr_bits=sr_bits, subnormals=subnormals, overflow=overflow)
-
     def make(site_name, kind):
         if kind in ("weight", "weight_grad") and not weights:
             return None
         fmt, md = (format, mode) if kind in ("forward", "weight") else (grad_format, grad_mode)
-        site = sites[site_name] = RoundingSite(site_name, len(sites), fmt, md, kind=kind, **options)
+        observers = _observers_of_every_site([s for s in emulation.sites.values() if s.kind == kind])
+        site = emulation.sites[site_name] = RoundingSite(site_name, len(emulation.sites), fmt, md, kind=kind,
+                                                         observers=observers, **options)
+        for o in observers:  # a GradientMonitor takes its observers off the sites it knows when removed
+            monitor = o.monitor() if callable(getattr(o, "monitor", None)) else None
+            if monitor is not None and hasattr(monitor, "_observed_sites"):
+                monitor._observed_sites.append(site)
         return site
 
+    emulation = Emulation(model, make, module_types)
+    replaced = []
+    # The sites of the modules that have them before any forward, in the order the module-level emulation made
+    # them (the stochastic-rounding seeds follow a site's index).
     for name, m in chosen:
-        recurrent = isinstance(m, (nn.LSTM, nn.LSTMCell))
-        m._mpsim_sites = (_lstm_sites if recurrent else _gemm_sites)(name, m, make)
-        m._mpsim_name = name
-        forward = (_emulated_lstm_forward if isinstance(m, nn.LSTM) else
-                   _emulated_lstm_cell_forward if recurrent else _emulated_forward)
-        m.forward = types.MethodType(forward, m)
-    return Emulation([m for _, m in chosen], sites)
+        if isinstance(m, DEFAULT_TYPES):
+            emulation._modules.append(m)
+        if isinstance(m, _RECURRENT):
+            m._mpsim_sites = _recurrent_sites(name, m, make)
+            m._mpsim_name = name
+            replaced.append((m, _rnn_forward if isinstance(m, (nn.LSTM, nn.GRU)) else _cell_forward))
+        elif isinstance(m, DEFAULT_TYPES):
+            emulation._sites_for(name, _GEMM_SITES)
+    emulation._install(replaced)
+    if fused:
+        emulation._warned.update(n.split(" ")[0] for n in fused)
+        warnings.warn(f"emulate: {', '.join(fused)} compute their products in torch's fused recurrent kernels, "
+                      f"which emulate() does not round: they run in fp32", NotEmulatedWarning, stacklevel=2)
+    return emulation
