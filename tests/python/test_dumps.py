@@ -1,0 +1,248 @@
+"""mpsim.dumps (python/mpsim/dumps.py) against `mpsim hist --json` / `mpsim underflow --json` on the same values: a
+generated tree of dumps (Transformer Engine's layout as .pt files, .npy, .npz, .safetensors, two unreadable files)
+analysed on a dask.distributed LocalCluster of 2 worker processes and on Dask's local schedulers; per tensor, per
+layer, per step and in total, equal to the command line's JSON field for field."""
+import json
+import logging
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+import mpsim
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("dask")
+distributed = pytest.importorskip("distributed")
+from safetensors.torch import save_file  # noqa: E402
+
+from mpsim import dumps  # noqa: E402
+
+RNG_SEED = 20261128
+
+
+def gradient(rng, shape, centre, dtype):
+    """Values like gradients: log-normal magnitudes over many binades around 2^centre, some zeros."""
+    n = int(np.prod(shape))
+    x = rng.standard_normal(n) * np.exp2(rng.normal(centre, 5, n))
+    x[rng.random(n) < 0.02] = 0
+    return torch.from_numpy(x.reshape(shape)).to(dtype)
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory):
+    """The dump tree, and beside it `twins`: for each readable dump file, the files the command line reads in its
+    place with the same values ({dump name: (twin path, {twin label: dump label})})."""
+    base = tmp_path_factory.mktemp("dumps")
+    root, twin_dir = base / "run", base / "twins"
+    twin_dir.mkdir()
+    rng = np.random.default_rng(RNG_SEED)
+    twins = {}
+
+    def twin_safetensors(name, tensors):
+        path = twin_dir / (name.replace("/", "__") + ".safetensors")
+        save_file({k or "value": v.contiguous() for k, v in tensors.items()}, str(path))
+        twins[name] = (str(path), {f"{path}:{k or 'value'}": f"{name}:{k}" if k else name for k in tensors})
+
+    def write(name, save, tensors, cli_reads_it=False):
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save(str(path))
+        if cli_reads_it:
+            labels = {f"{path}:{k}" if k else str(path): f"{name}:{k}" if k else name for k in tensors}
+            twins[name] = (str(path), labels)
+        else:
+            twin_safetensors(name, tensors)
+
+    # Transformer Engine's DumpTensors files: tensor_dumps/rank_<r>/<layer>_<tensor>_iter_<N:06d>.pt, each a dict
+    # {"high_precision": tensor} (transformer_engine/debug/features/dump_tensors.py); bf16 and fp32.
+    for rank in (0, 1):
+        for step in (1, 2):
+            for layer, tensor, dtype, centre in [("layers_0_fc1", "gradient", torch.bfloat16, -20),
+                                                 ("layers_1_fc2", "gradient", torch.float32, -26),
+                                                 ("layers_1_fc2", "activation", torch.bfloat16, -2)]:
+                name = f"tensor_dumps/rank_{rank}/{layer}_{tensor}_iter_{step:06d}.pt"
+                t = {"high_precision": gradient(rng, (16, 24), centre - step, dtype)}
+                write(name, lambda p, t=t: torch.save(t, p), t)
+    # The nested layout rank_<r>/iter_<N>/<layer>_<tensor>.pt, one bare tensor per file (float16).
+    t = {"": gradient(rng, (300,), -18, torch.float16)}
+    write("tensor_dumps/rank_0/iter_000003/layers_0_fc1_wgrad.pt", lambda p: torch.save(t[""], p), t)
+    # Other layouts: numpy and safetensors files, named by their paths.
+    a = gradient(rng, (50, 20), -14, torch.float64)
+    write("other/grads.npy", lambda p: np.save(p, a.numpy()), {"": a}, cli_reads_it=True)
+    npz = {"w": gradient(rng, (40,), -10, torch.float32), "h": gradient(rng, (8, 8), -12, torch.float16)}
+    write("other/state.npz", lambda p: np.savez(p, w=npz["w"].numpy(), step=np.int64(7), h=npz["h"].numpy()), npz,
+          cli_reads_it=True)
+    st = {"e4m3": gradient(rng, (64,), -4, torch.float8_e4m3fn), "b": gradient(rng, (30, 3), -30, torch.bfloat16),
+          "f": gradient(rng, (100,), -8, torch.float32)}
+    write("other/model.safetensors", lambda p: save_file(st, p), st, cli_reads_it=True)
+    # Unreadable: garbage under a .pt name, an .npy cut short; and a file that is not a dump (left out).
+    (root / "other" / "broken.pt").write_bytes(b"not a torch file")
+    np.save(root / "other" / "short.npy", np.ones(1000, np.float32))
+    with open(root / "other" / "short.npy", "r+b") as f:
+        f.truncate(300)
+    (root / "other" / "notes.txt").write_text("a log, not a dump\n")
+    return str(root), twins
+
+
+def cli_report(mpsim_bin, command, twins, names, options, out):
+    """`mpsim COMMAND` on the twins of the dump files `names` with the labels mapped to the dumps'."""
+    files = [twins[n][0] for n in names]
+    labels = {k: v for n in names for k, v in twins[n][1].items()}
+    r = subprocess.run([mpsim_bin, command, *files, "--json", out, *options], capture_output=True, text=True)
+    assert r.returncode == 0, f"mpsim {command} exited {r.returncode}: {r.stderr}"
+    report = json.load(open(out))
+    for t in report["tensors"]:
+        t["tensor"] = labels[t["tensor"]]
+    return report
+
+
+def without_dump_fields(report):
+    r = {k: v for k, v in report.items() if k not in ("files", "skipped_files", "failed", "by")}
+    r["tensors"] = [{k: v for k, v in t.items() if k != "dump"} for t in report["tensors"]]
+    return r
+
+
+def as_total(entry):
+    """A group's entry as the command line's total over the group's files (which has no shape or dtype)."""
+    return {k: v for k, v in entry.items() if k not in ("tensor", "shape", "dtype")}
+
+
+FORMAT, MODE, LOG2_SCALE = "fp8_e4m3", "rne", 4
+OPTIONS = {"hist": ["--format", FORMAT, "--scale", str(2**LOG2_SCALE)],
+           "underflow": ["--format", FORMAT, "--mode", MODE, "--scale", str(2**LOG2_SCALE), "--sweep"]}
+
+
+def reports(report, by=None):
+    return {"hist": report.hist(LOG2_SCALE, by=by), "underflow": report.underflow(LOG2_SCALE, sweep=True, by=by)}
+
+
+@pytest.fixture(scope="module")
+def cluster_report(tree):
+    """The tree analysed on a LocalCluster of 2 worker processes, with the tasks each worker ran."""
+    root, _ = tree
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  silence_logs=logging.ERROR) as cluster, distributed.Client(cluster) as client:
+        with distributed.get_task_stream(client) as stream:
+            report = dumps.analyse(root, FORMAT, MODE, client=client, by=("layer", "step", "rank", "tensor"))
+        workers = {}
+        for task in stream.data:
+            workers[task["worker"]] = workers.get(task["worker"], 0) + 1
+        pids = client.run(os.getpid)
+    return report, workers, pids
+
+
+def test_cluster_equals_cli(tree, cluster_report, mpsim_bin, tmp_path):
+    root, twins = tree
+    report, workers, pids = cluster_report
+    print(f"LocalCluster: {len(pids)} worker processes (pids {sorted(pids.values())}, this one {os.getpid()}); tasks "
+          f"run per worker: {sorted(workers.values())}")
+    assert len(pids) == 2 and os.getpid() not in pids.values()
+    assert len(workers) == 2, f"the tasks ran on {len(workers)} worker(s), not both"
+    names = [f.name for f in report.files if f.name in twins]
+    assert len(report.files) == len(twins) + 2  # the two unreadable files; notes.txt is not a dump
+    for command, got in reports(report).items():
+        want = cli_report(mpsim_bin, command, twins, names, OPTIONS[command], str(tmp_path / f"{command}.json"))
+        assert want.pop("failed") == []  # the command line was given the readable files only
+        assert without_dump_fields(got) == want
+        assert got["skipped_files"] == 2 and got["files"] == len(names) + 2
+        print(f"{command}: {len(got['tensors'])} tensors of {len(names)} files, per tensor and total equal to "
+              f"`mpsim {command} --json` field for field ({sum(t['numel'] for t in got['tensors'])} values)")
+
+
+@pytest.mark.parametrize("by", ["layer", "step", "rank", "tensor"])
+def test_groups_equal_cli_over_each_group(tree, cluster_report, mpsim_bin, tmp_path, by):
+    """Each group's entry (merged in Dask's tree on the workers) equals the command line's total over the group's
+    files; the report's total, the command line's over every file."""
+    root, twins = tree
+    report = cluster_report[0]
+    values = {}
+    for f in report.files:
+        if f.name in twins:
+            values.setdefault(getattr(f, by), []).append(f.name)
+    compared = 0
+    for command, got in reports(report, by).items():
+        entries = {t["tensor"]: t for t in got["tensors"]}
+        assert len(entries) == len(values)
+        for value, names in values.items():
+            want = cli_report(mpsim_bin, command, twins, names, OPTIONS[command], str(tmp_path / "g.json"))
+            assert as_total(entries["(none)" if value is None else str(value)]) == as_total(want["total"])
+            compared += 1
+        everything = cli_report(mpsim_bin, command, twins, [f.name for f in report.files if f.name in twins],
+                                OPTIONS[command], str(tmp_path / "all.json"))
+        assert got["total"] == everything["total"]
+    print(f"by {by}: {len(values)} groups ({sorted(map(str, values))}), {compared} group entries equal to the "
+          f"command line's total over the group's files, hist and underflow")
+
+
+def test_local_schedulers_give_the_same(tree, cluster_report):
+    root, _ = tree
+    want = {**reports(cluster_report[0]), **{f"{k}-layer": v for k, v in reports(cluster_report[0], "layer").items()}}
+    for scheduler, files_per_task, split_every in [("threads", 1, 2), ("sync", 3, 4)]:
+        r = dumps.analyse(root, FORMAT, MODE, scheduler=scheduler, files_per_task=files_per_task,
+                          split_every=split_every, by=("layer",))
+        got = {**reports(r), **{f"{k}-layer": v for k, v in reports(r, "layer").items()}}
+        assert got == want
+        print(f"scheduler {scheduler}, {files_per_task} file(s) per task, {split_every}-way merges: the reports equal "
+              f"the LocalCluster's")
+
+
+def test_unreadable_files_reported(tree, cluster_report):
+    report = cluster_report[0]
+    failed = {f["input"]: f["error"] for f in report.failed}
+    print("failed:", failed)
+    assert sorted(failed) == ["other/broken.pt", "other/short.npy"]
+    for name, error in failed.items():
+        assert error.startswith(name + ": ") and len(error) > len(name) + 2
+    assert report.skipped == 2
+    read = {e.file.name for e in report.entries}
+    assert "other/broken.pt" not in read and len(read) == len(report.files) - 2
+
+
+def test_columns_from_the_layout(tree, cluster_report):
+    report = cluster_report[0]
+    by_name = {f.name: f for f in report.files}
+    f = by_name["tensor_dumps/rank_1/layers_1_fc2_activation_iter_000002.pt"]
+    assert (f.rank, f.step, f.layer, f.tensor, f.kind) == (1, 2, "layers_1_fc2", "activation", "pt")
+    f = by_name["tensor_dumps/rank_0/iter_000003/layers_0_fc1_wgrad.pt"]
+    assert (f.rank, f.step, f.layer, f.tensor) == (0, 3, "layers_0_fc1", "wgrad")
+    f = by_name["other/state.npz"]
+    assert (f.rank, f.step, f.layer, f.tensor) == (None, None, None, "other/state.npz")
+    assert "other/notes.txt" not in by_name
+    rows = report.rows(LOG2_SCALE)
+    row = next(r for r in rows if r["file"] == "other/model.safetensors" and r["key"] == "e4m3")
+    assert row["dtype"] == "float8_e4m3fn" and row["shape"] == [64] and row["numel"] == 64
+    assert not any(r["key"] == "step" for r in rows)  # the int64 step counter of the .npz is left out
+    print(f"{len(report.files)} files, {len(rows)} tensors; columns of the TE layouts and of other files as expected")
+
+
+def test_written_reports(tree, cluster_report, tmp_path):
+    report = cluster_report[0]
+    j, c = tmp_path / "u.json", tmp_path / "u.csv"
+    dumps.write_json(j, report.underflow(LOG2_SCALE))
+    dumps.write_csv(c, report.rows(LOG2_SCALE))
+    assert json.load(open(j)) == report.underflow(LOG2_SCALE)
+    lines = open(c).read().splitlines()
+    assert len(lines) == len(report.entries) + 1 and lines[0].startswith("file,key,rank,step,layer,tensor,dtype")
+    assert sorted(os.listdir(tmp_path)) == ["u.csv", "u.json"]
+
+
+def test_bad_input(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        dumps.analyse(tmp_path / "nowhere")
+    with pytest.raises(ValueError, match="no dump files"):
+        dumps.analyse(tmp_path)
+    np.save(tmp_path / "a.npy", np.ones(3, np.float32))
+    with pytest.raises(ValueError, match="fp99"):
+        dumps.analyse(tmp_path, "fp99")
+    with pytest.raises(ValueError, match="epoch"):
+        dumps.analyse(tmp_path, by=("epoch",))
+    with pytest.raises(ValueError, match="by='layer'"):
+        dumps.analyse(tmp_path, by=()).hist(by="layer")
+    (tmp_path / "b.npy").write_bytes(b"garbage")
+    (tmp_path / "a.npy").unlink()
+    r = dumps.analyse(tmp_path, scheduler="sync")
+    assert r.skipped == 1 and r.failed[0]["input"] == "b.npy"
+    with pytest.raises(ValueError, match="no tensors read from 1 file.*b.npy"):
+        r.hist()
