@@ -362,11 +362,19 @@ def _group_order(value):
     return (value is None, isinstance(value, str), value if value is not None else 0)
 
 
-def graph(files, fmt="fp16", mode="rne", *, by=("layer", "step"), files_per_task=1, split_every=8):
+# Tasks a tree is split into by default: Dask's per-task overhead (measured 2 ms a task here, under load:
+# docs/performance.md) stays small beside the reading, and a cluster of up to a few dozen workers has several
+# tasks each.
+DEFAULT_TASKS = 128
+
+
+def graph(files, fmt="fp16", mode="rne", *, by=("layer", "step"), files_per_task=None, split_every=8):
     """The Dask graph of analyse() over a list of DumpFile: (the per-file results, the merged groups) as two
     dask.bag objects (a Bag and an Item) sharing their reading tasks."""
     import dask.bag as db
 
+    if files_per_task is None:
+        files_per_task = -(-len(files) // DEFAULT_TASKS)
     bag = db.from_sequence(files, partition_size=max(1, int(files_per_task)))
     counted = bag.map(count_file, fmt, mode)
     groups = counted.reduction(functools.partial(_groups_of, by=tuple(by), fmt=fmt, mode=mode), _merge_groups,
@@ -375,9 +383,10 @@ def graph(files, fmt="fp16", mode="rne", *, by=("layer", "step"), files_per_task
 
 
 def analyse(root, fmt="fp16", mode="rne", *, client=None, scheduler="threads", by=("layer", "step"),
-            files_per_task=1, split_every=8):
+            files_per_task=None, split_every=8):
     """Counts every tensor of every dump file under root (find()) for fmt and mode, as `mpsim hist` / `mpsim
-    underflow` do, as a Dask graph: one task reads and counts `files_per_task` files, a tree of `split_every`-way
+    underflow` do, as a Dask graph: one task reads and counts `files_per_task` files (default: the files split into
+    DEFAULT_TASKS tasks, one file per task for a tree of fewer files), a tree of `split_every`-way
     merges sums the counters of each group (by: columns among 'layer', 'step', 'rank', 'tensor') and the total.
 
     client: a dask.distributed Client to run on (its workers must import mpsim and see root at the same path);
@@ -390,7 +399,7 @@ def analyse(root, fmt="fp16", mode="rne", *, client=None, scheduler="threads", b
     for column in by:
         if column not in COLUMNS:
             raise ValueError(f"by: {column!r} is not a column; the columns are {', '.join(COLUMNS)}")
-    if int(files_per_task) < 1 or int(split_every) < 2:
+    if (files_per_task is not None and int(files_per_task) < 1) or int(split_every) < 2:
         raise ValueError("files_per_task must be at least 1 and split_every at least 2")
     files = find(root)
     if not files:

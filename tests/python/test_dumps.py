@@ -30,6 +30,10 @@ def gradient(rng, shape, centre, dtype):
     return torch.from_numpy(x.reshape(shape)).to(dtype)
 
 
+class QuantizedStandIn:
+    """A pickled object of a class torch.load(weights_only=True) does not allow, like TE's QuantizedTensor."""
+
+
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory):
     """The dump tree, and beside it `twins`: for each readable dump file, the files the command line reads in its
@@ -77,7 +81,10 @@ def tree(tmp_path_factory):
     st = {"e4m3": gradient(rng, (64,), -4, torch.float8_e4m3fn), "b": gradient(rng, (30, 3), -30, torch.bfloat16),
           "f": gradient(rng, (100,), -8, torch.float32)}
     write("other/model.safetensors", lambda p: save_file(st, p), st, cli_reads_it=True)
-    # Unreadable: garbage under a .pt name, an .npy cut short; and a file that is not a dump (left out).
+    # Unreadable: a TE file holding an object beside its tensor (as its "quantized" QuantizedTensor), which
+    # weights_only=True refuses; garbage under a .pt name, an .npy cut short; and a file that is not a dump.
+    torch.save({"high_precision": torch.ones(4), "quantized": QuantizedStandIn()},
+               str(root / "tensor_dumps" / "rank_1" / "layers_0_fc1_gradient_iter_000003.pt"))
     (root / "other" / "broken.pt").write_bytes(b"not a torch file")
     np.save(root / "other" / "short.npy", np.ones(1000, np.float32))
     with open(root / "other" / "short.npy", "r+b") as f:
@@ -141,12 +148,12 @@ def test_cluster_equals_cli(tree, cluster_report, mpsim_bin, tmp_path):
     assert len(pids) == 2 and os.getpid() not in pids.values()
     assert len(workers) == 2, f"the tasks ran on {len(workers)} worker(s), not both"
     names = [f.name for f in report.files if f.name in twins]
-    assert len(report.files) == len(twins) + 2  # the two unreadable files; notes.txt is not a dump
+    assert len(report.files) == len(twins) + 3  # the three unreadable files; notes.txt is not a dump
     for command, got in reports(report).items():
         want = cli_report(mpsim_bin, command, twins, names, OPTIONS[command], str(tmp_path / f"{command}.json"))
         assert want.pop("failed") == []  # the command line was given the readable files only
         assert without_dump_fields(got) == want
-        assert got["skipped_files"] == 2 and got["files"] == len(names) + 2
+        assert got["skipped_files"] == 3 and got["files"] == len(names) + 3
         print(f"{command}: {len(got['tensors'])} tensors of {len(names)} files, per tensor and total equal to "
               f"`mpsim {command} --json` field for field ({sum(t['numel'] for t in got['tensors'])} values)")
 
@@ -192,12 +199,14 @@ def test_unreadable_files_reported(tree, cluster_report):
     report = cluster_report[0]
     failed = {f["input"]: f["error"] for f in report.failed}
     print("failed:", failed)
-    assert sorted(failed) == ["other/broken.pt", "other/short.npy"]
+    te = "tensor_dumps/rank_1/layers_0_fc1_gradient_iter_000003.pt"
+    assert sorted(failed) == ["other/broken.pt", "other/short.npy", te]
     for name, error in failed.items():
         assert error.startswith(name + ": ") and len(error) > len(name) + 2
-    assert report.skipped == 2
+    assert "weights_only" in failed[te] and "QuantizedStandIn" in failed[te]
+    assert report.skipped == 3
     read = {e.file.name for e in report.entries}
-    assert "other/broken.pt" not in read and len(read) == len(report.files) - 2
+    assert not read & set(failed) and len(read) == len(report.files) - 3
 
 
 def test_columns_from_the_layout(tree, cluster_report):
