@@ -393,8 +393,6 @@ def analyse(root, fmt="fp16", mode="rne", *, client=None, scheduler="threads", b
     without one, Dask's local `scheduler` ('threads', 'processes' or 'sync'). Returns a DumpReport; a file that
     cannot be read is named in its `failed` list and the others are counted.
     """
-    import dask
-
     _core.UnderflowCounter(fmt, mode)  # a bad format or mode is the caller's error, not every file's
     for column in by:
         if column not in COLUMNS:
@@ -408,6 +406,8 @@ def analyse(root, fmt="fp16", mode="rne", *, client=None, scheduler="threads", b
     if client is not None:
         results, merged = client.compute([counted, groups], sync=True)
     else:
+        import dask
+
         results, merged = dask.compute(counted, groups, scheduler=scheduler)
     return DumpReport(fmt, mode, files, results, merged, by)
 
@@ -443,3 +443,85 @@ def _write_atomic(path, text):
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
+
+
+def _log2_scale(text):
+    """log2 of a power-of-two --scale (the command line's rule, tools/mpsim/analysis_common.hpp log2_scale)."""
+    import argparse
+    import math
+
+    try:
+        s = float(text)
+    except ValueError:
+        s = math.nan
+    m, e = math.frexp(s) if math.isfinite(s) else (0.0, 0)
+    if not (s > 0 and math.isfinite(s) and m == 0.5):
+        raise argparse.ArgumentTypeError(f"--scale {text}: must be a positive power of two")
+    return e - 1
+
+
+def main(argv=None):
+    """python -m mpsim.dumps ROOT ...: the report of `mpsim hist` / `mpsim underflow` over a dump tree (docs/dumps.md).
+    Exit status 0; 1 when some files could not be read (named on stderr, the others reported); 2 for bad usage or
+    when no tensor could be read (nothing written)."""
+    import argparse
+    import sys
+
+    p = argparse.ArgumentParser(prog="python -m mpsim.dumps", description="The reports of `mpsim hist` and `mpsim "
+                                "underflow` over a tree of dumps (.pt, .npy, .npz, .safetensors), on Dask.")
+    p.add_argument("root", help="a directory of dumps (walked recursively) or one dump file")
+    p.add_argument("--report", choices=["underflow", "hist"], default="underflow")
+    p.add_argument("--format", default="fp16")
+    p.add_argument("--mode", default="rne")
+    p.add_argument("--scale", type=_log2_scale, default=0, metavar="S", help="loss scale, a power of two")
+    p.add_argument("--margin", type=float, default=2.0, help="underflow: the recommended scale's headroom")
+    p.add_argument("--sweep", action="store_true", help="underflow: every scale 2^-8 .. 2^32")
+    p.add_argument("--by", choices=COLUMNS, help="one entry per value of this column instead of per tensor")
+    p.add_argument("--json", help="write the report as JSON (-: standard output)")
+    p.add_argument("--csv", help="write one row per tensor (columns and counts) as CSV")
+    p.add_argument("--scheduler", default="threads",
+                   help="threads, processes, sync, or a dask.distributed scheduler address (tcp://host:8786)")
+    p.add_argument("--files-per-task", type=int, default=None)
+    a = p.parse_args(argv)
+
+    client = None
+    try:
+        if "://" in a.scheduler:
+            import distributed
+            client = distributed.Client(a.scheduler)
+        elif a.scheduler not in ("threads", "processes", "sync"):
+            p.error(f"--scheduler {a.scheduler}: not threads, processes, sync or an address such as tcp://host:8786")
+        report = analyse(a.root, a.format, a.mode, client=client, scheduler=a.scheduler,
+                         by=(a.by,) if a.by else (), files_per_task=a.files_per_task)
+        if a.report == "hist":
+            out = report.hist(a.scale, by=a.by)
+        else:
+            out = report.underflow(a.scale, a.margin, a.sweep, by=a.by)
+    except (ValueError, OSError) as e:
+        print(f"python -m mpsim.dumps: error: {e}", file=sys.stderr)
+        return 2
+    finally:
+        if client is not None:
+            client.close()
+    if a.json == "-":
+        sys.stdout.write(json.dumps(out, indent=2) + "\n")
+    elif a.json:
+        write_json(a.json, out)
+    if a.csv:
+        write_csv(a.csv, report.rows(a.scale))
+    for f in report.failed:
+        print(f"python -m mpsim.dumps: error: {f['error']} (skipped; the other files are reported)", file=sys.stderr)
+    if a.json != "-":
+        t = out["total"]
+        print(f"{len(report.entries)} tensors in {len(report.files) - report.skipped} of {len(report.files)} files, "
+              f"{t['numel']} values; {report.format} under 2^{a.scale}: underflows {t['underflows%']}%, "
+              f"overflows {t['overflows%']}%")
+    return 1 if report.failed else 0
+
+
+if __name__ == "__main__":
+    # Run as `python -m mpsim.dumps`: the graph's functions must be those of the module mpsim.dumps (which Dask's
+    # worker processes import by name), not of this __main__.
+    from mpsim.dumps import main as _main
+
+    raise SystemExit(_main())

@@ -255,3 +255,40 @@ def test_bad_input(tmp_path):
     assert r.skipped == 1 and r.failed[0]["input"] == "b.npy"
     with pytest.raises(ValueError, match="no tensors read from 1 file.*b.npy"):
         r.hist()
+
+
+def test_command_line(tmp_path):
+    """python -m mpsim.dumps: the report analyse() gives, written whole; exit 1 naming an unreadable file, 2 for bad
+    usage with nothing written."""
+    import sys
+
+    root = tmp_path / "tree"
+    rng = np.random.default_rng(RNG_SEED)
+    for rank in (0, 1):
+        d = root / "tensor_dumps" / f"rank_{rank}"
+        d.mkdir(parents=True)
+        for layer in ("fc1", "fc2"):
+            torch.save(gradient(rng, (64,), -20, torch.float32), str(d / f"{layer}_wgrad_iter_000005.pt"))
+    (root / "bad.npy").write_bytes(b"\x93NUMPY garbage")
+    cmd = [sys.executable, "-m", "mpsim.dumps", str(root), "--format", "bf16", "--scale", "1024", "--report", "hist",
+           "--by", "layer", "--scheduler", "sync"]
+    out_json, out_csv = tmp_path / "r.json", tmp_path / "r.csv"
+    r = subprocess.run(cmd + ["--json", str(out_json), "--csv", str(out_csv)], capture_output=True, text=True)
+    assert r.returncode == 1, r.stderr
+    assert "bad.npy" in r.stderr and "skipped" in r.stderr
+    want = dumps.analyse(root, "bf16", scheduler="sync", by=("layer",)).hist(10, by="layer")
+    assert json.load(open(out_json)) == want
+    assert [t["tensor"] for t in want["tensors"]] == ["fc1", "fc2"] and want["skipped_files"] == 1
+    assert len(open(out_csv).read().splitlines()) == 1 + 4
+    for bad, message in [(["--scale", "3"], "power of two"), (["--format", "fp99"], "fp99"),
+                         (["--scheduler", "gpu"], "gpu")]:
+        target = tmp_path / "bad.json"
+        r = subprocess.run(cmd + bad + ["--json", str(target)], capture_output=True, text=True)
+        assert r.returncode == 2 and message in r.stderr and not target.exists(), (bad, r.returncode, r.stderr)
+    r = subprocess.run([sys.executable, "-m", "mpsim.dumps", str(tmp_path / "nowhere")], capture_output=True, text=True)
+    assert r.returncode == 2 and "nowhere" in r.stderr
+    (root / "tensor_dumps").rename(tmp_path / "elsewhere")
+    r = subprocess.run(cmd + ["--json", str(tmp_path / "none.json")], capture_output=True, text=True)
+    assert r.returncode == 2 and "no tensors read" in r.stderr and not (tmp_path / "none.json").exists()
+    print("python -m mpsim.dumps: the JSON equal to analyse()'s, the CSV of 4 tensors, exit 1 naming bad.npy, exit 2 "
+          "with nothing written for a bad --scale, --format, --scheduler, a missing root and a tree of no tensor")
