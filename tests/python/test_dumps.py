@@ -4,6 +4,7 @@ analysed on a dask.distributed LocalCluster of 2 worker processes and on Dask's 
 layer, per step and in total, equal to the command line's JSON field for field."""
 import json
 import logging
+import math
 import os
 import subprocess
 
@@ -185,6 +186,13 @@ def test_groups_equal_cli_over_each_group(tree, cluster_report, mpsim_bin, tmp_p
 
 def test_local_schedulers_give_the_same(tree, cluster_report):
     root, _ = tree
+    # The merges form a tree: with 2-way merges over one partition per file, ceil(log2(files)) levels of them.
+    files = cluster_report[0].files
+    _, groups = dumps.graph(files, FORMAT, MODE, split_every=2)
+    levels = {k[0] if isinstance(k, tuple) else k for k in groups.__dask_graph__()
+              if "_merge_groups-aggregate" in (k[0] if isinstance(k, tuple) else k)}  # the last one: a bare key
+    assert len(levels) == math.ceil(math.log2(len(files))), levels
+    print(f"{len(files)} files, 2-way merges: {len(levels)} levels of merge tasks")
     want = {**reports(cluster_report[0]), **{f"{k}-layer": v for k, v in reports(cluster_report[0], "layer").items()}}
     for scheduler, files_per_task, split_every in [("threads", 1, 2), ("sync", 3, 4)]:
         r = dumps.analyse(root, FORMAT, MODE, scheduler=scheduler, files_per_task=files_per_task,
