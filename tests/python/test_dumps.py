@@ -82,6 +82,15 @@ def tree(tmp_path_factory):
     st = {"e4m3": gradient(rng, (64,), -4, torch.float8_e4m3fn), "b": gradient(rng, (30, 3), -30, torch.bfloat16),
           "f": gradient(rng, (100,), -8, torch.float32)}
     write("other/model.safetensors", lambda p: save_file(st, p), st, cli_reads_it=True)
+    # Edges: an empty tensor, 0-d ones (-0.0 among them), NaN, +-inf, values past fp8 e4m3's max and below its
+    # smallest subnormal.
+    edges = {"empty": torch.zeros(0, 3, dtype=torch.float64), "negzero": torch.tensor(-0.0, dtype=torch.float64),
+             "special": torch.tensor([np.nan, np.inf, -np.inf, 0.0, -0.0, 448.0, 464.0, 1e4, 2.0**-10, 2.0**-12],
+                                     dtype=torch.float32)}
+    write("other/edges.npz", lambda p: np.savez(p, **{k: v.numpy() for k, v in edges.items()}), edges,
+          cli_reads_it=True)
+    scalar = {"": torch.tensor(3.5)}
+    write("other/scalar.pt", lambda p: torch.save(scalar[""], p), scalar)
     # Unreadable: a TE file holding an object beside its tensor (as its "quantized" QuantizedTensor), which
     # weights_only=True refuses; garbage under a .pt name, an .npy cut short; and a file that is not a dump.
     torch.save({"high_precision": torch.ones(4), "quantized": QuantizedStandIn()},
