@@ -256,12 +256,25 @@ def count_file(file, fmt="fp16", mode="rne"):
         return FileResult(file, [], f"{file.name}: {type(e).__name__}: {first_line}")
 
 
+def grouping(spec):
+    """A grouping as a tuple of columns: 'layer' -> ('layer',); ('layer', 'step') or 'layer,step' -> both (one group
+    per pair of values); () -> the total. ValueError naming a name that is not a column."""
+    columns = tuple(c.strip() for c in spec.split(",")) if isinstance(spec, str) else tuple(spec)
+    for column in columns:
+        if column not in COLUMNS:
+            raise ValueError(f"by: {column!r} is not a column; the columns are {', '.join(COLUMNS)}")
+    if len(set(columns)) != len(columns):
+        raise ValueError(f"by: {spec!r} names a column twice")
+    return columns
+
+
+# The total is the grouping by no column: one group, the empty tuple of values.
+TOTAL = ()
+
+
 def _group_keys(entry, by):
-    """The groups an entry belongs to: ('total', None), and (column, value) for each grouping in by."""
-    keys = [("total", None)]
-    for column in by:
-        keys.append((column, getattr(entry.file, column)))
-    return keys
+    """The groups an entry belongs to: (columns, values) for the total and each grouping in by."""
+    return [(columns, tuple(getattr(entry.file, c) for c in columns)) for columns in (TOTAL, *by)]
 
 
 def _groups_of(results, by, fmt, mode):
@@ -289,7 +302,7 @@ def _merge_groups(parts):
 
 class DumpReport:
     """What analyse() computed: the files, their entries (one per tensor, with its counter), the files that
-    failed, the counters merged per group (by a column) and in total. hist() and underflow() give the reports of
+    failed, the counters merged per group (by columns) and in total. hist() and underflow() give the reports of
     the command line."""
 
     def __init__(self, fmt, mode, files, results, groups, by):
@@ -300,8 +313,8 @@ class DumpReport:
         self.failed = [{"input": r.file.name, "error": r.error} for r in results if r.error is not None]
         self.skipped = len(self.failed)
         self.by = tuple(by)
-        self.total = groups.get(("total", None))
-        self.groups = {column: {v: c for (k, v), c in groups.items() if k == column} for column in self.by}
+        self.total = groups.get((TOTAL, ()))
+        self.groups = {columns: {v: c for (k, v), c in groups.items() if k == columns} for columns in self.by}
 
     def _counters(self, by):
         if not self.entries:
@@ -309,10 +322,13 @@ class DumpReport:
                              + (f"; {self.failed[0]['error']}" if self.failed else ""))
         if by is None:
             return {e.label: e.counter for e in self.entries}
-        if by not in self.groups:
-            raise ValueError(f"by={by!r}: the report was grouped by {self.by} (analyse(..., by=...))")
-        groups = self.groups[by]
-        return {_group_label(v): groups[v] for v in sorted(groups, key=_group_order)}
+        columns = grouping(by)
+        if columns not in self.groups:
+            raise ValueError(f"by={by!r}: the report was grouped by {', '.join(map(','.join, self.by)) or 'nothing'} "
+                             "(analyse(..., by=...))")
+        groups = self.groups[columns]
+        return {"/".join(map(_group_label, v)): groups[v]
+                for v in sorted(groups, key=lambda values: tuple(map(_group_order, values)))}
 
     def _finish(self, text, by):
         report = json.loads(text)
@@ -322,7 +338,7 @@ class DumpReport:
                     t["dtype"] = e.dtype  # the stored dtype (an 8-bit float was widened to be counted)
                 t["dump"] = {"file": e.file.name, "key": e.key, **{c: getattr(e.file, c) for c in COLUMNS}}
         else:
-            report["by"] = by
+            report["by"] = ",".join(grouping(by))
         report["failed"] = list(self.failed)
         report["files"] = len(self.files)
         report["skipped_files"] = self.skipped
@@ -330,9 +346,10 @@ class DumpReport:
 
     def hist(self, log2_scale=0, by=None):
         """The report `mpsim hist --scale 2^log2_scale --json` writes for the same files, as a dict: one entry per
-        tensor (by=None; each with a 'dump' object: file, key, rank, step, layer, tensor) or per value of the column
-        `by` ('layer', 'step', 'rank', 'tensor'), the total; 'failed' lists the files that could not be read
-        and 'skipped_files' counts them."""
+        tensor (by=None; each with a 'dump' object: file, key, rank, step, layer, tensor) or per value of the
+        grouping `by` analyse() computed ('layer', 'step', 'rank', 'tensor', or several as 'layer,step': entries
+        named 'value/value'), the total; 'failed' lists the files that could not be read and 'skipped_files' counts
+        them."""
         return self._finish(_core.hist_report_json(self._counters(by), log2_scale), by)
 
     def underflow(self, log2_scale=0, margin=2.0, sweep=False, by=None):
@@ -377,7 +394,8 @@ def graph(files, fmt="fp16", mode="rne", *, by=("layer", "step"), files_per_task
         files_per_task = -(-len(files) // DEFAULT_TASKS)
     bag = db.from_sequence(files, partition_size=max(1, int(files_per_task)))
     counted = bag.map(count_file, fmt, mode)
-    groups = counted.reduction(functools.partial(_groups_of, by=tuple(by), fmt=fmt, mode=mode), _merge_groups,
+    by = tuple(grouping(g) for g in by)
+    groups = counted.reduction(functools.partial(_groups_of, by=by, fmt=fmt, mode=mode), _merge_groups,
                                split_every=split_every)
     return counted, groups
 
@@ -387,16 +405,15 @@ def analyse(root, fmt="fp16", mode="rne", *, client=None, scheduler="threads", b
     """Counts every tensor of every dump file under root (find()) for fmt and mode, as `mpsim hist` / `mpsim
     underflow` do, as a Dask graph: one task reads and counts `files_per_task` files (default: the files split into
     DEFAULT_TASKS tasks, one file per task for a tree of fewer files), a tree of `split_every`-way
-    merges sums the counters of each group (by: columns among 'layer', 'step', 'rank', 'tensor') and the total.
+    merges sums the counters of each group and the total. by: groupings, each a column among 'layer', 'step',
+    'rank', 'tensor' or several together (('layer', 'step'), or 'layer,step': a group per pair of values).
 
     client: a dask.distributed Client to run on (its workers must import mpsim and see root at the same path);
     without one, Dask's local `scheduler` ('threads', 'processes' or 'sync'). Returns a DumpReport; a file that
     cannot be read is named in its `failed` list and the others are counted.
     """
     _core.UnderflowCounter(fmt, mode)  # a bad format or mode is the caller's error, not every file's
-    for column in by:
-        if column not in COLUMNS:
-            raise ValueError(f"by: {column!r} is not a column; the columns are {', '.join(COLUMNS)}")
+    by = tuple(grouping(g) for g in by)
     if (files_per_task is not None and int(files_per_task) < 1) or int(split_every) < 2:
         raise ValueError("files_per_task must be at least 1 and split_every at least 2")
     files = find(root)
@@ -460,6 +477,15 @@ def _log2_scale(text):
     return e - 1
 
 
+def _grouping_arg(text):
+    import argparse
+
+    try:
+        return grouping(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def main(argv=None):
     """python -m mpsim.dumps ROOT ...: the report of `mpsim hist` / `mpsim underflow` over a dump tree (docs/dumps.md).
     Exit status 0; 1 when some files could not be read (named on stderr, the others reported); 2 for bad usage or
@@ -476,7 +502,9 @@ def main(argv=None):
     p.add_argument("--scale", type=_log2_scale, default=0, metavar="S", help="loss scale, a power of two")
     p.add_argument("--margin", type=float, default=2.0, help="underflow: the recommended scale's headroom")
     p.add_argument("--sweep", action="store_true", help="underflow: every scale 2^-8 .. 2^32")
-    p.add_argument("--by", choices=COLUMNS, help="one entry per value of this column instead of per tensor")
+    p.add_argument("--by", type=_grouping_arg, metavar="COLUMNS",
+                   help="one entry per value of a column (rank, step, layer, tensor) or of several (layer,step) "
+                        "instead of one per tensor")
     p.add_argument("--json", help="write the report as JSON (-: standard output)")
     p.add_argument("--csv", help="write one row per tensor (columns and counts) as CSV")
     p.add_argument("--scheduler", default="threads",
@@ -492,7 +520,7 @@ def main(argv=None):
         elif a.scheduler not in ("threads", "processes", "sync"):
             p.error(f"--scheduler {a.scheduler}: not threads, processes, sync or an address such as tcp://host:8786")
         report = analyse(a.root, a.format, a.mode, client=client, scheduler=a.scheduler,
-                         by=(a.by,) if a.by else (), files_per_task=a.files_per_task)
+                         by=(a.by,) if a.by is not None else (), files_per_task=a.files_per_task)
         if a.report == "hist":
             out = report.hist(a.scale, by=a.by)
         else:

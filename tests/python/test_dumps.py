@@ -142,7 +142,8 @@ def cluster_report(tree):
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
                                   silence_logs=logging.ERROR) as cluster, distributed.Client(cluster) as client:
         with distributed.get_task_stream(client) as stream:
-            report = dumps.analyse(root, FORMAT, MODE, client=client, by=("layer", "step", "rank", "tensor"))
+            report = dumps.analyse(root, FORMAT, MODE, client=client,
+                                   by=("layer", "step", "rank", "tensor", ("layer", "step")))
         workers = {}
         for task in stream.data:
             workers[task["worker"]] = workers.get(task["worker"], 0) + 1
@@ -168,7 +169,7 @@ def test_cluster_equals_cli(tree, cluster_report, mpsim_bin, tmp_path):
               f"`mpsim {command} --json` field for field ({sum(t['numel'] for t in got['tensors'])} values)")
 
 
-@pytest.mark.parametrize("by", ["layer", "step", "rank", "tensor"])
+@pytest.mark.parametrize("by", ["layer", "step", "rank", "tensor", "layer,step"])
 def test_groups_equal_cli_over_each_group(tree, cluster_report, mpsim_bin, tmp_path, by):
     """Each group's entry (merged in Dask's tree on the workers) equals the command line's total over the group's
     files; the report's total, the command line's over every file."""
@@ -177,19 +178,20 @@ def test_groups_equal_cli_over_each_group(tree, cluster_report, mpsim_bin, tmp_p
     values = {}
     for f in report.files:
         if f.name in twins:
-            values.setdefault(getattr(f, by), []).append(f.name)
+            values.setdefault(tuple(getattr(f, c) for c in by.split(",")), []).append(f.name)
     compared = 0
     for command, got in reports(report, by).items():
         entries = {t["tensor"]: t for t in got["tensors"]}
         assert len(entries) == len(values)
         for value, names in values.items():
             want = cli_report(mpsim_bin, command, twins, names, OPTIONS[command], str(tmp_path / "g.json"))
-            assert as_total(entries["(none)" if value is None else str(value)]) == as_total(want["total"])
+            label = "/".join("(none)" if v is None else str(v) for v in value)
+            assert as_total(entries[label]) == as_total(want["total"])
             compared += 1
         everything = cli_report(mpsim_bin, command, twins, [f.name for f in report.files if f.name in twins],
                                 OPTIONS[command], str(tmp_path / "all.json"))
         assert got["total"] == everything["total"]
-    print(f"by {by}: {len(values)} groups ({sorted(map(str, values))}), {compared} group entries equal to the "
+    print(f"by {by}: {len(values)} groups ({sorted(entries)}), {compared} group entries equal to the "
           f"command line's total over the group's files, hist and underflow")
 
 
@@ -266,6 +268,8 @@ def test_bad_input(tmp_path):
         dumps.analyse(tmp_path, by=("epoch",))
     with pytest.raises(ValueError, match="by='layer'"):
         dumps.analyse(tmp_path, by=()).hist(by="layer")
+    with pytest.raises(ValueError, match="twice"):
+        dumps.analyse(tmp_path, by=("step,step",))
     (tmp_path / "b.npy").write_bytes(b"garbage")
     (tmp_path / "a.npy").unlink()
     r = dumps.analyse(tmp_path, scheduler="sync")
@@ -297,7 +301,7 @@ def test_command_line(tmp_path):
     assert json.load(open(out_json)) == want
     assert [t["tensor"] for t in want["tensors"]] == ["fc1", "fc2"] and want["skipped_files"] == 1
     assert len(open(out_csv).read().splitlines()) == 1 + 4
-    for bad, message in [(["--scale", "3"], "power of two"), (["--format", "fp99"], "fp99"),
+    for bad, message in [(["--scale", "3"], "power of two"), (["--format", "fp99"], "fp99"), (["--by", "epoch"], "epoch"),
                          (["--scheduler", "gpu"], "gpu")]:
         target = tmp_path / "bad.json"
         r = subprocess.run(cmd + bad + ["--json", str(target)], capture_output=True, text=True)
