@@ -357,11 +357,21 @@ class DumpReport:
         entries as hist()."""
         return self._finish(_core.underflow_report_json(self._counters(by), log2_scale, margin, sweep), by)
 
-    def rows(self, log2_scale=0):
+    def rows(self, log2_scale=0, by=None):
         """One dict per tensor: the columns (file, key, rank, step, layer, tensor), dtype, shape and the counts of
         the underflow report under 2^log2_scale (numel, underflows%, subnormals%, overflows%, cur_amax, ...): a
-        table (pandas.DataFrame(report.rows()))."""
+        table (pandas.DataFrame(report.rows())). With by (a grouping analyse() computed), one dict per group: its
+        columns' values and the same counts of the group's merged counter."""
         out = []
+        if by is not None:
+            columns = grouping(by)
+            self._counters(columns)  # the checks: tensors read, the grouping computed
+            for values, counter in sorted(self.groups[columns].items(),
+                                          key=lambda kv: tuple(map(_group_order, kv[0]))):
+                row = dict(zip(columns, values))
+                row.update(counter.underflow(log2_scale))
+                out.append(row)
+            return out
         for e in self.entries:
             row = {"file": e.file.name, "key": e.key, **{c: getattr(e.file, c) for c in COLUMNS},
                    "dtype": e.dtype, "shape": e.counter.shape}
@@ -506,7 +516,7 @@ def main(argv=None):
                    help="one entry per value of a column (rank, step, layer, tensor) or of several (layer,step) "
                         "instead of one per tensor")
     p.add_argument("--json", help="write the report as JSON (-: standard output)")
-    p.add_argument("--csv", help="write one row per tensor (columns and counts) as CSV")
+    p.add_argument("--csv", help="write one row per tensor (or per group with --by): columns and counts, as CSV")
     p.add_argument("--scheduler", default="threads",
                    help="threads, processes, sync, or a dask.distributed scheduler address (tcp://host:8786)")
     p.add_argument("--files-per-task", type=int, default=None)
@@ -536,7 +546,7 @@ def main(argv=None):
     elif a.json:
         write_json(a.json, out)
     if a.csv:
-        write_csv(a.csv, report.rows(a.scale))
+        write_csv(a.csv, report.rows(a.scale, by=a.by))
     for f in report.failed:
         print(f"python -m mpsim.dumps: error: {f['error']} (skipped; the other files are reported)", file=sys.stderr)
     if a.json != "-":

@@ -253,6 +253,12 @@ def test_written_reports(tree, cluster_report, tmp_path):
     assert json.load(open(j)) == report.underflow(LOG2_SCALE)
     lines = open(c).read().splitlines()
     assert len(lines) == len(report.entries) + 1 and lines[0].startswith("file,key,rank,step,layer,tensor,dtype")
+    # Per group: the merged counter's counts, which the group's tensors' counts add up to.
+    for row in report.rows(LOG2_SCALE, by="layer,step"):
+        members = [r for r in report.rows(LOG2_SCALE) if (r["layer"], r["step"]) == (row["layer"], row["step"])]
+        for key in ("numel", "underflows_num", "overflows_num", "zero_num", "nan_num"):
+            assert row[key] == sum(r[key] for r in members), (row, key)
+        assert row["cur_amax"] == max(r["cur_amax"] for r in members)
     assert sorted(os.listdir(tmp_path)) == ["u.csv", "u.json"]
 
 
@@ -300,7 +306,10 @@ def test_command_line(tmp_path):
     want = dumps.analyse(root, "bf16", scheduler="sync", by=("layer",)).hist(10, by="layer")
     assert json.load(open(out_json)) == want
     assert [t["tensor"] for t in want["tensors"]] == ["fc1", "fc2"] and want["skipped_files"] == 1
-    assert len(open(out_csv).read().splitlines()) == 1 + 4
+    lines = open(out_csv).read().splitlines()
+    header = lines[0].split(",")
+    assert len(lines) == 1 + 2 and header[0] == "layer" and "numel" in header and lines[1].startswith("fc1,")
+    assert lines[1].split(",")[header.index("numel")] == "128"  # fc1 of both ranks: 2 x 64 values
     for bad, message in [(["--scale", "3"], "power of two"), (["--format", "fp99"], "fp99"), (["--by", "epoch"], "epoch"),
                          (["--scheduler", "gpu"], "gpu")]:
         target = tmp_path / "bad.json"
@@ -311,5 +320,5 @@ def test_command_line(tmp_path):
     (root / "tensor_dumps").rename(tmp_path / "elsewhere")
     r = subprocess.run(cmd + ["--json", str(tmp_path / "none.json")], capture_output=True, text=True)
     assert r.returncode == 2 and "no tensors read" in r.stderr and not (tmp_path / "none.json").exists()
-    print("python -m mpsim.dumps: the JSON equal to analyse()'s, the CSV of 4 tensors, exit 1 naming bad.npy, exit 2 "
+    print("python -m mpsim.dumps: the JSON equal to analyse()'s, the CSV of its 2 layers, exit 1 naming bad.npy, exit 2 "
           "with nothing written for a bad --scale, --format, --scheduler, a missing root and a tree of no tensor")
