@@ -24,7 +24,8 @@ import numpy as np
 
 from . import _core
 
-__all__ = ["DumpFile", "DumpReport", "find", "analyse", "COLUMNS"]
+__all__ = ["DumpFile", "DumpReport", "Entry", "find", "count_file", "grouping", "graph", "analyse", "write_json",
+           "write_csv", "main", "COLUMNS", "DEFAULT_TASKS"]
 
 # The suffixes read as dumps: PyTorch's torch.save files, numpy's .npy / .npz, safetensors.
 KINDS = {".pt": "pt", ".pth": "pt", ".npy": "npy", ".npz": "npz", ".safetensors": "safetensors"}
