@@ -139,7 +139,7 @@ def reports(report, by=None):
 def cluster_report(tree):
     """The tree analysed on a LocalCluster of 2 worker processes, with the tasks each worker ran."""
     root, _ = tree
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
                                   silence_logs=logging.ERROR) as cluster, distributed.Client(cluster) as client:
         with distributed.get_task_stream(client) as stream:
             report = dumps.analyse(root, FORMAT, MODE, client=client,
