@@ -154,7 +154,8 @@ def _read_safetensors(path):
         if n > size - 8:
             raise ValueError(f"safetensors header of {n} bytes in a file of {size}")
         header = json.loads(f.read(n))
-    entries = sorted(((k, v) for k, v in header.items() if k != "__metadata__"), key=lambda kv: kv[1]["data_offsets"][0])
+    entries = sorted(((k, v) for k, v in header.items() if k != "__metadata__"),
+                     key=lambda kv: kv[1]["data_offsets"][0])
     for key, v in entries:
         dtype = _safetensors_dtype(v["dtype"], key)
         begin, end = v["data_offsets"]
@@ -163,8 +164,10 @@ def _read_safetensors(path):
         if end - begin != count * dtype.itemsize or 8 + n + end > size:
             raise ValueError(f"tensor '{key}' needs {count * dtype.itemsize} bytes at {begin}..{end} of "
                              f"{size - 8 - n} bytes of data")
-        x = np.memmap(path, dtype=dtype, mode="r", offset=8 + n + begin, shape=shape) if count else np.zeros(shape, dtype)
-        yield key, x, dtype.name
+        if count == 0:  # np.memmap cannot map zero bytes
+            yield key, np.zeros(shape, dtype), dtype.name
+        else:
+            yield key, np.memmap(path, dtype=dtype, mode="r", offset=8 + n + begin, shape=shape), dtype.name
 
 
 def _tensors_in(obj, prefix=""):
@@ -197,7 +200,8 @@ def _read_pt(path):
         # error:" (an unknown opcode for a file that is no torch.save output; "Unsupported global" for an object
         # such as Transformer Engine's QuantizedTensor, which only trusted unpickling could build).
         cause = " ".join(str(e).partition("WeightsUnpickler error:")[2].partition("Check the documentation")[0].split())
-        raise ValueError(f"not readable with torch.load(weights_only=True): {cause or str(e).splitlines()[0]}") from None
+        cause = cause or str(e).splitlines()[0]
+        raise ValueError(f"not readable with torch.load(weights_only=True): {cause}") from None
     for key, t in _tensors_in(obj):
         if t.layout != torch.strided:
             raise ValueError(f"tensor '{key}' has layout {t.layout}; mpsim.dumps reads dense tensors")
