@@ -512,8 +512,8 @@ def main(argv=None):
                                 "underflow` over a tree of dumps (.pt, .npy, .npz, .safetensors), on Dask.")
     p.add_argument("root", help="a directory of dumps (walked recursively) or one dump file")
     p.add_argument("--report", choices=["underflow", "hist"], default="underflow")
-    p.add_argument("--format", default="fp16")
-    p.add_argument("--mode", default="rne")
+    p.add_argument("--format", default="fp16", help="the format counted against (as mpsim's --format)")
+    p.add_argument("--mode", default="rne", help="its rounding mode: rne, rtz, ru, rd, rna, rto")
     p.add_argument("--scale", type=_log2_scale, default=0, metavar="S", help="loss scale, a power of two")
     p.add_argument("--margin", type=float, default=2.0, help="underflow: the recommended scale's headroom")
     p.add_argument("--sweep", action="store_true", help="underflow: every scale 2^-8 .. 2^32")
@@ -557,8 +557,8 @@ def main(argv=None):
     if a.json != "-":
         t = out["total"]
         print(f"{len(report.entries)} tensors in {len(report.files) - report.skipped} of {len(report.files)} files, "
-              f"{t['numel']} values; {report.format} under 2^{a.scale}: underflows {t['underflows%']}%, "
-              f"overflows {t['overflows%']}%")
+              f"{t['numel']} values; {report.format} under 2^{a.scale}: underflows {t['underflows%']:.4g}%, "
+              f"overflows {t['overflows%']:.4g}%")
     return 1 if report.failed else 0
 
 
