@@ -77,9 +77,11 @@ def _columns(name):
     return {"tensor": name}
 
 
-def find(root):
+def find(root, errors=None):
     """The dump files under root (a directory, walked recursively, or one file), sorted by name: every file
-    ending in .pt, .pth, .npy, .npz or .safetensors; other files are not dumps and are left out."""
+    ending in .pt, .pth, .npy, .npz or .safetensors; other files are not dumps and are left out. A directory
+    that cannot be listed is appended to `errors` ({'input': its path under root, 'error': why}) when given, and
+    raises OSError otherwise (never passed over in silence)."""
     root = os.fspath(root)
     if os.path.isfile(root):
         kind = KINDS.get(os.path.splitext(root)[1].lower())
@@ -89,8 +91,14 @@ def find(root):
         return [DumpFile(os.path.abspath(root), name, kind, **_columns(name))]
     if not os.path.isdir(root):
         raise FileNotFoundError(f"{root}: no such file or directory")
+    def unlisted(e):
+        if errors is None:
+            raise e
+        name = os.path.relpath(e.filename, root).replace(os.sep, "/") if e.filename else root
+        errors.append({"input": name, "error": f"{name}: {type(e).__name__}: {e.strerror or e}"})
+
     files = []
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, dirnames, filenames in os.walk(root, onerror=unlisted):
         dirnames.sort()
         for fn in filenames:
             kind = KINDS.get(os.path.splitext(fn)[1].lower())
@@ -310,12 +318,14 @@ class DumpReport:
     failed, the counters merged per group (by columns) and in total. hist() and underflow() give the reports of
     the command line."""
 
-    def __init__(self, fmt, mode, files, results, groups, by):
+    def __init__(self, fmt, mode, files, results, groups, by, unlisted=()):
         self.format = fmt
         self.mode = mode
         self.files = files
         self.entries = [e for r in results for e in r.entries]
-        self.failed = [{"input": r.file.name, "error": r.error} for r in results if r.error is not None]
+        # The directories that could not be listed, then the files that could not be read.
+        self.failed = list(unlisted) + [{"input": r.file.name, "error": r.error}
+                                        for r in results if r.error is not None]
         self.skipped = len(self.failed)
         self.by = tuple(by)
         self.total = groups.get((TOTAL, ()))
@@ -431,9 +441,12 @@ def analyse(root, fmt="fp16", mode="rne", *, client=None, scheduler="threads", b
     by = tuple(grouping(g) for g in by)
     if (files_per_task is not None and int(files_per_task) < 1) or int(split_every) < 2:
         raise ValueError("files_per_task must be at least 1 and split_every at least 2")
-    files = find(root)
-    if not files:
+    unlisted = []
+    files = find(root, unlisted)
+    if not files and not unlisted:
         raise ValueError(f"{os.fspath(root)}: no dump files (.pt, .pth, .npy, .npz, .safetensors)")
+    if not files:  # every directory below root unlisted: a report of failures only
+        return DumpReport(fmt, mode, files, [], {}, by, unlisted)
     counted, groups = graph(files, fmt, mode, by=by, files_per_task=files_per_task, split_every=split_every)
     if client is not None:
         results, merged = client.compute([counted, groups], sync=True)
@@ -441,7 +454,7 @@ def analyse(root, fmt="fp16", mode="rne", *, client=None, scheduler="threads", b
         import dask
 
         results, merged = dask.compute(counted, groups, scheduler=scheduler)
-    return DumpReport(fmt, mode, files, results, merged, by)
+    return DumpReport(fmt, mode, files, results, merged, by, unlisted)
 
 
 def write_json(path, report):

@@ -335,3 +335,27 @@ def test_command_line(tmp_path, capfd):
     print("python -m mpsim.dumps: the JSON equal to analyse()'s, the CSV of its 2 layers, exit 1 naming bad.npy, "
           "exit 2 with nothing written for a bad --scale, --format, --by, --scheduler, a missing root and a tree of "
           "no tensor")
+
+
+def test_unlisted_directory(tmp_path, monkeypatch):
+    """A directory that cannot be listed (here: os.scandir refused for it, as for a directory without read
+    permission, which root's tests cannot make) is reported with its path; the rest is analysed."""
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+        np.save(tmp_path / d / "x.npy", np.arange(1, 5, dtype=np.float32))
+    real_scandir = os.scandir
+
+    def scandir(path="."):
+        if os.fspath(path).endswith(os.sep + "b"):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    r = dumps.analyse(tmp_path, scheduler="sync")
+    assert [e.label for e in r.entries] == ["a/x.npy"]
+    assert r.failed == [{"input": "b", "error": "b: PermissionError: Permission denied"}] and r.skipped == 1
+    assert r.hist()["skipped_files"] == 1
+    with pytest.raises(PermissionError):
+        dumps.find(tmp_path)
+    print("unlisted directory: reported as", r.failed, "and the other directory's file counted")
+
