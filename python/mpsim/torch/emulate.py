@@ -20,13 +20,16 @@ An LSTM (or LSTMCell) is unrolled over time in Python with the sites of the simu
 w_ih_grad, w_hh_grad, b_grad backward (docs/torch.md); a site inside the time loop rounds once per step.
 Each rounding returns what it did (mpsim.round(..., stats=True)), summed per site: Emulation.stats().
 """
-import types
+import atexit
+import functools
+import weakref
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 import mpsim
+from mpsim import _device
 
 from ._tensors import check_float_tensor
 
@@ -44,6 +47,20 @@ def _mix64(x):
     x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
     x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
     return x ^ (x >> 31)
+
+
+# Autograd graphs still alive when the interpreter finalizes (a script's last loss, kept in a global) are never
+# freed: torch's PyNode destructor skips its Py_DECREF once Py_IsInitialized() is false
+# (torch/csrc/autograd/python_function.h, PyNode::~PyNode), so a site a graph's node holds would keep its
+# PreparedRounding, a C++ object, alive past nanobind's check at exit, which reports it as leaked. At exit,
+# before finalization starts, every live site drops its C++ half (nothing runs a site after that).
+_LIVE_SITES = weakref.WeakSet()
+
+
+@atexit.register
+def _release_sites_at_exit():
+    for site in list(_LIVE_SITES):
+        site.__dict__.pop("_rounding", None)
 
 
 class RoundingSite:
@@ -69,6 +86,11 @@ class RoundingSite:
         # Callables (site name, tensor) shown every tensor before it is rounded: GradientMonitor counts the
         # gradients at the rounding sites, as the simulator counts them, through these.
         self.observers = []
+        _LIVE_SITES.add(self)
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        _LIVE_SITES.add(self)
 
     @property
     def totals(self):
@@ -79,12 +101,20 @@ class RoundingSite:
     def reset(self):
         self._rounding.reset()
 
+    def __getstate__(self):
+        # The observers are a monitor's hooks, not part of the model: a copy or a loaded model has none.
+        state = dict(self.__dict__)
+        state["observers"] = []
+        return state
+
     def __call__(self, x):
         check_float_tensor(x, self.name)
         for observe in self.observers:
             observe(self.name, x)
         seed = _mix64(self._site_key ^ self.calls) if self._site_key is not None else 0
         self.calls += 1
+        if x.device.type != "cpu":
+            return _device.round_prepared(self._rounding, x, seed, torch.get_num_threads())
         if not x.is_contiguous():
             x = x.contiguous()
         y = torch.empty_like(x)
@@ -374,5 +404,7 @@ def emulate(model, format="fp16", mode="rne", *, grad_format=None, grad_mode=Non
         m._mpsim_name = name
         forward = (_emulated_lstm_forward if isinstance(m, nn.LSTM) else
                    _emulated_lstm_cell_forward if recurrent else _emulated_forward)
-        m.forward = types.MethodType(forward, m)
+        # A partial, not a bound method: it pickles (a bound method pickles as getattr(m, its function's
+        # name), which a module does not have), so an emulated model deepcopies, pickles and torch.saves.
+        m.forward = functools.partial(forward, m)
     return Emulation([m for _, m in chosen], sites)
