@@ -50,6 +50,17 @@ class _Union:
             self.maps.append(per_sign)
 
 
+_UNIONS = {}
+
+
+def _union(counters, mant_bits):
+    """_Union of these counters' formats and modes, made once per combination."""
+    key = (mant_bits,) + tuple((c.format, c.mode) for c in counters)
+    if key not in _UNIONS:
+        _UNIONS[key] = _Union(counters, mant_bits)
+    return _UNIONS[key]
+
+
 def _table(values, exp_bits, mant_bits, int_dtype, union):
     """Counts by (sign, key, union code) of the values, and the largest and smallest non-zero finite |x|."""
     u = values.reshape(-1).view(int_dtype)
@@ -68,38 +79,68 @@ def _table(values, exp_bits, mant_bits, int_dtype, union):
     code = torch.searchsorted(bounds, sig, right=True)
     keys, codes = _keys(exp_bits, mant_bits), len(union.union) + 1
     bins = (sign * keys + key.to(torch.int64)) * codes + code
-    table = torch.bincount(bins, minlength=2 * keys * codes)
+    table = torch.bincount(bins, minlength=2 * keys * codes).reshape(2, keys, codes)
     a = values.reshape(-1).abs()
     finite = e != top
-    zero = torch.zeros((), dtype=values.dtype, device=values.device)
-    amax = torch.where(finite, a, zero).amax() if a.numel() else zero
-    amin = (torch.where(finite & (a != 0), a, torch.full_like(zero, float("inf"))).amin() if a.numel()
-            else torch.full_like(zero, float("inf")))
-    extremes = torch.stack([amax, amin]).to(torch.float64).cpu().numpy()
-    return table.cpu().numpy().reshape(2, keys, codes), float(extremes[0]), float(extremes[1])
+    zero = torch.zeros((), dtype=torch.float64, device=values.device)
+    inf = torch.full_like(zero, float("inf"))
+    if not a.numel():
+        return table, zero, inf
+    amax = torch.where(finite, a, torch.zeros_like(a)).amax().to(torch.float64)
+    amin = torch.where(finite & (a != 0), a, torch.full_like(a, float("inf"))).amin().to(torch.float64)
+    return table, amax, amin
+
+
+class Pending:
+    """What tensors counted on their device add to a set of counters, summed on that device until flush():
+    a site's tensors of one step then cost one transfer and one counter update per format, not one each."""
+
+    def __init__(self, counters):
+        self.counters = counters
+        self.tables = {}  # mant_bits -> summed (sign, key, union code) table, on the device
+        self.amax = self.amin = None
+
+    def add(self, values):
+        """Counts values (a float32 / float64 tensor on any device; float16 / bfloat16 widened exactly)."""
+        values = values.detach()
+        if values.dtype in (torch.float16, torch.bfloat16):
+            values = values.float()
+        if values.dtype not in (torch.float32, torch.float64):
+            raise mpsim.UnsupportedDtypeError(f"values have dtype {values.dtype}; counted are float16, bfloat16, "
+                                              f"float32 and float64 tensors")
+        exp_bits, mant_bits, int_dtype = _FLOAT if values.dtype == torch.float32 else _DOUBLE
+        table, amax, amin = _table(values.contiguous(), exp_bits, mant_bits, int_dtype,
+                                   _union(self.counters, mant_bits))
+        self.tables[mant_bits] = table if mant_bits not in self.tables else self.tables[mant_bits] + table
+        self.amax = amax if self.amax is None else torch.maximum(self.amax, amax)
+        self.amin = amin if self.amin is None else torch.minimum(self.amin, amin)
+
+    def flush(self):
+        """Adds what was counted to the counters (merge: a counter's moments, not counted here, are dropped)."""
+        if not self.tables:
+            return
+        amax, amin = (float(v) for v in torch.stack([self.amax, self.amin]).cpu().numpy())
+        amin = 0.0 if amin == float("inf") else amin
+        fulls = [np.zeros(_counts_size(c), np.int64) for c in self.counters]
+        for mant_bits, table in self.tables.items():
+            table = table.cpu().numpy()
+            offset = 0 if mant_bits == 23 else _DOUBLE_OFFSET
+            for full, maps in zip(fulls, _union(self.counters, mant_bits).maps):
+                own = np.stack([table[s] @ maps[s] for s in range(2)])  # (sign, key, own code)
+                full[offset:offset + own.size] += own.ravel()
+        for counter, full in zip(self.counters, fulls):
+            counter.merge(mpsim.UnderflowCounter.from_counts_array(counter.format, counter.mode, full, amax, amin))
+        self.tables = {}
+        self.amax = self.amin = None
 
 
 def count(counters, values):
     """Adds values (a float32 / float64 tensor on any device; float16 / bfloat16 widened exactly) to each of
-    counters as UnderflowCounter.add_many(counters, values) would, count for count, by torch operations on
-    the tensor's device. A counter's moments, which these counts do not give, are dropped (merge's rule)."""
-    values = values.detach()
-    if values.dtype in (torch.float16, torch.bfloat16):
-        values = values.float()
-    if values.dtype not in (torch.float32, torch.float64):
-        raise mpsim.UnsupportedDtypeError(f"values have dtype {values.dtype}; counted are float16, bfloat16, "
-                                          f"float32 and float64 tensors")
-    exp_bits, mant_bits, int_dtype = _FLOAT if values.dtype == torch.float32 else _DOUBLE
-    union = _Union(counters, mant_bits)
-    table, amax, amin = _table(values.contiguous(), exp_bits, mant_bits, int_dtype, union)
-    if amin == float("inf"):
-        amin = 0.0
-    offset = 0 if mant_bits == 23 else _DOUBLE_OFFSET
-    for counter, maps in zip(counters, union.maps):
-        full = np.zeros(_counts_size(counter), np.int64)
-        own = np.stack([table[s] @ maps[s] for s in range(2)])  # (sign, key, own code)
-        full[offset:offset + own.size] = own.ravel()
-        counter.merge(mpsim.UnderflowCounter.from_counts_array(counter.format, counter.mode, full, amax, amin))
+    counters as UnderflowCounter.add_many(counters, values) would, by torch operations on the tensor's
+    device. A counter's moments, which these counts do not give, are dropped (merge's rule)."""
+    pending = Pending(counters)
+    pending.add(values)
+    pending.flush()
 
 
 _SIZES = {}

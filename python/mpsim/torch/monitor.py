@@ -80,8 +80,16 @@ class SiteCounts:
             # make than new ones, which first find the format's rounding thresholds.
             counters = ({f: empty[f] + empty[f] for f in formats} if empty is not None
                         else {f: mpsim.UnderflowCounter(f, mode, moments=False) for f in formats})
-        self.counters = counters
+        self._counters = counters
         self._all = list(counters.values())
+        self._pending = None  # tensors counted on their device, added to the counters when they are read
+
+    @property
+    def counters(self):
+        """{format: mpsim.UnderflowCounter}, everything added so far included."""
+        if self._pending is not None:
+            self._pending.flush()
+        return self._counters
 
     @property
     def hist(self):
@@ -89,9 +97,12 @@ class SiteCounts:
         return next(iter(self.counters.values())).histogram()
 
     def add(self, values):
-        """values: a numpy array (counted in C++) or a tensor (counted by torch operations on its device)."""
+        """values: a numpy array (counted in C++) or a tensor (counted by torch operations on its device, summed
+        there until the counters are read: one transfer per site and step)."""
         if isinstance(values, torch.Tensor):
-            _device_counts.count(self._all, values)
+            if self._pending is None:
+                self._pending = _device_counts.Pending(self._all)
+            self._pending.add(values)
         else:
             mpsim.UnderflowCounter.add_many(self._all, values)
 
