@@ -250,6 +250,7 @@ def round(x, fmt, mode="rne", *, seed=0, sr_bits=32, subnormals="keep", overflow
                            overflow=overflow, like=like, daz=daz, index0=index0, threads=threads, flip=flip,
                            flip_seed=flip_seed, flip_bits=flip_bits)
     x, kind = _prepare(x)
+    given_out = out is not None
     if out is None:
         out = _empty(x, kind)
     else:
@@ -266,7 +267,8 @@ def round(x, fmt, mode="rne", *, seed=0, sr_bits=32, subnormals="keep", overflow
     else:
         st = _core.round_into(x, out, _format(fmt), mode, seed, sr_bits, subnormals, overflow, like, daz, stats,
                               index0, threads, flip, flip_seed, flip_bits)
-    _written(out)
+    if given_out:
+        _written(out)
     return (out, st) if stats else out
 
 
@@ -335,9 +337,9 @@ def encode(x, fmt, mode="rne", *, seed=0, sr_bits=32, subnormals="keep", overflo
         out = _empty(x, kind, bits_dtype)
     else:
         _check_out(out, x.shape)
+        _written(out)
     st = _core.encode_into(x, out, f, mode, seed, sr_bits, subnormals, overflow, like, daz, stats, index0, threads,
                            flip, flip_seed, flip_bits)
-    _written(out)
     return (out, st) if stats else out
 
 
@@ -364,8 +366,9 @@ def decode(bits, fmt, dtype=_np.float32, *, out=None):
         out = _empty(bits, kind, dtype)
     else:
         _check_out(out, bits.shape)
+        _written(out)
     _core.decode_into(bits, out, f)
-    return _written(out)
+    return out
 
 
 def _on_host(function, x, out, *args, **kwargs):
