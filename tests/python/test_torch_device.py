@@ -2,7 +2,8 @@
 docs/torch.md#devices): rounding through torch's casts equals mpsim.round bit for bit (NaN payloads included)
 with the same stats; the counting by torch operations equals the C++ UnderflowCounter count for count; a
 monitor counting through torch operations writes the same reports. No GPU is needed (none is lent to the
-test machine): the same functions run on a CUDA tensor's device."""
+test machine): the same functions run on a CUDA tensor's device, and where torch sees a GPU the tests marked
+`cuda` run them there too, against mpsim's C++ results on the host."""
 import numpy as np
 import pytest
 
@@ -33,6 +34,9 @@ def float32_patterns(n=1 << 18, seed=35):
     special = np.array([0x7F800000, 0x7FC00000, 0x7F800001, 0x7FFFFFFF, 0x7FA00000, 0x7FC01234], np.uint32)
     all_bits = np.concatenate([bits, e_bits, special])
     return np.concatenate([all_bits, all_bits[-(len(e_bits) + len(special)):] | np.uint32(0x80000000)])
+
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible to torch")
 
 
 # Every float32 pattern: test_exhaustive.py (MPSIM_EXHAUSTIVE_FULL=1); here 2^18 random ones and the edges.
@@ -175,3 +179,31 @@ def test_monitor_counting_through_torch_ops_writes_the_same_reports(tmp_path):
     print("monitor with counting='torch': summary, steps.csv and underflow.json equal to the C++ counting's")
     with pytest.raises(ValueError, match="counting='gpu'"):
         mt.GradientMonitor(nn.Linear(2, 2), counting="gpu")
+
+
+@CUDA
+@pytest.mark.parametrize("fmt,options", CASES + [("fp16", {"subnormals": "flush"}), ("fp8_e4m3", {"mode": "sr"})])
+def test_round_on_cuda_equals_the_host(fmt, options):
+    options = dict(options)
+    mode = options.pop("mode", "rne")
+    x = torch.from_numpy(float32_patterns().view(np.float32).copy())
+    want, want_stats = mpsim.round(x, fmt, mode, stats=True, **options)
+    got, got_stats = mpsim.round(x.cuda(), fmt, mode, stats=True, **options)
+    assert got.device.type == "cuda"
+    bad = int((got.cpu().view(torch.int32) != want.view(torch.int32)).sum())
+    print(f"cuda {fmt} {mode} {options}: {x.numel()} values, {bad} bit mismatches with the host")
+    assert bad == 0 and got_stats == want_stats
+
+
+@CUDA
+def test_counting_on_cuda_equals_the_cpp_counter():
+    formats = ["fp16", "bf16", "fp8_e4m3", "fp8_e5m2"]
+    for name, t in tensors_to_count().items():
+        want = [mpsim.UnderflowCounter(f, "rne", moments=False) for f in formats]
+        got = [mpsim.UnderflowCounter(f, "rne", moments=False) for f in formats]
+        mpsim.UnderflowCounter.add_many(want, t)
+        _device_counts.count(got, t.cuda())
+        for f, a, b in zip(formats, want, got):
+            assert np.array_equal(canonical(a), canonical(b)), (name, f)
+            assert a.amax == b.amax and a.amin_nonzero == b.amin_nonzero, (name, f)
+    print(f"cuda counting: {len(tensors_to_count())} tensors x {len(formats)} formats equal to the C++ counter")
