@@ -8,7 +8,7 @@ cast saturates (±inf and finite values beyond 448 become ±448), which is mpsim
 mpsim's default for fp8_e4m3 (overflow="inf": beyond the rounding range a format without inf gives NaN)
 is the cast with those values set to NaN. NaN results take mpsim's NaN encodings (the IEEE formats keep the
 sign and the top payload bits, as x86 F16C does; lib/mpsim/format/round.hpp), which torch's casts do not
-all keep. tests/python/test_torch_device.py checks every case against mpsim.round on 2^20 float32 patterns
+all keep. tests/python/test_torch_device.py checks every case against mpsim.round on 2^18 random float32 patterns
 and the edges; test_exhaustive.py on all 2^32 (MPSIM_EXHAUSTIVE_FULL=1).
 
 Only float32 input (float16 / bfloat16 are widened to it, exactly) takes the cast: torch casts float64 to
