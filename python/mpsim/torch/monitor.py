@@ -132,6 +132,15 @@ def _number(x):
     return repr(float(x))
 
 
+def _norms_read(norms):
+    """The values of 0-d tensors as Python floats, in their order: one transfer when they share a device (a
+    model split over devices reads each)."""
+    norms = list(norms)
+    if len({n.device for n in norms}) > 1:
+        return [float(n) for n in norms]
+    return torch.stack(norms).tolist() if norms else []
+
+
 def _site_observer(ref):
     """(site, gradient) -> counted as an activation gradient by the monitor behind ref, if it still lives."""
     def observe(site, grad):
@@ -277,7 +286,9 @@ class GradientMonitor:
                 # replaces what an earlier micro-batch's backward counted.
                 mon._counts["weight_grad"].pop(site, None)
                 mon.observe(site, param.grad, kind="weight_grad")
-                mon._grad_norms[site] = float(torch.linalg.vector_norm(param.grad.detach()))
+                # Kept as a tensor on the gradient's device: read once per step (_norms_read), not once per
+                # parameter (a GPU synchronisation each).
+                mon._grad_norms[site] = torch.linalg.vector_norm(param.grad.detach())
         return hook
 
     # ---- counting ----------------------------------------------------------------------------------
@@ -323,8 +334,8 @@ class GradientMonitor:
             result = self.summarize(self._counts, scale, detail_kinds=("activation_grad", "activation"))
             result.update(step=self.step_number, loss=loss)
             # The unscaled global norm, as torch.nn.utils.clip_grad_norm_ after scaler.unscale_ (this rank's).
-            result["grad_norm"] = (math.sqrt(sum(n * n for n in self._grad_norms.values())) / scale
-                                   if self._grad_norms else None)
+            norms = _norms_read(self._grad_norms.values())
+            result["grad_norm"] = math.sqrt(sum(n * n for n in norms)) / scale if norms else None
             for kind, sites in self._counts.items():
                 for site, counts in sites.items():
                     if site in self.totals[kind]:
