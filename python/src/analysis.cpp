@@ -183,11 +183,6 @@ void add_tensor_fields(nlohmann::json& j, const Counter& c, bool with_moments) {
   }
 }
 
-Format format_of(const nb::handle& fmt) {
-  if (nb::isinstance<nb::str>(fmt)) return parse_format(nb::cast<std::string>(fmt));
-  return nb::cast<Format>(fmt);
-}
-
 RangeCounter make_counter(const nb::handle& fmt, const std::string& mode) {
   const RoundingMode m = parse_rounding_mode(mode);
   if (m == RoundingMode::stochastic)
@@ -552,6 +547,28 @@ void bind_analysis(nb::module_& m) {
             return hist_report(d, log2_scale).dump(2) + "\n";
           },
           "tensor"_a = "tensor", "log2_scale"_a = 0, "The JSON report `mpsim hist` writes, for these values as one tensor.")
+      .def(
+          "significand_thresholds",
+          [](const Counter& c, int mant_bits) {
+            // RangeCounter::init_table's thresholds in a table's units (range_counter.cpp): per sign, the three
+            // boundaries' significand thresholds, a significand field m reaching T iff (m << (52 - mant_bits))
+            // >= T. A value's code in the count layout is how many of its sign's thresholds it reaches.
+            if (mant_bits != 23 && mant_bits != 52)
+              throw nb::value_error("significand_thresholds: mant_bits is 23 (float) or 52 (double)");
+            const int shift = 52 - mant_bits;
+            nb::list signs;
+            for (int s = 0; s < 2; ++s) {
+              nb::list t;
+              for (int rank = 1; rank <= 3; ++rank)
+                t.append((c.range.boundary(s, rank).threshold + (std::uint64_t{1} << shift) - 1) >> shift);
+              signs.append(t);
+            }
+            return signs;
+          },
+          "mant_bits"_a = 23,
+          "[[t1, t2, t3] for sign +, then -]: the significand thresholds (in units of a mant_bits-bit field) of "
+          "the transitions to subnormal, normal and overflow, from which counts_array()'s codes are made (the "
+          "torch-op counting of mpsim.torch on a tensor's device builds the same counts from them).")
       .def("counts_array", [](const Counter& c) { return to_numpy(counts_of(c)); },
            "Every count in one fixed layout (int64) for this format and mode, then the moments' exact words "
            "(Moments::words) when the counter has moments: counters of several processes merge with one sum of "

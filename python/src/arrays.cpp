@@ -138,12 +138,14 @@ nb::object round_values(const AnyArray& x, const WritableArray& out, const Forma
 // A rounding whose options were parsed and resolved once (for float32 and for float64 input) and which sums
 // the Stats of its calls in C++: what each of mpsim.torch's rounding sites calls once per tensor, so that a
 // call costs no option parsing and builds no stats dict (docs/torch.md#cost). The values and Stats of a call
-// are those of round_values with the same options and seed.
+// are those of round_values with the same options and seed. It keeps the options it was made from, so that
+// it pickles (an emulated model's deepcopy, pickle and torch.save): the state is those options and the totals.
 class PreparedRounding {
  public:
   PreparedRounding(const Format& fmt, const std::string& mode, int sr_bits, const std::string& subnormals,
                    const std::string& overflow, const std::string& like, bool daz)
-      : f32_(resolve(fmt, subnormals, overflow, mode, sr_bits, 0, daz, like, false)),
+      : fmt_(fmt), mode_(mode), sr_bits_(sr_bits), subnormals_(subnormals), overflow_(overflow), like_(like),
+        daz_(daz), f32_(resolve(fmt, subnormals, overflow, mode, sr_bits, 0, daz, like, false)),
         f64_(resolve(fmt, subnormals, overflow, mode, sr_bits, 0, daz, like, true)) {}
 
   bool stochastic() const { return f32_.rounding.mode == RoundingMode::stochastic; }
@@ -162,6 +164,24 @@ class PreparedRounding {
     ++calls_;
   }
 
+  // Adds the integer counters of a stats dict (round_values' names; one rounding done elsewhere, as torch's
+  // own cast on a tensor's device, docs/torch.md#devices) to the totals, as a call.
+  void add_stats(const nb::dict& d) {
+    Stats s;
+    auto get = [&](const char* key) { return d.contains(key) ? nb::cast<std::uint64_t>(d[key]) : std::uint64_t{0}; };
+    s.count = get("count");
+    s.zero_in = get("zero_in");
+    s.nan = get("nan");
+    s.inf_in = get("inf_in");
+    s.exact = get("exact");
+    s.rounded = get("rounded");
+    s.underflow = get("underflow");
+    s.subnormal = get("subnormal");
+    s.overflow = get("overflow_num");
+    totals_.merge(s);
+    ++calls_;
+  }
+
   // The sums of the integer counters of round_values' stats dict over the calls since the last reset() (an
   // empty dict before the first call); max_abs and min_abs_nonzero are left out (not sums).
   nb::dict totals() const {
@@ -173,7 +193,45 @@ class PreparedRounding {
     calls_ = 0;
   }
 
+  // The resolved format (the subnormals / overflow options and the `like` profile applied) and the options.
+  const Format& format() const { return f32_.format; }
+  const std::string& mode() const { return mode_; }
+  nb::dict options() const {
+    nb::dict d;
+    d["sr_bits"] = sr_bits_;
+    d["subnormals"] = subnormals_;
+    d["overflow"] = overflow_;
+    d["like"] = like_;
+    d["daz"] = daz_;
+    return d;
+  }
+
+  nb::tuple state() const {
+    const Stats& t = totals_;
+    const nb::tuple counts = nb::make_tuple(t.count, t.zero_in, t.nan, t.inf_in, t.exact, t.rounded, t.underflow,
+                                            t.subnormal, t.overflow, t.max_abs, t.min_abs_nonzero);
+    return nb::make_tuple(fmt_, mode_, sr_bits_, subnormals_, overflow_, like_, daz_, counts, calls_);
+  }
+  static void restore(PreparedRounding* p, const nb::tuple& t) {
+    new (p) PreparedRounding(nb::cast<Format>(t[0]), nb::cast<std::string>(t[1]), nb::cast<int>(t[2]),
+                             nb::cast<std::string>(t[3]), nb::cast<std::string>(t[4]), nb::cast<std::string>(t[5]),
+                             nb::cast<bool>(t[6]));
+    const nb::tuple c = nb::cast<nb::tuple>(t[7]);
+    Stats& s = p->totals_;
+    std::uint64_t* fields[] = {&s.count, &s.zero_in, &s.nan, &s.inf_in, &s.exact, &s.rounded, &s.underflow,
+                               &s.subnormal, &s.overflow};
+    for (std::size_t i = 0; i < std::size(fields); ++i) *fields[i] = nb::cast<std::uint64_t>(c[i]);
+    s.max_abs = nb::cast<double>(c[9]);
+    s.min_abs_nonzero = nb::cast<double>(c[10]);
+    p->calls_ = nb::cast<std::uint64_t>(t[8]);
+  }
+
  private:
+  Format fmt_;
+  std::string mode_;
+  int sr_bits_;
+  std::string subnormals_, overflow_, like_;
+  bool daz_;
   DeviceRounding f32_, f64_;
   Stats totals_;
   std::uint64_t calls_ = 0;
@@ -366,10 +424,21 @@ void bind_arrays(nb::module_& m) {
   nb::class_<PreparedRounding>(m, "PreparedRounding",
                                "A rounding with its options parsed once, summing its calls' stats (mpsim.torch's "
                                "rounding sites).")
-      .def(nb::init<const Format&, const std::string&, int, const std::string&, const std::string&,
-                    const std::string&, bool>(),
-           "fmt"_a, "mode"_a, "sr_bits"_a, "subnormals"_a, "overflow"_a, "like"_a, "daz"_a)
+      .def(
+          "__init__",
+          [](PreparedRounding* p, nb::handle fmt, const std::string& mode, int sr_bits, const std::string& subnormals,
+             const std::string& overflow, const std::string& like, bool daz) {
+            new (p) PreparedRounding(format_of(fmt), mode, sr_bits, subnormals, overflow, like, daz);
+          },
+          "fmt"_a, "mode"_a, "sr_bits"_a, "subnormals"_a, "overflow"_a, "like"_a, "daz"_a)
       .def_prop_ro("stochastic", &PreparedRounding::stochastic)
+      .def_prop_ro("format", &PreparedRounding::format, "The format rounded to, its options applied.")
+      .def_prop_ro("mode", &PreparedRounding::mode)
+      .def_prop_ro("options", &PreparedRounding::options, "{sr_bits, subnormals, overflow, like, daz}.")
+      .def("add_stats", &PreparedRounding::add_stats, "stats"_a,
+           "Adds a stats dict's integer counters (a rounding done elsewhere) to the totals, as one call.")
+      .def("__getstate__", &PreparedRounding::state)
+      .def("__setstate__", &PreparedRounding::restore)
       .def("round_into", &PreparedRounding::round_into, "x"_a, "out"_a, "seed"_a, "threads"_a = 0,
            "out[...] = the values of x rounded (as round_into with these options and seed); the stats are summed.")
       .def("totals", &PreparedRounding::totals)

@@ -38,6 +38,9 @@ std::span<const T> input_span(const AnyArray& a, const char* what);
 template <class T>
 std::span<T> output_span(const WritableArray& a, const char* what, std::size_t expected_size);
 
+// The format `fmt` names: a format name, an mpsim.Format, or a torch / numpy dtype (torch.float16,
+// torch.float8_e4m3fn, ml_dtypes.bfloat16, ...). ValueError for an unknown name, TypeError for another object.
+Format format_of(nb::handle fmt);
 // The format, with the subnormals ("keep" | "flush") and overflow ("inf" | "saturate") keyword arguments
 // applied (lib/mpsim/format/options.hpp); ValueError naming the argument for an unknown value.
 Format format_with_kwargs(const Format& base, std::string_view subnormals, std::string_view overflow);

@@ -75,11 +75,21 @@ SoftErrors soft_errors_with_kwargs(double flip, std::uint64_t flip_seed, std::st
   }
 }
 
+Format format_of(nb::handle fmt) {
+  if (nb::isinstance<nb::str>(fmt)) return parse_format(nb::cast<std::string>(fmt));
+  if (nb::isinstance<Format>(fmt)) return nb::cast<Format>(fmt);
+  // A torch or numpy dtype: the package maps it to a format name (mpsim._dtype_format_name, one table for
+  // every caller) and raises a TypeError naming anything else.
+  const nb::object name = nb::module_::import_("mpsim").attr("_dtype_format_name")(fmt);
+  return parse_format(nb::cast<std::string>(name));
+}
+
 void bind_formats(nb::module_& m) {
   nb::class_<Format>(m, "Format",
                      "A binary floating-point format: Format('fp16'), Format('float8_e4m3fn'), Format('e5m10'), ...\n"
-                     "Every name the command line takes (mpsim.formats() lists the canonical ones).")
-      .def("__init__", [](Format* f, std::string_view name) { new (f) Format(parse_format(name)); }, nb::arg("name"))
+                     "Every name the command line takes (mpsim.formats() lists the canonical ones), or a torch / "
+                     "numpy dtype naming one (Format(torch.bfloat16), Format(ml_dtypes.float8_e5m2)).")
+      .def("__init__", [](Format* f, nb::handle name) { new (f) Format(format_of(name)); }, nb::arg("name").none())
       .def_ro("name", &Format::name)
       .def_ro("exp_bits", &Format::exp_bits)
       .def_ro("man_bits", &Format::man_bits)

@@ -1,4 +1,5 @@
-"""fp16 and bf16 nearest-even through mpsim.encode against numpy's float16 cast and ml_dtypes' bfloat16 cast:
+"""fp16 and bf16 nearest-even through mpsim.encode against numpy's float16 cast and ml_dtypes' bfloat16 cast, and
+the rounding of tensors off the CPU (torch's casts to fp16, bf16, fp8) against mpsim.round:
 every float32 input with MPSIM_EXHAUSTIVE_FULL=1 (./run test-full), in chunks of 2^24; otherwise the first 2^20
 inputs of every 16th chunk and of the inf / NaN patterns of both signs (spread over the exponents). NaN inputs: both must give a NaN of the same sign
 (payloads differ, docs/formats.md)."""
@@ -49,3 +50,29 @@ def test_fp16_every_float32():
 
 def test_bf16_every_float32():
     assert check("bf16", ml_dtypes.bfloat16, np.uint16) == 0
+
+
+def test_torch_casts_equal_mpsim_round_on_every_float32():
+    """The rounding a tensor off the CPU takes (torch's cast, mpsim's NaN encodings; python/mpsim/_device.py),
+    run on the CPU: equal to mpsim.round bit for bit, NaN payloads included, for every cast format."""
+    import pytest
+    torch = pytest.importorskip("torch")
+    from mpsim import _device
+    e4m3 = mpsim.Format("fp8_e4m3")
+    total = 0
+    for f in (mpsim.Format("fp16"), mpsim.Format("bf16"), mpsim.Format("fp8_e5m2"), e4m3,
+              e4m3.with_options(overflow="saturate")):
+        plan = _device.cast_plan(f)
+        mismatches = inputs = 0
+        t0 = time.time()
+        for start in STARTS:
+            bits = np.arange(start, start + SAMPLE, dtype=np.uint64).astype(np.uint32)
+            x = torch.from_numpy(bits.view(np.float32))
+            got = _device.round_by_cast(x, f, *plan)
+            want = mpsim.round(x, f, overflow=f.overflow)  # round's keyword, not the Format's, sets overflow
+            mismatches += int((got.view(torch.int32) != want.view(torch.int32)).sum())
+            inputs += x.numel()
+        print(f"{f.name} ({f.overflow}) through torch's cast to {plan[0]} vs mpsim.round: {inputs} float32 inputs "
+              f"({'all' if FULL else 'sampled chunks'}), {mismatches} bit mismatches, {time.time() - t0:.1f} s")
+        total += mismatches
+    assert total == 0

@@ -29,9 +29,12 @@ A GRU (or GRUCell) is unrolled the same way, at the same places (docs/torch.md#g
 emulate() cannot reproduce (RNN cells, einsum, ...) are named in a NotEmulatedWarning.
 Each rounding returns what it did (mpsim.round(..., stats=True)), summed per site: Emulation.stats().
 """
+import atexit
+import functools
 import math
 import types
 import warnings
+import weakref
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +42,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 import mpsim
+from mpsim import _device
 
 from ._tensors import check_float_tensor
 
@@ -56,6 +60,20 @@ def _mix64(x):
     x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
     x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
     return x ^ (x >> 31)
+
+
+# Autograd graphs still alive when the interpreter finalizes (a script's last loss, kept in a global) are never
+# freed: torch's PyNode destructor skips its Py_DECREF once Py_IsInitialized() is false
+# (torch/csrc/autograd/python_function.h, PyNode::~PyNode), so a site a graph's node holds would keep its
+# PreparedRounding, a C++ object, alive past nanobind's check at exit, which reports it as leaked. At exit,
+# before finalization starts, every live site drops its C++ half (nothing runs a site after that).
+_LIVE_SITES = weakref.WeakSet()
+
+
+@atexit.register
+def _release_sites_at_exit():
+    for site in list(_LIVE_SITES):
+        site.__dict__.pop("_rounding", None)
 
 
 class RoundingSite:
@@ -82,6 +100,11 @@ class RoundingSite:
         # Callables (site name, tensor) shown every tensor before it is rounded: GradientMonitor counts the
         # gradients at the rounding sites, as the simulator counts them, through these.
         self.observers = list(observers)
+        _LIVE_SITES.add(self)
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        _LIVE_SITES.add(self)
 
     @property
     def totals(self):
@@ -92,12 +115,20 @@ class RoundingSite:
     def reset(self):
         self._rounding.reset()
 
+    def __getstate__(self):
+        # The observers are a monitor's hooks, not part of the model: a copy or a loaded model has none.
+        state = dict(self.__dict__)
+        state["observers"] = []
+        return state
+
     def __call__(self, x):
         check_float_tensor(x, self.name)
         for observe in self.observers:
             observe(self.name, x)
         seed = _mix64(self._site_key ^ self.calls) if self._site_key is not None else 0
         self.calls += 1
+        if x.device.type != "cpu":
+            return _device.round_prepared(self._rounding, x, seed, torch.get_num_threads())
         if not x.is_contiguous():
             x = x.contiguous()
         y = torch.empty_like(x)
@@ -671,7 +702,9 @@ class Emulation:
             self._handles.append(m.register_forward_pre_hook(self._enter))
             self._handles.append(m.register_forward_hook(self._leave, always_call=True))
         for m, forward in replaced:
-            m.forward = types.MethodType(forward, m)
+            # A partial, not a bound method: it pickles (a bound method pickles as getattr(m, its function's
+            # name), which a module does not have), so an emulated model deepcopies, pickles and torch.saves.
+            m.forward = functools.partial(forward, m)
             self._replaced.append(m)
 
     # -- the public side ---------------------------------------------------------------------------------------

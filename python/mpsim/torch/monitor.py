@@ -58,6 +58,7 @@ import torch
 
 import mpsim
 
+from . import _device_counts
 from . import distributed as _dist
 from ._tensors import values_to_count
 
@@ -79,8 +80,16 @@ class SiteCounts:
             # make than new ones, which first find the format's rounding thresholds.
             counters = ({f: empty[f] + empty[f] for f in formats} if empty is not None
                         else {f: mpsim.UnderflowCounter(f, mode, moments=False) for f in formats})
-        self.counters = counters
+        self._counters = counters
         self._all = list(counters.values())
+        self._pending = None  # tensors counted on their device, added to the counters when they are read
+
+    @property
+    def counters(self):
+        """{format: mpsim.UnderflowCounter}, everything added so far included."""
+        if self._pending is not None:
+            self._pending.flush()
+        return self._counters
 
     @property
     def hist(self):
@@ -88,7 +97,14 @@ class SiteCounts:
         return next(iter(self.counters.values())).histogram()
 
     def add(self, values):
-        mpsim.UnderflowCounter.add_many(self._all, values)
+        """values: a numpy array (counted in C++) or a tensor (counted by torch operations on its device, summed
+        there until the counters are read: one transfer per site and step)."""
+        if isinstance(values, torch.Tensor):
+            if self._pending is None:
+                self._pending = _device_counts.Pending(self._all)
+            self._pending.add(values)
+        else:
+            mpsim.UnderflowCounter.add_many(self._all, values)
 
     def merge(self, other):
         for f, c in self.counters.items():
@@ -114,6 +130,15 @@ def _number(x):
     if isinstance(x, int):
         return str(x)
     return repr(float(x))
+
+
+def _norms_read(norms):
+    """The values of 0-d tensors as Python floats, in their order: one transfer when they share a device (a
+    model split over devices reads each)."""
+    norms = list(norms)
+    if len({n.device for n in norms}) > 1:
+        return [float(n) for n in norms]
+    return torch.stack(norms).tolist() if norms else []
 
 
 def _site_observer(ref):
@@ -150,7 +175,7 @@ class GradientMonitor:
 
     def __init__(self, model, formats=DEFAULT_FORMATS, *, every=10, scaler=None, out=None, activations=False,
                  activation_grads=True, weight_grads=True, modules=None, hist_every=10, mode="rne", margin=2.0,
-                 policy=None, reduce="auto", group=None, emulation=None):
+                 policy=None, reduce="auto", group=None, emulation=None, counting="auto"):
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"GradientMonitor: expected a torch.nn.Module, got {type(model).__name__}")
         if isinstance(formats, str):
@@ -165,6 +190,11 @@ class GradientMonitor:
             raise ValueError(f"GradientMonitor: every={every} must be >= 1 and hist_every={hist_every} >= 0")
         if reduce not in ("auto", "never"):
             raise ValueError(f"GradientMonitor: reduce={reduce!r} is not 'auto' or 'never'")
+        if counting not in ("auto", "torch"):
+            raise ValueError(f"GradientMonitor: counting={counting!r} is not 'auto' or 'torch'")
+        # "auto": CPU tensors in C++ (the quickest there), others by torch operations on their device
+        # (_device_counts.py); "torch": every tensor by torch operations (the device path, on any device).
+        self.counting = counting
         self.model = model
         self.every = int(every)
         self.hist_every = int(hist_every)
@@ -256,7 +286,9 @@ class GradientMonitor:
                 # replaces what an earlier micro-batch's backward counted.
                 mon._counts["weight_grad"].pop(site, None)
                 mon.observe(site, param.grad, kind="weight_grad")
-                mon._grad_norms[site] = float(torch.linalg.vector_norm(param.grad.detach()))
+                # Kept as a tensor on the gradient's device: read once per step (_norms_read), not once per
+                # parameter (a GPU synchronisation each).
+                mon._grad_norms[site] = torch.linalg.vector_norm(param.grad.detach())
         return hook
 
     # ---- counting ----------------------------------------------------------------------------------
@@ -269,14 +301,14 @@ class GradientMonitor:
 
     def observe(self, site, tensor, kind="activation_grad"):
         """Counts tensor's values at `site` for this step (what the hooks call; also for tensors of your
-        own). Counts only on sampled steps; CPU float tensors (fp16 / bf16 are widened exactly)."""
+        own). Counts only on sampled steps; float tensors on any device (fp16 / bf16 are widened exactly)."""
         if kind not in KINDS:
             raise ValueError(f"observe: kind {kind!r} is not one of {', '.join(KINDS)}")
         if not self._sampling:
             return
         if self._scale is None:
             self._scale = self.current_scale()
-        values = values_to_count(tensor, f"{kind} {site}")
+        values = values_to_count(tensor, f"{kind} {site}", on_device=self.counting == "torch")
         counts = self._counts[kind].get(site)
         if counts is None:
             counts = self._counts[kind][site] = SiteCounts(self.formats, self.mode, empty=self._empty)
@@ -302,8 +334,8 @@ class GradientMonitor:
             result = self.summarize(self._counts, scale, detail_kinds=("activation_grad", "activation"))
             result.update(step=self.step_number, loss=loss)
             # The unscaled global norm, as torch.nn.utils.clip_grad_norm_ after scaler.unscale_ (this rank's).
-            result["grad_norm"] = (math.sqrt(sum(n * n for n in self._grad_norms.values())) / scale
-                                   if self._grad_norms else None)
+            norms = _norms_read(self._grad_norms.values())
+            result["grad_norm"] = math.sqrt(sum(n * n for n in norms)) / scale if norms else None
             for kind, sites in self._counts.items():
                 for site, counts in sites.items():
                     if site in self.totals[kind]:
@@ -358,9 +390,11 @@ class GradientMonitor:
                     continue
                 rec = total.recommend_scale(margin=self.margin)
                 entry["recommended_log2_scale"] = None if rec is None else rec["log2_scale"] + log2_s
-                # Over the absolute loss scales 2^-128 .. 2^128, whatever the scale the values carry.
+                # Over the absolute loss scales 2^-128 .. 2^128, whatever the scale the values carry; no window
+                # without a non-zero finite value (an all-NaN or all-zero step: no scale is known to be safe).
                 shift = round(log2_s)
-                window = best_window(total, -SWEEP_LOG2 - shift, SWEEP_LOG2 - shift)
+                window = (best_window(total, -SWEEP_LOG2 - shift, SWEEP_LOG2 - shift)
+                          if total.range_counts(0)[0] else None)
                 entry["window"] = None if window is None else [window[0] + log2_s, window[1] + log2_s]
                 per_kind[kind] = entry
             out["formats"][f] = per_kind
