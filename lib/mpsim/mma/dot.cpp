@@ -1,0 +1,252 @@
+#include "mpsim/mma/dot.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "mpsim/error.hpp"
+#include "mpsim/format/round.hpp"
+#include "mpsim/parallel.hpp"
+
+namespace mpsim::mma {
+namespace {
+
+// fp32's smallest normal exponent: the accumulator register c is decoded as fp32 whatever the output
+// (AlignSignficand in Generic_BFMA_TC.m clamps c's exponent at -126).
+constexpr int kAccumulatorEmin = -126;
+constexpr int kAccumulatorFrac = 23;
+
+enum class Kind : std::uint8_t { zero, finite, inf, nan };
+
+// An operand split once: |x| = mag * 2^(exp - frac), exp = max(floor(log2|x|), emin) (the alignment
+// exponent), mag < 2^(frac + 1).
+struct Operand {
+  std::uint64_t mag = 0;
+  int exp = 0;
+  Kind kind = Kind::zero;
+  bool neg = false;
+};
+
+Operand split(double x, int emin, int frac, bool subnormals) {
+  Operand o;
+  o.neg = std::signbit(x);
+  if (std::isnan(x)) { o.kind = Kind::nan; return o; }
+  if (std::isinf(x)) { o.kind = Kind::inf; return o; }
+  if (x == 0) return o;
+  int e2 = 0;
+  std::frexp(x, &e2);  // |x| = f * 2^e2, f in [0.5, 1)
+  const int e = std::max(e2 - 1, emin);
+  if (e2 - 1 < emin && !subnormals) return o;  // a subnormal input read as zero
+  o.kind = Kind::finite;
+  o.exp = e;
+  o.mag = static_cast<std::uint64_t>(std::ldexp(std::fabs(x), frac - e));  // exact: x holds frac bits below 2^e
+  return o;
+}
+
+// A term ready for alignment: |value| = mag * 2^(exp - frac).
+struct Term {
+  std::uint64_t mag;
+  int exp;
+  int frac;
+  bool neg;
+};
+
+// floor(mag * 2^shift), with the lost bits ORed into bit 0 when `sticky`.
+std::uint64_t align_term(std::uint64_t mag, int shift, bool sticky) {
+  if (shift >= 0) return mag << shift;
+  if (shift <= -64) return (sticky && mag != 0) ? 1 : 0;
+  const std::uint64_t kept = mag >> -shift;
+  if (sticky && (kept << -shift) != mag) return kept | 1;
+  return kept;
+}
+
+// S * 2^ue rounded to `result_bits` fraction bits within out's exponent range; ±inf beyond it.
+double round_sum(std::int64_t S, int ue, int result_bits, const Format& out, FinalRounding mode, bool out_subnormals) {
+  if (S == 0) return 0.0;
+  const bool neg = S < 0;
+  const std::uint64_t M = neg ? 0 - static_cast<std::uint64_t>(S) : static_cast<std::uint64_t>(S);
+  const int lead = 63 - std::countl_zero(M);
+  const int e = lead + ue;
+  const int q = std::max(e, out.emin) - result_bits;  // the exponent of the result's last bit
+  const int sh = q - ue;
+  std::uint64_t R;
+  if (sh <= 0) {
+    R = M << -sh;
+  } else if (sh >= 64) {
+    R = 0;
+    if (mode == FinalRounding::nearest_even && sh == 64 && (M >> 63)) R = (M << 1) != 0 ? 1 : 0;
+  } else {
+    R = M >> sh;
+    if (mode == FinalRounding::nearest_even) {
+      const std::uint64_t rem = M - (R << sh);
+      const std::uint64_t half = std::uint64_t{1} << (sh - 1);
+      if (rem > half || (rem == half && (R & 1))) ++R;
+    }
+  }
+  double v = std::ldexp(static_cast<double>(R), q);
+  if (v >= std::ldexp(1.0, out.emax + 1)) v = std::numeric_limits<double>::infinity();
+  if (!out_subnormals && v < out.min_normal) v = 0.0;
+  return neg ? -v : v;
+}
+
+// Special operands of one block (products a_k b_k and c): NaN, an infinity, or none (finite).
+struct Special {
+  bool any = false;
+  double value = 0;
+};
+Special block_special(const Operand* a, const Operand* b, int n, const Operand& c) {
+  bool nan = c.kind == Kind::nan, pos_inf = c.kind == Kind::inf && !c.neg, neg_inf = c.kind == Kind::inf && c.neg;
+  for (int k = 0; k < n; ++k) {
+    if (a[k].kind == Kind::nan || b[k].kind == Kind::nan) { nan = true; continue; }
+    const bool ia = a[k].kind == Kind::inf, ib = b[k].kind == Kind::inf;
+    if (!ia && !ib) continue;
+    if (a[k].kind == Kind::zero || b[k].kind == Kind::zero) { nan = true; continue; }  // inf * 0
+    ((a[k].neg != b[k].neg) ? neg_inf : pos_inf) = true;
+  }
+  if (nan || (pos_inf && neg_inf)) return {true, std::numeric_limits<double>::quiet_NaN()};
+  if (pos_inf) return {true, std::numeric_limits<double>::infinity()};
+  if (neg_inf) return {true, -std::numeric_limits<double>::infinity()};
+  return {};
+}
+
+// One block FMA on finite operands (block_special said none is special): the model of unit.hpp.
+double block_fma(const BlockFma& p, const Operand* a, const Operand* b, int n, int in_frac, const Operand& c,
+                 const Format& out, bool out_subnormals) {
+  Term terms[257];
+  int count = 0;
+  for (int k = 0; k < n; ++k) {
+    if (a[k].kind != Kind::finite || b[k].kind != Kind::finite) continue;  // zero products drop out
+    terms[count++] = {a[k].mag * b[k].mag, a[k].exp + b[k].exp, 2 * in_frac, a[k].neg != b[k].neg};
+  }
+  if (c.kind == Kind::finite) terms[count++] = {c.mag, c.exp, kAccumulatorFrac, c.neg};
+  if (count == 0) return 0.0;
+  int E = p.exponent_floor;
+  for (int i = 0; i < count; ++i) E = std::max(E, terms[i].exp);
+  std::int64_t S = 0;
+  for (int i = 0; i < count; ++i) {
+    const auto t = static_cast<std::int64_t>(
+        align_term(terms[i].mag, terms[i].exp - terms[i].frac - E + p.align_bits, p.sticky));
+    S += terms[i].neg ? -t : t;
+  }
+  return round_sum(S, E - p.align_bits, p.result_bits, out, p.rounding, out_subnormals);
+}
+
+// x + y exactly, rounded once to `out` (both are values of fp32 or narrower): two terms with three bits
+// below fp32's and a sticky bit round exactly (a guard, a round and a sticky bit, as any IEEE adder).
+double add_rounded(double x, double y, const Format& out, FinalRounding mode, bool out_subnormals) {
+  const Operand ox = split(x, kAccumulatorEmin, kAccumulatorFrac, true);
+  const Operand oy = split(y, kAccumulatorEmin, kAccumulatorFrac, true);
+  if (ox.kind == Kind::nan || oy.kind == Kind::nan ||
+      (ox.kind == Kind::inf && oy.kind == Kind::inf && ox.neg != oy.neg))
+    return std::numeric_limits<double>::quiet_NaN();
+  if (ox.kind == Kind::inf) return x;
+  if (oy.kind == Kind::inf) return y;
+  if (ox.kind == Kind::zero && oy.kind == Kind::zero) return (std::signbit(x) && std::signbit(y)) ? -0.0 : 0.0;
+  constexpr int align_bits = kAccumulatorFrac + 5;
+  int E = std::numeric_limits<int>::min();
+  for (const Operand* o : {&ox, &oy})
+    if (o->kind == Kind::finite) E = std::max(E, o->exp);
+  std::int64_t S = 0;
+  for (const Operand* o : {&ox, &oy}) {
+    if (o->kind != Kind::finite) continue;
+    const auto v = static_cast<std::int64_t>(align_term(o->mag, o->exp - kAccumulatorFrac - E + align_bits, true));
+    S += o->neg ? -v : v;
+  }
+  return round_sum(S, E - align_bits, out.man_bits, out, mode, out_subnormals);
+}
+
+// One dot product over pre-split operands (a, b: K each; the caller pads nothing).
+double dot_split(const MatrixUnit& u, const Operand* a, const Operand* b, std::size_t K, double c) {
+  const int in_frac = u.input.man_bits;
+  auto run_chain = [&](std::size_t begin, std::size_t end, double acc, const Format& out, const BlockFma& p,
+                       const int* order) {
+    // Blocks of p.products over [begin, end); with `order`, over one instruction's positions in that order
+    // (positions past `end` are the zero padding of a short last instruction).
+    Operand ga[256], gb[256];
+    const std::size_t span = order ? static_cast<std::size_t>(u.instruction.k) : end - begin;
+    for (std::size_t j0 = 0; j0 < span; j0 += static_cast<std::size_t>(p.products)) {
+      int m = 0;
+      for (std::size_t j = j0; j < j0 + static_cast<std::size_t>(p.products); ++j) {
+        const std::size_t k = begin + (order ? static_cast<std::size_t>(order[j]) : j);
+        if (k < end) { ga[m] = a[k]; gb[m] = b[k]; ++m; }
+      }
+      const Operand oc = split(acc, kAccumulatorEmin, kAccumulatorFrac, true);
+      const Special s = block_special(ga, gb, m, oc);
+      acc = s.any ? s.value : block_fma(p, ga, gb, m, in_frac, oc, out, u.output_subnormals);
+    }
+    return acc;
+  };
+  auto chain = [&](std::size_t begin, std::size_t end, double acc) {
+    if (u.instruction.k == 0) return run_chain(begin, end, acc, u.output, u.block, nullptr);
+    // Each instruction: its products in `groups` interleaved blocks chained from zero, then + C once.
+    const int ik = u.instruction.k;
+    std::vector<int> order;
+    for (int g = 0; g < u.instruction.groups; ++g)
+      for (int k = 0; k < ik; ++k)
+        if ((k / u.instruction.interleave) % u.instruction.groups == g) order.push_back(k);
+    for (std::size_t i0 = begin; i0 < end; i0 += static_cast<std::size_t>(ik)) {
+      const std::size_t i1 = std::min(end, i0 + static_cast<std::size_t>(ik));
+      const double partial = run_chain(i0, i1, 0.0, u.instruction.block_output, u.block, order.data());
+      acc = add_rounded(acc, partial, u.output, u.instruction.end_rounding, u.output_subnormals);
+    }
+    return acc;
+  };
+  if (u.promote_every <= 0) return chain(0, K, c);
+  // Split accumulation: each chunk of promote_every products from zero, added to an fp32 accumulator (RNE).
+  double acc = c;
+  for (std::size_t k0 = 0; k0 < K; k0 += static_cast<std::size_t>(u.promote_every)) {
+    const std::size_t k1 = std::min(K, k0 + static_cast<std::size_t>(u.promote_every));
+    acc = add_rounded(acc, chain(k0, k1, 0.0), u.output, FinalRounding::nearest_even, u.output_subnormals);
+  }
+  return acc;
+}
+
+Operand split_input(const MatrixUnit& u, double x) {
+  return split(x, u.input.emin, u.input.man_bits, u.input_subnormals);
+}
+
+}  // namespace
+
+double dot(const MatrixUnit& unit, std::span<const double> a, std::span<const double> b, double c) {
+  if (a.size() != b.size())
+    throw Error("mma::dot: a has " + std::to_string(a.size()) + " values but b has " + std::to_string(b.size()));
+  std::vector<Operand> sa(a.size()), sb(b.size());
+  for (std::size_t k = 0; k < a.size(); ++k) {
+    sa[k] = split_input(unit, a[k]);
+    sb[k] = split_input(unit, b[k]);
+  }
+  return dot_split(unit, sa.data(), sb.data(), a.size(), c);
+}
+
+void gemm(const MatrixUnit& unit, std::size_t M, std::size_t N, std::size_t K, const double* A, const double* B,
+          const double* C, double* D, int threads) {
+  // Decode once: A's rows as they lie, B's columns gathered into rows (B transposed).
+  std::vector<Operand> sa(M * K), sbt(N * K);
+  for (std::size_t i = 0; i < M * K; ++i) sa[i] = split_input(unit, A[i]);
+  for (std::size_t k = 0; k < K; ++k)
+    for (std::size_t j = 0; j < N; ++j) sbt[j * K + k] = split_input(unit, B[k * N + j]);
+  const int workers = threads > 0 ? threads : hardware_threads();
+  parallel_for(M, std::min<std::size_t>(static_cast<std::size_t>(workers), std::max<std::size_t>(M, 1)), "mma_gemm",
+               [&](int, std::size_t i0, std::size_t i1) {
+                 for (std::size_t i = i0; i < i1; ++i)
+                   for (std::size_t j = 0; j < N; ++j)
+                     D[i * N + j] = dot_split(unit, sa.data() + i * K, sbt.data() + j * K, K, C ? C[i * N + j] : 0.0);
+               });
+}
+
+std::size_t round_to_format(std::span<double> values, const Format& fmt) {
+  std::size_t changed = 0;
+  for (double& v : values) {
+    if (std::isnan(v)) continue;
+    const double r = decode(round_bits(v, fmt), fmt);
+    if (!(r == v && std::signbit(r) == std::signbit(v))) {
+      ++changed;
+      v = r;
+    }
+  }
+  return changed;
+}
+
+}  // namespace mpsim::mma
