@@ -202,26 +202,45 @@ TEST_CASE("the model equals the Boost.Multiprecision reference on random tiles",
   CHECK(missed == 0);
 }
 
-TEST_CASE("gemm equals dot for every element, whatever the thread count", "[mma]") {
-  const mma::MatrixUnit u = mma::matrix_unit("h100", fp8_e4m3(), fp16());
+TEST_CASE("gemm's integer path equals dot for every element, whatever the thread count", "[mma]") {
+  struct Case { const char* model; const Format* in; const Format* out; int promote; };
+  const Case cases[] = {
+      {"v100", &fp16(), &fp32(), 0},      {"v100", &fp16(), &fp16(), 0},      {"a100", &bf16(), &fp32(), 0},
+      {"a100", &tf32(), &fp32(), 0},      {"ada", &fp8_e4m3(), &fp16(), 0},   {"l40s", &fp8_e5m2(), &fp32(), 0},
+      {"h100", &fp16(), &fp32(), 0},      {"h100", &fp16(), &fp16(), 0},      {"h100", &bf16(), &fp32(), 64},
+      {"h100", &fp8_e4m3(), &fp32(), 0},  {"h100", &fp8_e4m3(), &fp32(), 128}, {"h200", &fp8_e5m2(), &fp16(), 0},
+      {"b200", &fp8_e4m3(), &fp32(), 0},  {"b200", &tf32(), &fp32(), 0},      {"exact-fp32", &fp16(), &fp32(), 0},
+  };
   Generator gen{std::mt19937_64(7)};
-  const std::size_t M = 13, N = 9, K = 77;
-  std::vector<double> A(M * K), B(K * N), C(M * N);
-  for (auto& v : A) v = gen.value(fp8_e4m3(), 1);
-  for (auto& v : B) v = gen.value(fp8_e4m3(), 1);
-  for (auto& v : C) v = gen.value(fp16(), 1);
-  std::vector<double> D1(M * N), D3(M * N);
-  mma::gemm(u, M, N, K, A.data(), B.data(), C.data(), D1.data(), 1);
-  mma::gemm(u, M, N, K, A.data(), B.data(), C.data(), D3.data(), 3);
-  std::size_t miss = 0;
-  for (std::size_t i = 0; i < M; ++i)
-    for (std::size_t j = 0; j < N; ++j) {
-      std::vector<double> a(A.begin() + i * K, A.begin() + (i + 1) * K), b(K);
-      for (std::size_t k = 0; k < K; ++k) b[k] = B[k * N + j];
-      const double d = mma::dot(u, a, b, C[i * N + j]);
-      miss += !same(d, D1[i * N + j]) + !same(d, D3[i * N + j]);
+  std::size_t elements = 0, miss = 0;
+  for (const auto& cs : cases) {
+    mma::MatrixUnit u = mma::matrix_unit(cs.model, *cs.in, *cs.out);
+    u.promote_every = cs.promote;
+    for (const std::size_t K : {std::size_t{5}, std::size_t{77}, std::size_t{300}}) {
+      const std::size_t M = 11, N = 7;
+      std::vector<double> A(M * K), B(K * N), C(M * N);
+      for (std::size_t i = 0; i < A.size(); ++i) A[i] = gen.value(*cs.in, i % 3 == 0 ? 2 : 1, cs.out->emax / 2 - 4);
+      for (std::size_t i = 0; i < B.size(); ++i) B[i] = gen.value(*cs.in, i % 3 == 0 ? 2 : 1, cs.out->emax / 2 - 4);
+      for (auto& v : C) v = gen.value(*cs.out, 1);
+      A[3 * K + 1] = kInf;  // row 3: the scalar path for specials
+      B[2 * N + 4] = kNaN;  // column 4
+      std::vector<double> D1(M * N), D3(M * N), Ds(M * N);
+      mma::gemm(u, M, N, K, A.data(), B.data(), C.data(), D1.data(), 1);
+      mma::gemm(u, M, N, K, A.data(), B.data(), C.data(), D3.data(), 3);
+      mma::gemm_scalar(u, M, N, K, A.data(), B.data(), C.data(), Ds.data(), 2);
+      for (std::size_t i = 0; i < M; ++i)
+        for (std::size_t j = 0; j < N; ++j) {
+          std::vector<double> a(A.begin() + static_cast<std::ptrdiff_t>(i * K), A.begin() + static_cast<std::ptrdiff_t>((i + 1) * K)), b(K);
+          for (std::size_t k = 0; k < K; ++k) b[k] = B[k * N + j];
+          const double d = mma::dot(u, a, b, C[i * N + j]);
+          const std::size_t e = i * N + j;
+          miss += !same(d, D1[e]) + !same(d, D3[e]) + !same(d, Ds[e]);
+          ++elements;
+        }
     }
-  std::printf("gemm %zux%zux%zu vs dot, 1 and 3 threads: %zu mismatches\n", M, N, K, miss);
+  }
+  std::printf("gemm (integer path, 1 and 3 threads) and gemm_scalar vs dot: %zu elements over %zu units, %zu mismatches\n",
+              elements, std::size(cases), miss);
   CHECK(miss == 0);
 }
 

@@ -207,21 +207,122 @@ Operand split_input(const MatrixUnit& u, double x) {
   return split(x, u.input.emin, u.input.man_bits, u.input_subnormals);
 }
 
-}  // namespace
+// ---- the integer GEMM path ----------------------------------------------------------------------------
+// Operands decoded once into signed integer significands and exponents (structure of arrays), K padded with
+// zeros to whole instructions/blocks and, for split instructions, permuted so that each group's products lie
+// together. A block is then: exponents added, their maximum, each |product| shifted into a 32-bit lane and
+// truncated, the lanes summed (the compiler vectorises these loops), c added in 64 bits, one round_sum.
+// Equal to dot_split bit for bit (tests/mma/reference_test compares gemm with gemm_scalar).
+constexpr std::int32_t kZeroExp = -(1 << 20);  // the exponent of a zero operand: its products never set E
 
-double dot(const MatrixUnit& unit, std::span<const double> a, std::span<const double> b, double c) {
-  if (a.size() != b.size())
-    throw Error("mma::dot: a has " + std::to_string(a.size()) + " values but b has " + std::to_string(b.size()));
-  std::vector<Operand> sa(a.size()), sb(b.size());
-  for (std::size_t k = 0; k < a.size(); ++k) {
-    sa[k] = split_input(unit, a[k]);
-    sb[k] = split_input(unit, b[k]);
-  }
-  return dot_split(unit, sa.data(), sb.data(), a.size(), c);
+struct Decoded {
+  std::vector<std::int32_t> sig;  // signed significand (|sig| < 2^11)
+  std::vector<std::int32_t> exp;  // alignment exponent, kZeroExp for zero
+  std::vector<std::uint8_t> special;  // per row: holds a NaN or inf
+};
+
+// Whether the integer path holds this unit exactly: no sticky, products aligned by left shifts, and a
+// block's lanes summing inside int32.
+bool fast_path_fits(const MatrixUnit& u) {
+  const int lshift = u.block.align_bits - 2 * u.input.man_bits;
+  if (u.block.sticky || lshift < 0 || (u.promote_every && u.instruction.k)) return false;
+  // |product| < 2^(2 * man_bits + 2), shifted: < 2^(align_bits + 2); a block of them must stay below 2^31.
+  return static_cast<double>(u.block.products) * std::ldexp(1.0, u.block.align_bits + 2) <= std::ldexp(1.0, 31);
 }
 
-void gemm(const MatrixUnit& unit, std::size_t M, std::size_t N, std::size_t K, const double* A, const double* B,
-          const double* C, double* D, int threads) {
+// Rows of `rows` vectors of K values (row r, element k at get(r, k)), decoded into Kp slots in `order`.
+template <class Get>
+Decoded decode_rows(const MatrixUnit& u, std::size_t rows, std::size_t K, std::size_t Kp, const std::vector<int>& order,
+                    std::size_t period, Get get) {
+  Decoded d;
+  d.sig.assign(rows * Kp, 0);
+  d.exp.assign(rows * Kp, kZeroExp);
+  d.special.assign(rows, 0);
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t slot = 0; slot < Kp; ++slot) {
+      const std::size_t k = order.empty() ? slot : slot / period * period + static_cast<std::size_t>(order[slot % period]);
+      if (k >= K) continue;
+      const Operand o = split_input(u, get(r, k));
+      if (o.kind == Kind::nan || o.kind == Kind::inf) d.special[r] = 1;
+      if (o.kind != Kind::finite) continue;
+      d.sig[r * Kp + slot] = o.neg ? -static_cast<std::int32_t>(o.mag) : static_cast<std::int32_t>(o.mag);
+      d.exp[r * Kp + slot] = o.exp;
+    }
+  return d;
+}
+
+// One block of n products (finite operands) plus acc (finite), as block_fma computes it.
+// N > 0: the block size known at compile time (the unrolled, vectorised kernels); N == 0: n at run time.
+template <int N>
+double fast_block(const BlockFma& p, int lshift, const std::int32_t* sa, const std::int32_t* ea, const std::int32_t* sb,
+                  const std::int32_t* eb, int n_runtime, double acc, const Format& out, bool out_subnormals) {
+  const int n = N > 0 ? N : n_runtime;
+  std::int32_t e[N > 0 ? N : 256];
+  std::int32_t E = p.exponent_floor;
+  for (int j = 0; j < n; ++j) {
+    e[j] = ea[j] + eb[j];
+    E = std::max(E, e[j]);
+  }
+  const Operand c = split(acc, kAccumulatorEmin, kAccumulatorFrac, true);
+  if (c.kind == Kind::finite) E = std::max(E, c.exp);
+  std::int32_t s32 = 0;
+  for (int j = 0; j < n; ++j) {
+    const std::int32_t prod = sa[j] * sb[j];
+    const auto mag = static_cast<std::uint32_t>(prod < 0 ? -prod : prod) << lshift;
+    const std::int32_t sh = E - e[j];
+    const auto t = static_cast<std::int32_t>(sh > 31 ? 0u : mag >> sh);
+    s32 += prod < 0 ? -t : t;
+  }
+  std::int64_t S = s32;
+  if (c.kind == Kind::finite) {
+    const auto t = static_cast<std::int64_t>(align_term(c.mag, c.exp - kAccumulatorFrac - E + p.align_bits, false));
+    S += c.neg ? -t : t;
+  }
+  return round_sum(S, E - p.align_bits, p.result_bits, out, p.rounding, out_subnormals);
+}
+
+// The chain of blocks over decoded slots [s0, s1) (whole blocks), as dot_split's chain.
+double fast_chain(const MatrixUnit& u, int lshift, const Decoded& A, std::size_t ia, const Decoded& B, std::size_t jb,
+                  std::size_t Kp, std::size_t s0, std::size_t s1, double acc) {
+  const std::int32_t* sa = A.sig.data() + ia * Kp;
+  const std::int32_t* ea = A.exp.data() + ia * Kp;
+  const std::int32_t* sb = B.sig.data() + jb * Kp;
+  const std::int32_t* eb = B.exp.data() + jb * Kp;
+  const auto n = static_cast<std::size_t>(u.block.products);
+  auto block = [&](std::size_t k0, double c, const Format& out) {
+    switch (n) {
+      case 4: return fast_block<4>(u.block, lshift, sa + k0, ea + k0, sb + k0, eb + k0, 4, c, out, u.output_subnormals);
+      case 8: return fast_block<8>(u.block, lshift, sa + k0, ea + k0, sb + k0, eb + k0, 8, c, out, u.output_subnormals);
+      case 16: return fast_block<16>(u.block, lshift, sa + k0, ea + k0, sb + k0, eb + k0, 16, c, out, u.output_subnormals);
+      case 32: return fast_block<32>(u.block, lshift, sa + k0, ea + k0, sb + k0, eb + k0, 32, c, out, u.output_subnormals);
+      default:
+        return fast_block<0>(u.block, lshift, sa + k0, ea + k0, sb + k0, eb + k0, static_cast<int>(n), c, out,
+                             u.output_subnormals);
+    }
+  };
+  if (u.instruction.k == 0) {
+    for (std::size_t k0 = s0; k0 < s1; k0 += n) {
+      if (!std::isfinite(acc)) break;  // an overflowed accumulator stays inf (block_special: c inf, products finite)
+      acc = block(k0, acc, u.output);
+    }
+    return acc;
+  }
+  const auto ik = static_cast<std::size_t>(u.instruction.k);
+  for (std::size_t i0 = s0; i0 < s1; i0 += ik) {
+    double partial = 0.0;
+    for (std::size_t k0 = i0; k0 < i0 + ik; k0 += n) {
+      if (!std::isfinite(partial)) break;
+      partial = block(k0, partial, u.instruction.block_output);
+    }
+    acc = add_rounded(acc, partial, u.output, u.instruction.end_rounding, u.output_subnormals);
+  }
+  return acc;
+}
+
+}  // namespace
+
+void gemm_scalar(const MatrixUnit& unit, std::size_t M, std::size_t N, std::size_t K, const double* A, const double* B,
+                 const double* C, double* D, int threads) {
   // Decode once: A's rows as they lie, B's columns gathered into rows (B transposed).
   std::vector<Operand> sa(M * K), sbt(N * K);
   for (std::size_t i = 0; i < M * K; ++i) sa[i] = split_input(unit, A[i]);
@@ -234,6 +335,58 @@ void gemm(const MatrixUnit& unit, std::size_t M, std::size_t N, std::size_t K, c
                    for (std::size_t j = 0; j < N; ++j)
                      D[i * N + j] = dot_split(unit, sa.data() + i * K, sbt.data() + j * K, K, C ? C[i * N + j] : 0.0);
                });
+}
+
+void gemm(const MatrixUnit& unit, std::size_t M, std::size_t N, std::size_t K, const double* A, const double* B,
+          const double* C, double* D, int threads) {
+  if (!fast_path_fits(unit)) return gemm_scalar(unit, M, N, K, A, B, C, D, threads);
+  const std::size_t period = static_cast<std::size_t>(unit.instruction.k ? unit.instruction.k : unit.block.products);
+  const std::size_t Kp = (K + period - 1) / period * period;
+  std::vector<int> order;  // slot -> position inside an instruction, groups contiguous
+  if (unit.instruction.k)
+    for (int g = 0; g < unit.instruction.groups; ++g)
+      for (int k = 0; k < unit.instruction.k; ++k)
+        if ((k / unit.instruction.interleave) % unit.instruction.groups == g) order.push_back(k);
+  const Decoded dA = decode_rows(unit, M, K, Kp, order, period, [&](std::size_t r, std::size_t k) { return A[r * K + k]; });
+  const Decoded dB = decode_rows(unit, N, K, Kp, order, period, [&](std::size_t r, std::size_t k) { return B[k * N + r]; });
+  const int lshift = unit.block.align_bits - 2 * unit.input.man_bits;
+  const std::size_t chunk = unit.promote_every > 0 ? static_cast<std::size_t>(unit.promote_every) : Kp;
+  const int workers = threads > 0 ? threads : hardware_threads();
+  parallel_for(M, std::min<std::size_t>(static_cast<std::size_t>(workers), std::max<std::size_t>(M, 1)), "mma_gemm",
+               [&](int, std::size_t i0, std::size_t i1) {
+                 std::vector<double> a_row, b_col;
+                 for (std::size_t i = i0; i < i1; ++i)
+                   for (std::size_t j = 0; j < N; ++j) {
+                     const double c = C ? C[i * N + j] : 0.0;
+                     if (dA.special[i] || dB.special[j] || !std::isfinite(c)) {  // NaN / inf: the scalar path
+                       a_row.assign(A + i * K, A + (i + 1) * K);
+                       b_col.resize(K);
+                       for (std::size_t k = 0; k < K; ++k) b_col[k] = B[k * N + j];
+                       D[i * N + j] = dot(unit, a_row, b_col, c);
+                       continue;
+                     }
+                     if (unit.promote_every <= 0) {
+                       D[i * N + j] = fast_chain(unit, lshift, dA, i, dB, j, Kp, 0, Kp, c);
+                       continue;
+                     }
+                     double acc = c;
+                     for (std::size_t k0 = 0; k0 < Kp; k0 += chunk)
+                       acc = add_rounded(acc, fast_chain(unit, lshift, dA, i, dB, j, Kp, k0, std::min(Kp, k0 + chunk), 0.0),
+                                         unit.output, FinalRounding::nearest_even, unit.output_subnormals);
+                     D[i * N + j] = acc;
+                   }
+               });
+}
+
+double dot(const MatrixUnit& unit, std::span<const double> a, std::span<const double> b, double c) {
+  if (a.size() != b.size())
+    throw Error("mma::dot: a has " + std::to_string(a.size()) + " values but b has " + std::to_string(b.size()));
+  std::vector<Operand> sa(a.size()), sb(b.size());
+  for (std::size_t k = 0; k < a.size(); ++k) {
+    sa[k] = split_input(unit, a[k]);
+    sb[k] = split_input(unit, b[k]);
+  }
+  return dot_split(unit, sa.data(), sb.data(), a.size(), c);
 }
 
 std::size_t round_to_format(std::span<double> values, const Format& fmt) {

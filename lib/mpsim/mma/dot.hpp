@@ -1,6 +1,7 @@
 // Dot products and GEMMs under a matrix-unit model (unit.hpp). The scalar path (dot) is the
-// specification; gemm() decodes each operand once and fans rows out with parallel_for, calling the same
-// block code, so its results equal dot()'s bit for bit whatever the thread count (tests/mma).
+// specification; gemm() decodes each operand once into integer significands and exponents and runs each
+// block as 32-bit lane shifts and adds (vectorised by the compiler), rows fanned out with parallel_for; its
+// results equal dot()'s bit for bit whatever the thread count (tests/mma/reference_test).
 #pragma once
 
 #include <cstddef>
@@ -25,6 +26,12 @@ double dot(const MatrixUnit& unit, std::span<const double> a, std::span<const do
 // the library's default (parallel_for). Every D(i, j) equals dot(unit, row i of A, column j of B, C(i, j)).
 void gemm(const MatrixUnit& unit, std::size_t M, std::size_t N, std::size_t K, const double* A, const double* B,
           const double* C, double* D, int threads = 0);
+
+// The same through the scalar specification path (dot for every element); gemm() takes it for units the
+// integer path does not hold (sticky bits, promotion with split instructions) and for rows or columns
+// holding NaN or inf. For tests and benchmarks.
+void gemm_scalar(const MatrixUnit& unit, std::size_t M, std::size_t N, std::size_t K, const double* A, const double* B,
+                 const double* C, double* D, int threads = 0);
 
 // Rounds values in place to `fmt` with round-to-nearest-even (what the published GEMM.m does with CPFloat
 // before it multiplies); returns how many changed. NaN stays NaN.
