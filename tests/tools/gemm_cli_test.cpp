@@ -95,3 +95,26 @@ TEST_CASE("mpsim gemm rounds inputs to the formats first, and rejects bad input 
     CHECK_FALSE(std::filesystem::exists(dir / "E.npy"));
   }
 }
+
+TEST_CASE("mpsim accumulation-error writes JSON and CSV; a bad --k exits 2", "[gemm_cli]") {
+  ScratchDir dir("gemm-cli");
+  auto res = run_mpsim(dir, "accumulation-error --model h100-fp8 --k 32..256 --trials 4 --json " +
+                                quote((dir / "e.json").string()) + " --csv " + quote((dir / "e.csv").string()));
+  REQUIRE(res.status == 0);
+  std::ifstream csv(dir / "e.csv");
+  std::string line;
+  int rows = 0;
+  while (std::getline(csv, line)) ++rows;
+  CHECK(rows == 1 + 4 + 4);  // header, fast and promoted for K = 32, 64, 128, 256
+  std::ifstream json(dir / "e.json");
+  std::stringstream ss;
+  ss << json.rdbuf();
+  CHECK(ss.str().find("mpsim-accumulation-error-1") != std::string::npos);
+  res = run_mpsim(dir, "accumulation-error --model h100-fp8 --k 64..32 --json " + quote((dir / "f.json").string()));
+  CHECK(res.status == 2);
+  CHECK(res.output.find("empty") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir / "f.json"));
+  res = run_mpsim(dir, "accumulation-error --model h900-fp8");
+  CHECK(res.status == 2);
+  CHECK(res.output.find("known: v100") != std::string::npos);
+}
