@@ -250,3 +250,46 @@ TEST_CASE("unknown models and unsupported formats are errors naming them", "[mma
   CHECK_THROWS_WITH(mma::matrix_unit("h100", bf16(), fp16()), Catch::Contains("fp16 out only"));
   CHECK_THROWS(mma::matrix_unit("h100", fp32(), fp32()));
 }
+
+TEST_CASE("the published exceptional cases give the published results", "[mma]") {
+  // model_validation/ExceptionalCasesTest.m (MATLAB-tensor-core): CustomTC with fma 16, neab 1 (24 alignment
+  // bits), final rounding RNE; inputs rounded toward zero (CPFloat round = 4) to the input format.
+  auto custom = [](const Format& in, const Format& out) {
+    mma::MatrixUnit u = mma::matrix_unit("ada", in, out);  // a unit taking these formats, then the test's parameters
+    u.instruction = {};
+    u.block.products = 16;
+    u.block.align_bits = 24;
+    u.block.rounding = mma::FinalRounding::nearest_even;
+    u.block.result_bits = out.man_bits;
+    return u;
+  };
+  auto rz = [](double x, const Format& f) { return decode(round_bits(x, f, Rounding::of(RoundingMode::toward_zero)), f); };
+  const double c127 = std::ldexp(1.0, 127);  // 0x7F000000
+  const double c113 = std::ldexp(1.0, 113);  // 0x78000000
+  struct Case {
+    const char* what;
+    mma::MatrixUnit unit;
+    std::vector<double> a, b;
+    double c, want;
+  };
+  const Case cases[] = {
+      {"1: c + a1 b1 overflows to +Inf (bf16 in)", custom(bf16(), fp32()), {rz(c127, bf16())}, {1.0}, c127, kInf},
+      {"2: +Inf x -Inf is -Inf, not NaN", custom(bf16(), fp32()), {kInf}, {-kInf}, 0.0, -kInf},
+      {"3: +Inf + -Inf is NaN", custom(tf32(), fp32()), {-kInf, kInf}, {1.0, 1.0}, 0.0, kNaN},
+      {"4: fp16 accumulation overflows to +Inf", custom(fp16(), fp16()), {rz(c113, fp16()), rz(c113, fp16())}, {1.0, 1.0}, 0.0, kInf},
+      {"5: fp16 accumulation overflows to -Inf", custom(fp16(), fp16()), {rz(-c113, fp16()), rz(-c113, fp16())}, {1.0, 1.0}, 0.0, -kInf},
+      {"6: fp8 e5m2 in, fp16 out overflows to +Inf", custom(fp8_e5m2(), fp16()), {rz(c113, fp8_e5m2()), rz(c113, fp8_e5m2())}, {1.0, 1.0}, 0.0, kInf},
+      {"7: fp8 e5m2 in, fp16 out overflows to -Inf", custom(fp8_e5m2(), fp16()), {rz(c113, fp8_e5m2()), rz(c113, fp8_e5m2())}, {-1.0, -1.0}, 0.0, -kInf},
+  };
+  int passed = 0;
+  for (const auto& cs : cases) {
+    const double got = mma::dot(cs.unit, cs.a, cs.b, cs.c);
+    INFO(cs.what << ": got " << got);
+    CHECK(same(got, cs.want));
+    // The named units give the same answers (H100 fp8 with fp16 output through its two-block structure).
+    passed += same(got, cs.want);
+  }
+  CHECK(same(mma::dot(mma::matrix_unit("h100", fp8_e5m2(), fp16()), std::vector<double>{57344.0, 57344.0},
+                      std::vector<double>{1.0, 1.0}, 0.0), kInf));
+  std::printf("ExceptionalCasesTest.m: %d of 7 cases as published\n", passed);
+}
