@@ -8,6 +8,7 @@
 
 #include "mpsim/error.hpp"
 #include "mpsim/format/round.hpp"
+#include "mpsim/mma/block_avx2.hpp"
 #include "mpsim/parallel.hpp"
 
 namespace mpsim::mma {
@@ -63,32 +64,65 @@ std::uint64_t align_term(std::uint64_t mag, int shift, bool sticky) {
 }
 
 // S * 2^ue rounded to `result_bits` fraction bits within out's exponent range; ±inf beyond it.
-double round_sum(std::int64_t S, int ue, int result_bits, const Format& out, FinalRounding mode, bool out_subnormals) {
-  if (S == 0) return 0.0;
-  const bool neg = S < 0;
-  const std::uint64_t M = neg ? 0 - static_cast<std::uint64_t>(S) : static_cast<std::uint64_t>(S);
-  const int lead = 63 - std::countl_zero(M);
-  const int e = lead + ue;
-  const int q = std::max(e, out.emin) - result_bits;  // the exponent of the result's last bit
-  const int sh = q - ue;
-  std::uint64_t R;
+// S * 2^ue rounded to `result_bits` fraction bits within out's exponent range: |value| = R * 2^q, or inf
+// beyond the range; a subnormal result is zero when out_subnormals is false.
+struct Rounded {
+  std::uint64_t R = 0;
+  int q = 0;
+  bool neg = false;
+  bool inf = false;
+};
+Rounded round_sum_parts(std::int64_t S, int ue, int result_bits, const Format& out, FinalRounding mode,
+                        bool out_subnormals) {
+  Rounded r;
+  if (S == 0) return r;
+  r.neg = S < 0;
+  const std::uint64_t M = r.neg ? 0 - static_cast<std::uint64_t>(S) : static_cast<std::uint64_t>(S);
+  const int e = 63 - std::countl_zero(M) + ue;
+  r.q = std::max(e, out.emin) - result_bits;  // the exponent of the result's last bit
+  const int sh = r.q - ue;
   if (sh <= 0) {
-    R = M << -sh;
-  } else if (sh >= 64) {
-    R = 0;
-    if (mode == FinalRounding::nearest_even && sh == 64 && (M >> 63)) R = (M << 1) != 0 ? 1 : 0;
-  } else {
-    R = M >> sh;
+    r.R = M << -sh;
+  } else if (sh < 64) {  // |S| < 2^41 (validate: align_bits <= 40), so sh >= 64 leaves nothing
+    r.R = M >> sh;
     if (mode == FinalRounding::nearest_even) {
-      const std::uint64_t rem = M - (R << sh);
+      const std::uint64_t rem = M - (r.R << sh);
       const std::uint64_t half = std::uint64_t{1} << (sh - 1);
-      if (rem > half || (rem == half && (R & 1))) ++R;
+      if (rem > half || (rem == half && (r.R & 1))) ++r.R;
     }
   }
-  double v = std::ldexp(static_cast<double>(R), q);
-  if (v >= std::ldexp(1.0, out.emax + 1)) v = std::numeric_limits<double>::infinity();
-  if (!out_subnormals && v < out.min_normal) v = 0.0;
-  return neg ? -v : v;
+  if (r.R != 0) {
+    const int lead = 63 - std::countl_zero(r.R) + r.q;
+    if (lead >= out.emax + 1) r.inf = true;
+    else if (!out_subnormals && lead < out.emin) r.R = 0;
+  }
+  return r;
+}
+
+double round_sum(std::int64_t S, int ue, int result_bits, const Format& out, FinalRounding mode, bool out_subnormals) {
+  const Rounded r = round_sum_parts(S, ue, result_bits, out, mode, out_subnormals);
+  const double v = r.inf ? std::numeric_limits<double>::infinity() : std::ldexp(static_cast<double>(r.R), r.q);
+  return r.neg ? -v : v;
+}
+
+// The accumulator operand of a rounded block result, as split(round_sum(...)) gives it, without the double.
+Operand to_operand(const Rounded& r) {
+  Operand o;
+  o.neg = r.neg;
+  if (r.inf) { o.kind = Kind::inf; return o; }
+  if (r.R == 0) return o;
+  o.kind = Kind::finite;
+  o.exp = std::max(63 - std::countl_zero(r.R) + r.q, kAccumulatorEmin);
+  o.mag = r.R << (r.q - o.exp + kAccumulatorFrac);  // exact: R has at most 24 significant bits
+  return o;
+}
+
+double to_double(const Operand& o) {
+  double v = 0.0;
+  if (o.kind == Kind::inf) v = std::numeric_limits<double>::infinity();
+  else if (o.kind == Kind::nan) v = std::numeric_limits<double>::quiet_NaN();
+  else if (o.kind == Kind::finite) v = std::ldexp(static_cast<double>(o.mag), o.exp - kAccumulatorFrac);
+  return o.neg ? -v : v;
 }
 
 // Special operands of one block (products a_k b_k and c): NaN, an infinity, or none (finite).
@@ -254,31 +288,35 @@ Decoded decode_rows(const MatrixUnit& u, std::size_t rows, std::size_t K, std::s
 // One block of n products (finite operands) plus acc (finite), as block_fma computes it.
 // N > 0: the block size known at compile time (the unrolled, vectorised kernels); N == 0: n at run time.
 template <int N>
-double fast_block(const BlockFma& p, int lshift, const std::int32_t* sa, const std::int32_t* ea, const std::int32_t* sb,
-                  const std::int32_t* eb, int n_runtime, double acc, const Format& out, bool out_subnormals) {
+Operand fast_block(const BlockFma& p, int lshift, const std::int32_t* sa, const std::int32_t* ea, const std::int32_t* sb,
+                  const std::int32_t* eb, int n_runtime, const Operand& c, const Format& out, bool out_subnormals) {
   const int n = N > 0 ? N : n_runtime;
-  std::int32_t e[N > 0 ? N : 256];
   std::int32_t E = p.exponent_floor;
-  for (int j = 0; j < n; ++j) {
-    e[j] = ea[j] + eb[j];
-    E = std::max(E, e[j]);
-  }
-  const Operand c = split(acc, kAccumulatorEmin, kAccumulatorFrac, true);
   if (c.kind == Kind::finite) E = std::max(E, c.exp);
   std::int32_t s32 = 0;
-  for (int j = 0; j < n; ++j) {
-    const std::int32_t prod = sa[j] * sb[j];
-    const auto mag = static_cast<std::uint32_t>(prod < 0 ? -prod : prod) << lshift;
-    const std::int32_t sh = E - e[j];
-    const auto t = static_cast<std::int32_t>(sh > 31 ? 0u : mag >> sh);
-    s32 += prod < 0 ? -t : t;
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (N % 8 == 0 && N > 0 && avx2) {
+    E = detail::block_lanes_avx2(sa, ea, sb, eb, n, E, lshift, &s32);
+  } else {
+    std::int32_t e[N > 0 ? N : 256];
+    for (int j = 0; j < n; ++j) {
+      e[j] = ea[j] + eb[j];
+      E = std::max(E, e[j]);
+    }
+    for (int j = 0; j < n; ++j) {
+      const std::int32_t prod = sa[j] * sb[j];
+      const auto mag = static_cast<std::uint32_t>(prod < 0 ? -prod : prod) << lshift;
+      const std::int32_t sh = E - e[j];
+      const auto t = static_cast<std::int32_t>(sh > 31 ? 0u : mag >> sh);
+      s32 += prod < 0 ? -t : t;
+    }
   }
   std::int64_t S = s32;
   if (c.kind == Kind::finite) {
     const auto t = static_cast<std::int64_t>(align_term(c.mag, c.exp - kAccumulatorFrac - E + p.align_bits, false));
     S += c.neg ? -t : t;
   }
-  return round_sum(S, E - p.align_bits, p.result_bits, out, p.rounding, out_subnormals);
+  return to_operand(round_sum_parts(S, E - p.align_bits, p.result_bits, out, p.rounding, out_subnormals));
 }
 
 // The chain of blocks over decoded slots [s0, s1) (whole blocks), as dot_split's chain.
@@ -289,7 +327,7 @@ double fast_chain(const MatrixUnit& u, int lshift, const Decoded& A, std::size_t
   const std::int32_t* sb = B.sig.data() + jb * Kp;
   const std::int32_t* eb = B.exp.data() + jb * Kp;
   const auto n = static_cast<std::size_t>(u.block.products);
-  auto block = [&](std::size_t k0, double c, const Format& out) {
+  auto block = [&](std::size_t k0, const Operand& c, const Format& out) {
     switch (n) {
       case 4: return fast_block<4>(u.block, lshift, sa + k0, ea + k0, sb + k0, eb + k0, 4, c, out, u.output_subnormals);
       case 8: return fast_block<8>(u.block, lshift, sa + k0, ea + k0, sb + k0, eb + k0, 8, c, out, u.output_subnormals);
@@ -300,21 +338,23 @@ double fast_chain(const MatrixUnit& u, int lshift, const Decoded& A, std::size_t
                              u.output_subnormals);
     }
   };
+  // The accumulator travels between blocks as an operand (its bits), not as a double.
   if (u.instruction.k == 0) {
+    Operand c = split(acc, kAccumulatorEmin, kAccumulatorFrac, true);
     for (std::size_t k0 = s0; k0 < s1; k0 += n) {
-      if (!std::isfinite(acc)) break;  // an overflowed accumulator stays inf (block_special: c inf, products finite)
-      acc = block(k0, acc, u.output);
+      if (c.kind == Kind::inf || c.kind == Kind::nan) break;  // stays inf (block_special: c inf, products finite)
+      c = block(k0, c, u.output);
     }
-    return acc;
+    return to_double(c);
   }
   const auto ik = static_cast<std::size_t>(u.instruction.k);
   for (std::size_t i0 = s0; i0 < s1; i0 += ik) {
-    double partial = 0.0;
+    Operand partial;
     for (std::size_t k0 = i0; k0 < i0 + ik; k0 += n) {
-      if (!std::isfinite(partial)) break;
+      if (partial.kind == Kind::inf) break;
       partial = block(k0, partial, u.instruction.block_output);
     }
-    acc = add_rounded(acc, partial, u.output, u.instruction.end_rounding, u.output_subnormals);
+    acc = add_rounded(acc, to_double(partial), u.output, u.instruction.end_rounding, u.output_subnormals);
   }
   return acc;
 }
