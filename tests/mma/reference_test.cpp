@@ -13,6 +13,7 @@
 
 #include "catch_compat.hpp"
 #include "mpsim/format/round.hpp"
+#include "mpsim/mma/block_avx2.hpp"
 #include "mpsim/mma/dot.hpp"
 #include "mpsim/reference/reference.hpp"
 
@@ -292,4 +293,33 @@ TEST_CASE("the published exceptional cases give the published results", "[mma]")
   CHECK(same(mma::dot(mma::matrix_unit("h100", fp8_e5m2(), fp16()), std::vector<double>{57344.0, 57344.0},
                       std::vector<double>{1.0, 1.0}, 0.0), kInf));
   std::printf("ExceptionalCasesTest.m: %d of 7 cases as published\n", passed);
+}
+
+TEST_CASE("the AVX2 block kernel equals the scalar lanes", "[mma]") {
+  if (!__builtin_cpu_supports("avx2")) {
+    WARN("no AVX2 on this machine: the AVX2 kernel is not run");
+    return;
+  }
+  std::mt19937_64 rng(11);
+  std::size_t blocks = 0, miss = 0;
+  for (int t = 0; t < 20000; ++t) {
+    const int n = 8 * static_cast<int>(1 + rng() % 4);
+    const int lshift = static_cast<int>(rng() % 20);  // used % 4: 32 lanes of (2^22 << 3) stay inside int32
+    std::int32_t sa[32], ea[32], sb[32], eb[32];
+    for (int j = 0; j < n; ++j) {
+      // significands up to 11 bits with signs and zeros; exponents spread so that shifts pass 31
+      sa[j] = static_cast<std::int32_t>(rng() % 2048) * ((rng() & 1) ? -1 : 1) * (rng() % 8 != 0);
+      sb[j] = static_cast<std::int32_t>(rng() % 2048) * ((rng() & 1) ? -1 : 1);
+      ea[j] = rng() % 16 == 0 ? -(1 << 20) : static_cast<std::int32_t>(rng() % 80) - 40;
+      eb[j] = static_cast<std::int32_t>(rng() % 80) - 40;
+    }
+    const auto E0 = static_cast<std::int32_t>(rng() % 200) - 150;
+    std::int32_t s1 = 0, s2 = 0;
+    const std::int32_t e1 = mma::detail::block_lanes_avx2(sa, ea, sb, eb, n, E0, lshift % 4, &s1);
+    const std::int32_t e2 = mma::detail::block_lanes_scalar(sa, ea, sb, eb, n, E0, lshift % 4, &s2);
+    miss += e1 != e2 || s1 != s2;
+    ++blocks;
+  }
+  std::printf("AVX2 block kernel vs scalar lanes: %zu blocks, %zu mismatches\n", blocks, miss);
+  CHECK(miss == 0);
 }

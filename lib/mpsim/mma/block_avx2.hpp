@@ -12,4 +12,22 @@ namespace mpsim::mma::detail {
 std::int32_t block_lanes_avx2(const std::int32_t* sa, const std::int32_t* ea, const std::int32_t* sb,
                               const std::int32_t* eb, int n, std::int32_t E_init, int lshift, std::int32_t* sum);
 
+// The same in plain C++ (any n up to 256): what runs without AVX2, and what the AVX2 kernel is tested against.
+inline std::int32_t block_lanes_scalar(const std::int32_t* sa, const std::int32_t* ea, const std::int32_t* sb,
+                                       const std::int32_t* eb, int n, std::int32_t E_init, int lshift,
+                                       std::int32_t* sum) {
+  std::int32_t E = E_init;
+  for (int j = 0; j < n; ++j) E = ea[j] + eb[j] > E ? ea[j] + eb[j] : E;
+  std::int32_t s = 0;
+  for (int j = 0; j < n; ++j) {
+    const std::int32_t prod = sa[j] * sb[j];
+    const auto mag = static_cast<std::uint32_t>(prod < 0 ? -prod : prod) << lshift;
+    const std::int32_t sh = E - (ea[j] + eb[j]);
+    const auto t = static_cast<std::int32_t>(sh > 31 ? 0u : mag >> sh);
+    s += prod < 0 ? -t : t;
+  }
+  *sum = s;
+  return E;
+}
+
 }  // namespace mpsim::mma::detail

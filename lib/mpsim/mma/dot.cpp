@@ -298,18 +298,7 @@ Operand fast_block(const BlockFma& p, int lshift, const std::int32_t* sa, const 
   if (N % 8 == 0 && N > 0 && avx2) {
     E = detail::block_lanes_avx2(sa, ea, sb, eb, n, E, lshift, &s32);
   } else {
-    std::int32_t e[N > 0 ? N : 256];
-    for (int j = 0; j < n; ++j) {
-      e[j] = ea[j] + eb[j];
-      E = std::max(E, e[j]);
-    }
-    for (int j = 0; j < n; ++j) {
-      const std::int32_t prod = sa[j] * sb[j];
-      const auto mag = static_cast<std::uint32_t>(prod < 0 ? -prod : prod) << lshift;
-      const std::int32_t sh = E - e[j];
-      const auto t = static_cast<std::int32_t>(sh > 31 ? 0u : mag >> sh);
-      s32 += prod < 0 ? -t : t;
-    }
+    E = detail::block_lanes_scalar(sa, ea, sb, eb, n, E, lshift, &s32);
   }
   std::int64_t S = s32;
   if (c.kind == Kind::finite) {
