@@ -53,3 +53,26 @@ TEST_CASE("accumulation error: K ranges and bad options", "[mma]") {
   opt.data = "gamma";
   CHECK_THROWS_WITH(mma::accumulation_error(mma::parse_matrix_unit("h100-fp16"), opt), Catch::Contains("gamma"));
 }
+
+TEST_CASE("accumulation error on given tensors: the H100 fp8 stagnation point", "[mma]") {
+  // Sums of ones under H100 fp8 (13 bits kept below the largest exponent): once the accumulator reaches 2^14 a
+  // product of 1 lies below its last kept bit and is truncated away, so every sum stops at 16384. Promoted
+  // every 128, each partial sum (128) and the fp32 accumulator stay exact.
+  mma::AccumulationOptions opt;
+  opt.ks = {8192, 32768, 65536};
+  opt.trials = 2;
+  opt.rows = 2;
+  opt.cols = 65536;
+  opt.b_cols = 1;
+  opt.a_matrix.assign(opt.rows * opt.cols, 1.0);
+  opt.b_matrix.assign(opt.cols, 1.0);
+  const auto rep = mma::accumulation_error(mma::parse_matrix_unit("h100-fp8"), opt);
+  std::printf("ones, h100 fp8: K=8192 rel %.3g, K=32768 rel %.3g, K=65536 rel %.3g; promoted max %.3g\n",
+              rep.fast[0].rel_max, rep.fast[1].rel_max, rep.fast[2].rel_max, rep.promoted[2].rel_max);
+  CHECK(rep.fast[0].rel_max == 0.0);
+  CHECK(rep.fast[1].rel_max == 0.5);   // 16384 of 32768
+  CHECK(rep.fast[2].rel_max == 0.75);  // 16384 of 65536
+  for (const auto& r : rep.promoted) CHECK(r.rel_max == 0.0);
+  opt.ks = {70000};
+  CHECK_THROWS_WITH(mma::accumulation_error(mma::parse_matrix_unit("h100-fp8"), opt), Catch::Contains("longer"));
+}

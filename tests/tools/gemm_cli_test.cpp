@@ -114,6 +114,20 @@ TEST_CASE("mpsim accumulation-error writes JSON and CSV; a bad --k exits 2", "[g
   CHECK(res.status == 2);
   CHECK(res.output.find("empty") != std::string::npos);
   CHECK_FALSE(std::filesystem::exists(dir / "f.json"));
+  // Real operands: rows of A, columns of B.
+  write_matrix(dir / "TA.npy", std::vector<double>(2 * 64, 1.0), 2, 64);
+  write_matrix(dir / "TB.npy", std::vector<double>(64, 1.0), 64, 1);
+  res = run_mpsim(dir, "accumulation-error --model h100-fp16 --k 32,64 --tensors " + quote((dir / "TA.npy").string()) +
+                           " " + quote((dir / "TB.npy").string()) + " --csv " + quote((dir / "t.csv").string()));
+  REQUIRE(res.status == 0);
+  std::ifstream tcsv(dir / "t.csv");
+  rows = 0;
+  while (std::getline(tcsv, line)) ++rows;
+  CHECK(rows == 1 + 2 + 2);
+  res = run_mpsim(dir, "accumulation-error --model h100-fp16 --k 32 --tensors " + quote((dir / "TB.npy").string()) + " " +
+                           quote((dir / "TB.npy").string()));
+  CHECK(res.status == 2);
+  CHECK(res.output.find("do not multiply") != std::string::npos);
   res = run_mpsim(dir, "accumulation-error --model h900-fp8");
   CHECK(res.status == 2);
   CHECK(res.output.find("known: v100") != std::string::npos);

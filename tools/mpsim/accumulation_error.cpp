@@ -7,7 +7,9 @@
 #include <string>
 
 #include "command.hpp"
+#include "mpsim/error.hpp"
 #include "mpsim/mma/accumulation.hpp"
+#include "npy_input.hpp"
 
 namespace {
 
@@ -16,6 +18,7 @@ void setup(CLI::App& app) {
                                  "Error of a matrix unit's dot products against the exact ones by K, fast and promoted");
   struct Opts {
     std::string model, k = "32..65536", json, csv, data = "uniform";
+    std::vector<std::string> tensors;
     int trials = 32, promote = 128;
     std::uint64_t seed = 0;
   };
@@ -27,6 +30,8 @@ void setup(CLI::App& app) {
   cmd->add_option("--promote-every", o->promote, "The promoted variant's interval (0: fast only)");
   cmd->add_option("--data", o->data, "Operands: uniform ([0, 1)) or normal (N(0, 1)), rounded to the input format");
   cmd->add_option("--seed", o->seed, "Seed of the operands");
+  cmd->add_option("--tensors", o->tensors, "Real operands instead: A.npy (M x K) B.npy (K x N); trials take rows of A and "
+                  "columns of B")->expected(2);
   cmd->add_option("--json", o->json, "Write the report as JSON (-: standard output)");
   cmd->add_option("--csv", o->csv, "Write the table as CSV (-: standard output)");
   cmd->callback([o] {
@@ -37,6 +42,26 @@ void setup(CLI::App& app) {
     opt.promote_every = o->promote;
     opt.seed = o->seed;
     opt.data = o->data;
+    if (!o->tensors.empty()) {
+      std::vector<std::int64_t> shape[2];
+      std::vector<double>* dst[2] = {&opt.a_matrix, &opt.b_matrix};
+      for (int m = 0; m < 2; ++m) {
+        const auto src = mpsim::cli::open_npy(o->tensors[static_cast<std::size_t>(m)]);
+        const auto& t = src.tensors().front();
+        if (t.shape.size() != 2)
+          throw mpsim::Error(fmt::format("{}: --tensors takes 2-d arrays, got shape {}", o->tensors[static_cast<std::size_t>(m)],
+                                         mpsim::io::shape_string(t.shape)));
+        shape[m] = t.shape;
+        *dst[m] = src.read_double(t);
+      }
+      if (shape[0][1] != shape[1][0])
+        throw mpsim::Error(fmt::format("{} and {}: shapes ({}, {}) and ({}, {}) do not multiply", o->tensors[0], o->tensors[1],
+                                       shape[0][0], shape[0][1], shape[1][0], shape[1][1]));
+      opt.rows = static_cast<std::size_t>(shape[0][0]);
+      opt.cols = static_cast<std::size_t>(shape[0][1]);
+      opt.b_cols = static_cast<std::size_t>(shape[1][1]);
+      opt.data = "tensors";
+    }
     const auto rep = mpsim::mma::accumulation_error(unit, opt);
     if (!o->json.empty()) mpsim::cli::write_report(o->json, mpsim::mma::accumulation_json(rep));
     if (!o->csv.empty()) mpsim::cli::write_report(o->csv, mpsim::mma::accumulation_csv(rep));

@@ -106,8 +106,16 @@ std::vector<std::size_t> parse_k_range(const std::string& text) {
 AccumulationReport accumulation_error(const MatrixUnit& unit, const AccumulationOptions& options) {
   if (options.ks.empty()) throw Error("accumulation-error: no K given");
   if (options.trials < 1) throw Error("accumulation-error: trials must be at least 1");
-  if (options.data != "uniform" && options.data != "normal")
+  const bool tensors = !options.a_matrix.empty();
+  if (!tensors && options.data != "uniform" && options.data != "normal")
     throw Error("accumulation-error: data '" + options.data + "' is not uniform or normal");
+  if (tensors) {
+    if (options.a_matrix.size() != options.rows * options.cols || options.b_matrix.size() != options.cols * options.b_cols)
+      throw Error("accumulation-error: the tensors' sizes do not match their shapes");
+    for (const std::size_t K : options.ks)
+      if (K > options.cols)
+        throw Error(fmt::format("accumulation-error: K = {} is longer than the tensors' inner dimension {}", K, options.cols));
+  }
   AccumulationReport rep;
   rep.unit = describe(unit);
   rep.options = options;
@@ -126,9 +134,18 @@ AccumulationReport accumulation_error(const MatrixUnit& unit, const Accumulation
       std::uniform_real_distribution<double> uni(0.0, 1.0);
       std::normal_distribution<double> nor(0.0, 1.0);
       std::vector<double> a(K), b(K);
-      for (std::size_t k = 0; k < K; ++k) {
-        a[k] = options.data == "uniform" ? uni(rng) : nor(rng);
-        b[k] = options.data == "uniform" ? uni(rng) : nor(rng);
+      if (tensors) {
+        const std::size_t i = static_cast<std::size_t>(t) % options.rows;
+        const std::size_t j = static_cast<std::size_t>(t) / options.rows % options.b_cols;
+        for (std::size_t k = 0; k < K; ++k) {
+          a[k] = options.a_matrix[i * options.cols + k];
+          b[k] = options.b_matrix[k * options.b_cols + j];
+        }
+      } else {
+        for (std::size_t k = 0; k < K; ++k) {
+          a[k] = options.data == "uniform" ? uni(rng) : nor(rng);
+          b[k] = options.data == "uniform" ? uni(rng) : nor(rng);
+        }
       }
       round_to_format(a, unit.input);
       round_to_format(b, unit.input);

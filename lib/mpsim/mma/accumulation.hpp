@@ -11,14 +11,18 @@
 
 namespace mpsim::mma {
 
-// Random operands: "uniform" draws a, b from [0, 1) (no cancellation: the error grows with K as a sum of
+// Operands: "uniform" draws a, b from [0, 1) (no cancellation: the error grows with K as a sum of
 // positive terms does), "normal" from N(0, 1); both rounded to the unit's input format (nearest-even).
 struct AccumulationOptions {
   std::vector<std::size_t> ks;      // dot-product lengths
   int trials = 32;                  // dot products per K
   int promote_every = 128;          // the promoted variant; 0: report the fast unit only
   std::uint64_t seed = 0;
-  std::string data = "uniform";     // "uniform" | "normal"
+  std::string data = "uniform";     // "uniform" | "normal" | "tensors" (set by the fields below)
+  // Real operands instead of random ones: A (rows x cols) and B (cols x b_cols), row-major. Trial t at length K
+  // takes row t % rows of A and column (t / rows) % b_cols of B, their first K elements (K <= cols).
+  std::vector<double> a_matrix, b_matrix;
+  std::size_t rows = 0, cols = 0, b_cols = 0;
 };
 
 // Errors of one variant at one K over the trials: relative |d - exact| / |exact| (trials with exact == 0
