@@ -42,6 +42,11 @@ TEST_CASE("accumulation error: exact answers, the summation bound, promotion", "
 }
 
 TEST_CASE("accumulation error: K ranges and bad options", "[mma]") {
+  CHECK(mma::parse_matrix_unit("exact-fp32").name == "exact-fp32-fp16-fp32");
+  CHECK(mma::parse_matrix_unit("fp16-acc").name == "fp16-acc-fp16-fp16");
+  CHECK(mma::parse_matrix_unit("h100-fp8").name == "h100-fp8_e4m3-fp32");
+  CHECK(mma::parse_matrix_unit("b200-fp8_e5m2").name == "b200-fp8_e5m2-fp32");
+  CHECK_THROWS_WITH(mma::parse_matrix_unit("h100-fp9"), Catch::Contains("fp9"));
   CHECK(mma::parse_k_range("32..256") == std::vector<std::size_t>{32, 64, 128, 256});
   CHECK(mma::parse_k_range("100,7") == std::vector<std::size_t>{100, 7});
   CHECK(mma::parse_k_range("5") == std::vector<std::size_t>{5});

@@ -27,19 +27,21 @@ void setup(CLI::App& app) {
       ->required();
   cmd->add_option("--k", o->k, "Lengths: LO..HI (powers of two), a list K1,K2,..., or one K");
   cmd->add_option("--trials", o->trials, "Dot products per K");
-  cmd->add_option("--promote-every", o->promote, "The promoted variant's interval (0: fast only)");
+  cmd->add_option("--promote-every", o->promote,
+                  "The promoted variant's interval (0: fast only; default 128 for fp32-output units)");
   cmd->add_option("--data", o->data, "Operands: uniform ([0, 1)) or normal (N(0, 1)), rounded to the input format");
   cmd->add_option("--seed", o->seed, "Seed of the operands");
   cmd->add_option("--tensors", o->tensors, "Real operands instead: A.npy (M x K) B.npy (K x N); trials take rows of A and "
                   "columns of B")->expected(2);
   cmd->add_option("--json", o->json, "Write the report as JSON (-: standard output)");
   cmd->add_option("--csv", o->csv, "Write the table as CSV (-: standard output)");
-  cmd->callback([o] {
+  cmd->callback([o, cmd] {
     const auto unit = mpsim::mma::parse_matrix_unit(o->model);
     mpsim::mma::AccumulationOptions opt;
     opt.ks = mpsim::mma::parse_k_range(o->k);
     opt.trials = o->trials;
-    opt.promote_every = o->promote;
+    // The default promotion needs an fp32 accumulator; an fp16-output unit is reported fast only unless asked.
+    opt.promote_every = (cmd->count("--promote-every") == 0 && !(unit.output == mpsim::fp32())) ? 0 : o->promote;
     opt.seed = o->seed;
     opt.data = o->data;
     if (!o->tensors.empty()) {

@@ -155,14 +155,15 @@ MatrixUnit matrix_unit(std::string_view model, const Format& input, const Format
 }
 
 MatrixUnit parse_matrix_unit(std::string_view spec) {
-  // "<model>-<input>" with input fp16, bf16, tf32, fp8 (= fp8_e4m3), fp8_e4m3, fp8_e5m2; output fp32.
+  // "<model>" (fp16 in) or "<model>-<input>" with input fp16, bf16, tf32, fp8 (= fp8_e4m3), fp8_e4m3, fp8_e5m2;
+  // output fp32 (fp16 for fp16-acc).
   for (const auto& m : kModels) {
     const std::string_view name = m.name;
-    if (spec == name) return matrix_unit(name, m.gen == Gen::fp16_acc ? fp16() : fp32(), m.gen == Gen::fp16_acc ? fp16() : fp32());
+    if (spec == name) return matrix_unit(name, fp16(), m.gen == Gen::fp16_acc ? fp16() : fp32());
     if (spec.size() > name.size() + 1 && spec.substr(0, name.size()) == name && spec[name.size()] == '-') {
       std::string_view in = spec.substr(name.size() + 1);
       const Format& input = in == "fp8" ? fp8_e4m3() : parse_format(in);
-      return matrix_unit(name, input, fp32());
+      return matrix_unit(name, input, m.gen == Gen::fp16_acc ? fp16() : fp32());
     }
   }
   return matrix_unit(spec, fp16(), fp32());  // throws the unknown-model error
