@@ -147,16 +147,31 @@ TEST_CASE("a mutated model misses the recordings", "[mma]") {
          u.block.products = 32;
        }},
       {"fp8 split into halves, not pairs", "h100", "e5m2", [](mma::MatrixUnit& u) { u.instruction.interleave = 16; }},
+      {"fp8->fp16: C into the first block", "h100", "e4m3", [](mma::MatrixUnit& u) { u.instruction.k = 0; }},
+      {"fp8->fp16: blocks held in fp32 (RZ)", "h100", "e4m3", [](mma::MatrixUnit& u) {
+         u.instruction.block_output = fp32();
+         u.block.rounding = mma::FinalRounding::toward_zero;
+         u.block.result_bits = 23;
+         u.block.exponent_floor = -133;
+       }},
+      {"fp8->fp16: C added toward zero", "h200", "e4m3", [](mma::MatrixUnit& u) {
+         u.instruction.end_rounding = mma::FinalRounding::toward_zero;
+       }},
+      {"fp8->fp16: 13 alignment bits (fp8 path)", "b200", "e5m2", [](mma::MatrixUnit& u) { u.block.align_bits = 13; }},
+      {"fp8->fp16: exponent floor -133, not -21", "h100", "e4m3", [](mma::MatrixUnit& u) { u.block.exponent_floor = -133; }},
   };
   for (const auto& m : mutations) {
     const RecordedSet& s = find(m.gpu, m.input);
     // The fp16-output recording for the fp8 split, fp32 for the others.
-    const auto& [out, recorded] = (std::string(m.what).find("pairs") != std::string::npos) ? s.results.back() : s.results.front();
+    const bool fp16_out = std::string(m.what).find("pairs") != std::string::npos ||
+                          std::string(m.what).find("fp8->fp16") != std::string::npos;
+    const auto& [out, recorded] = fp16_out ? s.results.back() : s.results.front();
     mma::MatrixUnit unit = mma::matrix_unit(s.gpu, *s.input, *out);
     m.apply(unit);
     const std::size_t miss = mismatches(unit, s, *out, recorded, false);
-    std::printf("  mutation %-36s on %s %s -> %s: %zu of %zu cases differ\n", m.what, m.gpu, m.input, out->name.c_str(),
+    std::printf("  mutation %-40s on %s %s -> %s: %zu of %zu cases differ\n", m.what, m.gpu, m.input, out->name.c_str(),
                 miss, s.cases);
-    CHECK(miss > 0);
+    // The exponent floor of the fp16 path lies below every recorded result: the data cannot tell it (printed).
+    if (std::string(m.what).find("floor") == std::string::npos) CHECK(miss > 0);
   }
 }
