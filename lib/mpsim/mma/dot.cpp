@@ -348,6 +348,22 @@ double fast_chain(const MatrixUnit& u, int lshift, const Decoded& A, std::size_t
   return acc;
 }
 
+// Up to four plain chains (rows `rows` of A against column jb of B) stepped block by block together, so that
+// the serial dependency of one chain (each block's rounding feeds the next) overlaps with the others.
+template <int N>
+void fast_chains(const MatrixUnit& u, int lshift, const Decoded& A, const std::size_t* rows, int R, const Decoded& B,
+                 std::size_t jb, std::size_t Kp, Operand* c) {
+  const std::int32_t* sb = B.sig.data() + jb * Kp;
+  const std::int32_t* eb = B.exp.data() + jb * Kp;
+  for (std::size_t k0 = 0; k0 < Kp; k0 += N)
+    for (int r = 0; r < R; ++r) {
+      if (c[r].kind == Kind::inf) continue;  // stays inf (block_special: c inf, products finite)
+      const std::size_t off = rows[r] * Kp + k0;
+      c[r] = fast_block<N>(u.block, lshift, A.sig.data() + off, A.exp.data() + off, sb + k0, eb + k0, N, c[r], u.output,
+                           u.output_subnormals);
+    }
+}
+
 }  // namespace
 
 void gemm_scalar(const MatrixUnit& unit, std::size_t M, std::size_t N, std::size_t K, const double* A, const double* B,
@@ -384,14 +400,37 @@ void gemm(const MatrixUnit& unit, std::size_t M, std::size_t N, std::size_t K, c
   parallel_for(M, std::min<std::size_t>(static_cast<std::size_t>(workers), std::max<std::size_t>(M, 1)), "mma_gemm",
                [&](int, std::size_t i0, std::size_t i1) {
                  std::vector<double> a_row, b_col;
-                 for (std::size_t i = i0; i < i1; ++i)
+                 // Plain chains of 8, 16 or 32 products run four rows at a time (fast_chains).
+                 const int n = unit.block.products;
+                 const bool grouped = unit.instruction.k == 0 && (n == 8 || n == 16 || n == 32);
+                 std::size_t rows[4];
+                 Operand acc4[4];
+                 int R = 0;
+                 auto flush = [&](std::size_t j) {
+                   if (n == 8) fast_chains<8>(unit, lshift, dA, rows, R, dB, j, Kp, acc4);
+                   else if (n == 16) fast_chains<16>(unit, lshift, dA, rows, R, dB, j, Kp, acc4);
+                   else fast_chains<32>(unit, lshift, dA, rows, R, dB, j, Kp, acc4);
+                   for (int r = 0; r < R; ++r) D[rows[r] * N + j] = to_double(acc4[r]);
+                   R = 0;
+                 };
+                 // Rows in tiles of 8: a column's decoded operands (8 bytes per element) stay in cache for the
+                 // tile instead of streaming from memory once per row.
+                 constexpr std::size_t kTile = 8;
+                 for (std::size_t t0 = i0; t0 < i1; t0 += kTile)
                    for (std::size_t j = 0; j < N; ++j) {
+                     for (std::size_t i = t0; i < std::min(i1, t0 + kTile); ++i) {
                      const double c = C ? C[i * N + j] : 0.0;
                      if (dA.special[i] || dB.special[j] || !std::isfinite(c)) {  // NaN / inf: the scalar path
                        a_row.assign(A + i * K, A + (i + 1) * K);
                        b_col.resize(K);
                        for (std::size_t k = 0; k < K; ++k) b_col[k] = B[k * N + j];
                        D[i * N + j] = dot(unit, a_row, b_col, c);
+                       continue;
+                     }
+                     if (unit.promote_every <= 0 && grouped) {
+                       rows[R] = i;
+                       acc4[R++] = split(c, kAccumulatorEmin, kAccumulatorFrac, true);
+                       if (R == 4) flush(j);  // the rest of the column's group: after the tile's rows
                        continue;
                      }
                      if (unit.promote_every <= 0) {
@@ -403,6 +442,8 @@ void gemm(const MatrixUnit& unit, std::size_t M, std::size_t N, std::size_t K, c
                        acc = add_rounded(acc, fast_chain(unit, lshift, dA, i, dB, j, Kp, k0, std::min(Kp, k0 + chunk), 0.0),
                                          unit.output, FinalRounding::nearest_even, unit.output_subnormals);
                      D[i * N + j] = acc;
+                     }
+                     if (R > 0) flush(j);  // the column's last group of rows
                    }
                });
 }
