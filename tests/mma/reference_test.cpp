@@ -223,7 +223,7 @@ TEST_CASE("gemm's integer path equals dot for every element, whatever the thread
       for (std::size_t i = 0; i < A.size(); ++i) A[i] = gen.value(*cs.in, i % 3 == 0 ? 2 : 1, cs.out->emax / 2 - 4);
       for (std::size_t i = 0; i < B.size(); ++i) B[i] = gen.value(*cs.in, i % 3 == 0 ? 2 : 1, cs.out->emax / 2 - 4);
       for (auto& v : C) v = gen.value(*cs.out, 1);
-      A[3 * K + 1] = kInf;  // row 3: the scalar path for specials
+      A[3 * K + 1] = cs.in->has_inf ? kInf : kNaN;  // row 3: the scalar path for specials
       B[2 * N + 4] = kNaN;  // column 4
       std::vector<double> D1(M * N), D3(M * N), Ds(M * N);
       mma::gemm(u, M, N, K, A.data(), B.data(), C.data(), D1.data(), 1);
@@ -250,6 +250,16 @@ TEST_CASE("unknown models and unsupported formats are errors naming them", "[mma
   CHECK_THROWS_WITH(mma::matrix_unit("a100", fp8_e4m3(), fp32()), Catch::Contains("a100"));
   CHECK_THROWS_WITH(mma::matrix_unit("h100", bf16(), fp16()), Catch::Contains("fp16 out only"));
   CHECK_THROWS(mma::matrix_unit("h100", fp32(), fp32()));
+  // Values outside the input format are refused by dot and gemm (the CLI and Python round them first).
+  const mma::MatrixUnit u = mma::matrix_unit("h100", fp8_e4m3(), fp32());
+  const std::vector<double> one{1.0};
+  CHECK_THROWS_WITH(mma::dot(u, std::vector<double>{1.0625}, one, 0.0), Catch::Contains("not a fp8_e4m3 value"));
+  CHECK_THROWS_WITH(mma::dot(u, std::vector<double>{512.0}, one, 0.0), Catch::Contains("512"));
+  CHECK_THROWS_WITH(mma::dot(u, std::vector<double>{kInf}, one, 0.0), Catch::Contains("inf"));
+  double d = 0;
+  const double a2[2] = {1.0, 1.0 + 1.0 / 4096}, b2[2] = {1.0, 1.0};
+  CHECK_THROWS_WITH(mma::gemm(mma::matrix_unit("a100", fp16(), fp32()), 1, 1, 2, a2, b2, nullptr, &d),
+                    Catch::Contains("not a fp16 value"));
 }
 
 TEST_CASE("the published exceptional cases give the published results", "[mma]") {

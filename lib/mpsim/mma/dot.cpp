@@ -1,5 +1,7 @@
 #include "mpsim/mma/dot.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -237,8 +239,17 @@ double dot_split(const MatrixUnit& u, const Operand* a, const Operand* b, std::s
   return acc;
 }
 
+// An element of A or B; a value outside the input format is refused (the callers that take arbitrary values,
+// `mpsim gemm` and mpsim.matmul, round them first with round_to_format).
 Operand split_input(const MatrixUnit& u, double x) {
-  return split(x, u.input.emin, u.input.man_bits, u.input_subnormals);
+  const Operand o = split(x, u.input.emin, u.input.man_bits, u.input_subnormals);
+  const bool exact = o.kind != Kind::finite ||
+                     (std::ldexp(static_cast<double>(o.mag), o.exp - u.input.man_bits) == std::fabs(x) &&
+                      std::fabs(x) <= u.input.max_finite);
+  if (!exact || (o.kind == Kind::inf && !u.input.has_inf))
+    throw Error(fmt::format("mma: {} is not a {} value (A and B hold values of the unit's input format: round them "
+                            "first, mma::round_to_format)", x, u.input.name));
+  return o;
 }
 
 // ---- the integer GEMM path ----------------------------------------------------------------------------

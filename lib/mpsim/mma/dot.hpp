@@ -19,7 +19,8 @@ namespace mpsim::mma {
 // Special values (the published models' rule, applied per block; not in the recordings): a NaN operand or
 // c, inf × 0, or +inf and -inf among the products and c give NaN (the output format's canonical NaN);
 // otherwise an infinite product or c gives that infinity. A finite sum beyond the output's range is ±inf
-// in both rounding modes (Generic_BFMA_TC.m); an exact zero sum is +0.
+// in both rounding modes (Generic_BFMA_TC.m); an exact zero sum is +0. An element of a or b that is not a value
+// of unit.input (inexact, beyond its range, or an inf the format lacks) is an mpsim::Error naming it.
 double dot(const MatrixUnit& unit, std::span<const double> a, std::span<const double> b, double c);
 
 // D (M×N) = C + A (M×K) B (K×N), all row-major; C may be null (zero). Values as for dot(). `threads` <= 0:
