@@ -156,18 +156,27 @@ bool same(double x, double y) {
   return std::bit_cast<std::uint64_t>(x) == std::bit_cast<std::uint64_t>(y);
 }
 
+// The units both tests run: every GPU generation and structure, fp32 and fp16 output, with and without promotion.
+struct UnitCase {
+  const char* model;
+  const Format* in;
+  const Format* out;
+  int promote;
+};
+const UnitCase kUnits[] = {
+    {"v100", &fp16(), &fp32(), 0},       {"v100", &fp16(), &fp16(), 0},        {"a100", &bf16(), &fp32(), 0},
+    {"a100", &tf32(), &fp32(), 0},       {"ada", &fp8_e4m3(), &fp32(), 0},     {"ada", &fp8_e5m2(), &fp16(), 0},
+    {"l40s", &fp8_e5m2(), &fp32(), 0},   {"h100", &fp16(), &fp32(), 0},        {"h100", &fp16(), &fp16(), 0},
+    {"h100", &bf16(), &fp32(), 64},      {"h100", &fp8_e4m3(), &fp32(), 0},    {"h100", &fp8_e4m3(), &fp32(), 128},
+    {"h100", &fp8_e5m2(), &fp16(), 0},   {"h200", &fp8_e5m2(), &fp16(), 0},    {"b200", &fp8_e4m3(), &fp32(), 0},
+    {"b200", &bf16(), &fp32(), 0},       {"b200", &tf32(), &fp32(), 0},        {"exact-fp32", &bf16(), &fp32(), 0},
+    {"exact-fp32", &fp16(), &fp32(), 0}, {"fp16-acc", &fp16(), &fp16(), 0},
+};
+
 }  // namespace
 
 TEST_CASE("the model equals the Boost.Multiprecision reference on random tiles", "[mma]") {
-  struct Case { const char* model; const Format* in; const Format* out; int promote; };
-  const Case cases[] = {
-      {"v100", &fp16(), &fp32(), 0},       {"v100", &fp16(), &fp16(), 0},      {"a100", &bf16(), &fp32(), 0},
-      {"a100", &tf32(), &fp32(), 0},       {"ada", &fp8_e4m3(), &fp32(), 0},   {"ada", &fp8_e5m2(), &fp16(), 0},
-      {"h100", &fp16(), &fp32(), 0},       {"h100", &fp16(), &fp16(), 0},      {"h100", &fp8_e4m3(), &fp32(), 0},
-      {"h100", &fp8_e4m3(), &fp32(), 128}, {"h100", &fp8_e5m2(), &fp16(), 0},  {"b200", &fp8_e4m3(), &fp32(), 0},
-      {"b200", &bf16(), &fp32(), 0},       {"exact-fp32", &bf16(), &fp32(), 0}, {"exact-fp32", &fp16(), &fp32(), 0},
-      {"fp16-acc", &fp16(), &fp16(), 0},
-  };
+  const auto& cases = kUnits;
   Generator gen{std::mt19937_64(20260533)};
   std::size_t total = 0, missed = 0;
   for (const auto& cs : cases) {
@@ -204,14 +213,7 @@ TEST_CASE("the model equals the Boost.Multiprecision reference on random tiles",
 }
 
 TEST_CASE("gemm's integer path equals dot for every element, whatever the thread count", "[mma]") {
-  struct Case { const char* model; const Format* in; const Format* out; int promote; };
-  const Case cases[] = {
-      {"v100", &fp16(), &fp32(), 0},      {"v100", &fp16(), &fp16(), 0},      {"a100", &bf16(), &fp32(), 0},
-      {"a100", &tf32(), &fp32(), 0},      {"ada", &fp8_e4m3(), &fp16(), 0},   {"l40s", &fp8_e5m2(), &fp32(), 0},
-      {"h100", &fp16(), &fp32(), 0},      {"h100", &fp16(), &fp16(), 0},      {"h100", &bf16(), &fp32(), 64},
-      {"h100", &fp8_e4m3(), &fp32(), 0},  {"h100", &fp8_e4m3(), &fp32(), 128}, {"h200", &fp8_e5m2(), &fp16(), 0},
-      {"b200", &fp8_e4m3(), &fp32(), 0},  {"b200", &tf32(), &fp32(), 0},      {"exact-fp32", &fp16(), &fp32(), 0},
-  };
+  const auto& cases = kUnits;
   Generator gen{std::mt19937_64(7)};
   std::size_t elements = 0, miss = 0;
   for (const auto& cs : cases) {
@@ -241,7 +243,7 @@ TEST_CASE("gemm's integer path equals dot for every element, whatever the thread
     }
   }
   std::printf("gemm (integer path, 1 and 3 threads) and gemm_scalar vs dot: %zu elements over %zu units, %zu mismatches\n",
-              elements, std::size(cases), miss);
+              elements, std::size(kUnits), miss);
   CHECK(miss == 0);
 }
 
