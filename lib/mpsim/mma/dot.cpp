@@ -375,6 +375,27 @@ void fast_chains(const MatrixUnit& u, int lshift, const Decoded& A, const std::s
     }
 }
 
+// The same for split instructions: per instruction, each row's groups chained from zero, then + C once.
+template <int N>
+void fast_split_chains(const MatrixUnit& u, int lshift, const Decoded& A, const std::size_t* rows, int R,
+                       const Decoded& B, std::size_t jb, std::size_t Kp, double* acc) {
+  const std::int32_t* sb = B.sig.data() + jb * Kp;
+  const std::int32_t* eb = B.exp.data() + jb * Kp;
+  const auto ik = static_cast<std::size_t>(u.instruction.k);
+  for (std::size_t i0 = 0; i0 < Kp; i0 += ik) {
+    Operand partial[4];
+    for (std::size_t k0 = i0; k0 < i0 + ik; k0 += N)
+      for (int r = 0; r < R; ++r) {
+        if (partial[r].kind == Kind::inf) continue;
+        const std::size_t off = rows[r] * Kp + k0;
+        partial[r] = fast_block<N>(u.block, lshift, A.sig.data() + off, A.exp.data() + off, sb + k0, eb + k0, N,
+                                   partial[r], u.instruction.block_output, u.output_subnormals);
+      }
+    for (int r = 0; r < R; ++r)
+      acc[r] = add_rounded(acc[r], to_double(partial[r]), u.output, u.instruction.end_rounding, u.output_subnormals);
+  }
+}
+
 }  // namespace
 
 void gemm_scalar(const MatrixUnit& unit, std::size_t M, std::size_t N, std::size_t K, const double* A, const double* B,
@@ -411,17 +432,25 @@ void gemm(const MatrixUnit& unit, std::size_t M, std::size_t N, std::size_t K, c
   parallel_for(M, std::min<std::size_t>(static_cast<std::size_t>(workers), std::max<std::size_t>(M, 1)), "mma_gemm",
                [&](int, std::size_t i0, std::size_t i1) {
                  std::vector<double> a_row, b_col;
-                 // Plain chains of 8, 16 or 32 products run four rows at a time (fast_chains).
+                 // Chains of blocks of 8, 16 or 32 products run four rows at a time (fast_chains, fast_split_chains).
                  const int n = unit.block.products;
-                 const bool grouped = unit.instruction.k == 0 && (n == 8 || n == 16 || n == 32);
+                 const bool grouped = n == 8 || n == 16 || n == 32;
                  std::size_t rows[4];
                  Operand acc4[4];
+                 double accd[4];
                  int R = 0;
                  auto flush = [&](std::size_t j) {
-                   if (n == 8) fast_chains<8>(unit, lshift, dA, rows, R, dB, j, Kp, acc4);
-                   else if (n == 16) fast_chains<16>(unit, lshift, dA, rows, R, dB, j, Kp, acc4);
-                   else fast_chains<32>(unit, lshift, dA, rows, R, dB, j, Kp, acc4);
-                   for (int r = 0; r < R; ++r) D[rows[r] * N + j] = to_double(acc4[r]);
+                   if (unit.instruction.k != 0) {
+                     if (n == 8) fast_split_chains<8>(unit, lshift, dA, rows, R, dB, j, Kp, accd);
+                     else if (n == 16) fast_split_chains<16>(unit, lshift, dA, rows, R, dB, j, Kp, accd);
+                     else fast_split_chains<32>(unit, lshift, dA, rows, R, dB, j, Kp, accd);
+                     for (int r = 0; r < R; ++r) D[rows[r] * N + j] = accd[r];
+                   } else {
+                     if (n == 8) fast_chains<8>(unit, lshift, dA, rows, R, dB, j, Kp, acc4);
+                     else if (n == 16) fast_chains<16>(unit, lshift, dA, rows, R, dB, j, Kp, acc4);
+                     else fast_chains<32>(unit, lshift, dA, rows, R, dB, j, Kp, acc4);
+                     for (int r = 0; r < R; ++r) D[rows[r] * N + j] = to_double(acc4[r]);
+                   }
                    R = 0;
                  };
                  // Rows in tiles of 8: a column's decoded operands (8 bytes per element) stay in cache for the
@@ -440,6 +469,7 @@ void gemm(const MatrixUnit& unit, std::size_t M, std::size_t N, std::size_t K, c
                      }
                      if (unit.promote_every <= 0 && grouped) {
                        rows[R] = i;
+                       accd[R] = c;
                        acc4[R++] = split(c, kAccumulatorEmin, kAccumulatorFrac, true);
                        if (R == 4) flush(j);  // the rest of the column's group: after the tile's rows
                        continue;
