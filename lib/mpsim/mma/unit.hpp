@@ -66,7 +66,7 @@ struct MatrixUnit {
   // and its result is added to an fp32 accumulator with round-to-nearest-even (split accumulation:
   // DeepSeek-V3 §3.3.2 promotes H800 fp8 partial sums to CUDA cores every 128 elements). Needs fp32 output.
   int promote_every = 0;
-  // Which recorded files confirm this unit ("" when none do).
+  // The recording that checks this unit, data/mma/recorded/ ("H100/fp8_e4m3"; "" when none does).
   std::string recorded;
 };
 
