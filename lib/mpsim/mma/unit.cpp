@@ -195,7 +195,8 @@ std::string describe(const MatrixUnit& u) {
     s += fmt::format("; instructions of {} products as {} blocks (interleave {}) chained from zero, + C at the end ({})",
                      u.instruction.k, u.instruction.groups, u.instruction.interleave, to_string(u.instruction.end_rounding));
   if (u.promote_every) s += fmt::format("; promoted to an fp32 accumulator every {}", u.promote_every);
-  s += u.recorded.empty() ? "; no recording checks this unit" : "; checked against the recording " + u.recorded;
+  s += u.recorded.empty() ? "; no recording checks this unit"
+                          : "; checked against the recording " + u.recorded + (u.promote_every ? " (not the promotion)" : "");
   return s;
 }
 
