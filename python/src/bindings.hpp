@@ -54,6 +54,7 @@ SoftErrors soft_errors_with_kwargs(double flip, std::uint64_t flip_seed, std::st
 void bind_formats(nb::module_& m);
 void bind_arrays(nb::module_& m);
 void bind_analysis(nb::module_& m);
+void bind_mma(nb::module_& m);  // mma.cpp
 
 // ---- templates ----
 inline bool is_c_contiguous(std::size_t ndim, const std::int64_t* shape, const std::int64_t* strides) {

@@ -188,4 +188,5 @@ NB_MODULE(_core, m) {
   mpsim::python::bind_formats(m);
   mpsim::python::bind_arrays(m);
   mpsim::python::bind_analysis(m);
+  mpsim::python::bind_mma(m);
 }
