@@ -178,4 +178,5 @@ NB_MODULE(_core, m) {
   mpsim::python::bind_formats(m);
   mpsim::python::bind_arrays(m);
   mpsim::python::bind_analysis(m);
+  mpsim::python::bind_recipe(m);
 }
