@@ -184,7 +184,10 @@ PrecisionPolicy parse_policy(std::string_view spec) {
 
 Precision::Precision(PrecisionPolicy p) : policy_(std::move(p)) {
   validate(policy_.rounding);
-  if (policy_.recipe) quantizer_.emplace(*policy_.recipe);
+  if (policy_.recipe) {
+    quantizer_.emplace(*policy_.recipe);
+    quantizer_->keep_scales(false);
+  }
 }
 
 Precision Precision::evaluation_copy() const {

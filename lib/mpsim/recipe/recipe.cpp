@@ -98,18 +98,23 @@ Stats stats_of_blocks(const BlockStats& b, std::span<const float> x, std::span<c
   s.underflow = b.flushed;
   s.subnormal = b.subnormal;
   s.overflow = b.saturated;
+  // Selects rather than branches: the signs and magnitudes of gradients would defeat a branch predictor.
+  std::uint64_t zero = 0, exact = 0;
+  float hi = 0.0f, lo = std::numeric_limits<float>::infinity();
   for (std::size_t i = 0; i < x.size(); ++i) {
-    const float v = x[i];
-    if (!std::isfinite(v)) continue;
-    if (v == 0.0f) {
-      ++s.zero_in;
-      continue;
-    }
-    const double a = std::fabs(static_cast<double>(v));
-    s.max_abs = std::max(s.max_abs, a);
-    s.min_abs_nonzero = s.min_abs_nonzero == 0 ? a : std::min(s.min_abs_nonzero, a);
-    if (values[i] == v) ++s.exact; else ++s.rounded;
+    const float a = std::fabs(x[i]);
+    const bool finite = a <= std::numeric_limits<float>::max();  // false for inf and NaN
+    const bool nonzero = finite && a > 0.0f;
+    zero += a == 0.0f;
+    exact += nonzero && values[i] == x[i];
+    hi = finite && a > hi ? a : hi;
+    lo = nonzero && a < lo ? a : lo;
   }
+  s.zero_in = zero;
+  s.exact = exact;
+  s.rounded = s.count - s.zero_in - s.nan - s.inf_in - s.exact;
+  s.max_abs = hi;
+  s.min_abs_nonzero = std::isinf(lo) ? 0.0 : lo;
   return s;
 }
 
@@ -477,13 +482,17 @@ QuantizedOperand Quantizer::quantize(std::string_view tensor, Role role, std::sp
         q.tensor_scale = bq.tensor_scale;
         // The padding zeros were counted as elements and blocks; the Stats below count the operand only.
       } else {
-        const BlockQuantized bq = quantize_blocks(src, cols, bf, rr, &bs, opt);
         q.values.resize(x.size());
-        dequantize_blocks(bq, cols, bf, q.values, opt);
-        q.scales = block_scale_factors(bq, bf);
-        q.scale_rows = rows;
-        q.scale_cols = cols == 0 ? 0 : (cols + static_cast<std::size_t>(bf.block) - 1) / static_cast<std::size_t>(bf.block);
-        q.tensor_scale = bq.tensor_scale;
+        if (keep_scales_) {
+          const BlockQuantized bq = quantize_blocks(src, cols, bf, rr, &bs, opt);
+          dequantize_blocks(bq, cols, bf, q.values, opt);
+          q.scales = block_scale_factors(bq, bf);
+          q.scale_rows = rows;
+          q.scale_cols = cols == 0 ? 0 : (cols + static_cast<std::size_t>(bf.block) - 1) / static_cast<std::size_t>(bf.block);
+          q.tensor_scale = bq.tensor_scale;
+        } else {
+          round_blocks(src, q.values, cols, bf, rr, &bs, opt);  // the same values in one fused pass
+        }
       }
       q.stats = stats_of_blocks(bs, src, q.values);
       break;

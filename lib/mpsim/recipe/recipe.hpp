@@ -154,6 +154,9 @@ class Quantizer {
   const std::map<std::string, DelayedState>& delayed_state() const { return delayed_; }
   // Restores saved state (a checkpoint); histories must have amax_history_len entries, else mpsim::Error.
   void set_delayed_state(std::map<std::string, DelayedState> s);
+  // Whether quantize() fills QuantizedOperand::scales and tensor_scale (on by default). The simulator needs
+  // the values and Stats only: off, the block recipes take block.hpp's fused round_blocks pass.
+  void keep_scales(bool on) { keep_scales_ = on; }
   std::uint64_t sr_offset() const { return sr_offset_; }
   void set_sr_offset(std::uint64_t o) { sr_offset_ = o; }
 
@@ -167,6 +170,7 @@ class Quantizer {
   Recipe recipe_;
   std::map<std::string, DelayedState> delayed_;
   std::uint64_t sr_offset_ = 0;
+  bool keep_scales_ = true;
 };
 
 // The scale rules, exposed for the tests' independent references to be checked against.
