@@ -34,6 +34,8 @@ nb::dict counts_dict(const Stats& s) {
   return d;
 }
 
+}  // namespace
+
 nb::dict stats_dict(const Stats& s, std::uint64_t flipped) {
   // The names of `mpsim round --stats-json`.
   nb::dict d = counts_dict(s);
@@ -42,6 +44,8 @@ nb::dict stats_dict(const Stats& s, std::uint64_t flipped) {
   d["min_abs_nonzero"] = s.min_abs_nonzero;
   return d;
 }
+
+namespace {
 
 nb::dict block_stats_dict(const BlockStats& s, const BlockFormat& bf, float tensor_scale) {
   // The names of `mpsim round --stats-json` for a block format (schema mpsim-round-block-1).

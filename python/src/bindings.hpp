@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 
+#include "mpsim/format/bulk.hpp"
 #include "mpsim/format/format.hpp"
 #include "mpsim/format/round.hpp"
 #include "mpsim/format/soft_error.hpp"
@@ -55,6 +56,10 @@ void bind_formats(nb::module_& m);
 void bind_arrays(nb::module_& m);
 void bind_analysis(nb::module_& m);
 void bind_mma(nb::module_& m);  // mma.cpp
+
+void bind_recipe(nb::module_& m);  // recipe.cpp
+// A Stats as a dict under `mpsim round --stats-json`'s names (arrays.cpp); flipped: the soft errors added.
+nb::dict stats_dict(const Stats& s, std::uint64_t flipped);
 
 // ---- templates ----
 inline bool is_c_contiguous(std::size_t ndim, const std::int64_t* shape, const std::int64_t* strides) {

@@ -189,4 +189,6 @@ NB_MODULE(_core, m) {
   mpsim::python::bind_arrays(m);
   mpsim::python::bind_analysis(m);
   mpsim::python::bind_mma(m);
+
+  mpsim::python::bind_recipe(m);
 }

@@ -52,7 +52,9 @@ void setup(CLI::App& app) {
   auto hist = std::make_shared<std::string>(), scaler_state = std::make_shared<std::string>();
   c->optimizer.lr = 0;
   cmd->add_option("--model", c->model, "ssd | lstm")->required();
-  cmd->add_option("--policy", c->policy, "fp32 | mixed-fp16 | mixed-bf16 | pure-fp16 | custom:KEY=FMT,...")
+  cmd->add_option("--policy", c->policy,
+                  "fp32 | mixed-fp16 | mixed-bf16 | pure-fp16 | custom:KEY=FMT,... | a scaling recipe "
+                  "RECIPE[:KEY=VALUE,...] (docs/recipes.md: fp8-tensorwise-delayed, mxfp8, nvfp4, ...)")
       ->capture_default_str();
   cmd->add_option("--scaler", c->scaler,
                   "none | static:S | dynamic | hysteresis[:megatron|:deepspeed], optionally ,key=value "

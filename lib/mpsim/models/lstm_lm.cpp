@@ -88,7 +88,7 @@ class LstmLm final : public nn::Model {
   }
 
   nn::Metric evaluate(nn::Precision& prec) override {
-    nn::Precision local(prec.policy());
+    nn::Precision local = prec.evaluation_copy();
     double nats = 0;
     std::size_t tokens = 0;
     const int chunk = 16;
@@ -166,12 +166,12 @@ class LstmLm final : public nn::Model {
     };
     std::vector<float> h(static_cast<std::size_t>(N) * H_);
     nn::LstmCache<float> cache;
-    nn::lstm_forward(h.data(), cache, xin, w_ih, w_hh, params_.data() + b_, shape, hook, prec.accumulate_format());
+    nn::lstm_forward(h.data(), cache, xin, w_ih, w_hh, params_.data() + b_, shape, hook, prec.gemm("lstm"));
     const float* hin = rounded_input(prec, "fc/in", OpClass::matmul_input, h.data(), h.size(), h_r);
     const float* fcw = rounded_input(prec, "fc/w", OpClass::matmul_input, params_.data() + fc_w_,
                                      static_cast<std::size_t>(V_) * H_, fcw_r);
     std::vector<float> logits(static_cast<std::size_t>(N) * V_), probs(logits.size()), losses(N);
-    nn::linear_forward(logits.data(), hin, fcw, params_.data() + fc_b_, N, H_, V_, prec.accumulate_format());
+    nn::linear_forward(logits.data(), hin, fcw, params_.data() + fc_b_, N, H_, V_, prec.gemm("fc"));
     round_site(prec, "fc/out", OpClass::matmul_output, logits.data(), logits.size());
     nn::softmax_cross_entropy_forward(losses.data(), probs.data(), logits.data(), targets.data(), N, V_);
     double sum = 0;
@@ -186,14 +186,14 @@ class LstmLm final : public nn::Model {
     round_site(prec, "fc/out_grad", OpClass::activation_grad, dlogits.data(), dlogits.size());
     std::vector<float> dh(h.size()), dfcw(static_cast<std::size_t>(V_) * H_), dfcb(V_);
     nn::linear_backward(dh.data(), dfcw.data(), dfcb.data(), dlogits.data(), hin, fcw, N, H_, V_,
-                        prec.accumulate_format());
+                        prec.gemm("fc"));
     round_site(prec, "fc/in_grad", OpClass::activation_grad, dh.data(), dh.size());
     accumulate_weight_grad(prec, "fc/w_grad", dfcw, grads_.data() + fc_w_);
     accumulate_weight_grad(prec, "fc/b_grad", dfcb, grads_.data() + fc_b_);
     std::vector<float> dx(x.size()), dw_ih(static_cast<std::size_t>(G) * kEmbed), dw_hh(static_cast<std::size_t>(G) * H_),
         db(G);
     nn::lstm_backward(dx.data(), dw_ih.data(), dw_hh.data(), db.data(), dh.data(), cache, xin, w_ih, w_hh, shape, hook,
-                      prec.accumulate_format());
+                      prec.gemm("lstm"));
     round_site(prec, "lstm/in_grad", OpClass::activation_grad, dx.data(), dx.size());
     accumulate_weight_grad(prec, "lstm/w_ih_grad", dw_ih, grads_.data() + w_ih_);
     accumulate_weight_grad(prec, "lstm/w_hh_grad", dw_hh, grads_.data() + w_hh_);

@@ -108,7 +108,7 @@ class SsdLite final : public nn::Model {
   }
 
   nn::Metric evaluate(nn::Precision& prec) override {
-    nn::Precision local(prec.policy());
+    nn::Precision local = prec.evaluation_copy();
     const ShapesBatch data = make_shapes(kEvalSeed, kEvalStream, 0,
                                          kEvalImages, kImage);
     std::vector<Detection> dets;
@@ -157,7 +157,7 @@ class SsdLite final : public nn::Model {
     c.in = rounded_input(prec, c.name + "/in", OpClass::matmul_input, in, c.shape.in_size(), c.in_r);
     c.w_used = rounded_input(prec, c.name + "/w", OpClass::matmul_input, W(c), c.shape.weight_size(), c.w_r);
     c.out.resize(c.shape.out_size());
-    nn::conv2d_forward(c.out.data(), c.in, c.w_used, Bias(c), c.shape, prec.accumulate_format());
+    nn::conv2d_forward(c.out.data(), c.in, c.w_used, Bias(c), c.shape, prec.gemm(c.name));
     round_site(prec, c.name + "/out", OpClass::matmul_output, c.out.data(), c.out.size());
   }
 
@@ -167,7 +167,7 @@ class SsdLite final : public nn::Model {
     std::vector<float> dw(c.shape.weight_size()), db(c.OC);
     if (dinp) dinp->resize(c.shape.in_size());
     nn::conv2d_backward(dinp ? dinp->data() : nullptr, dw.data(), db.data(), dout, c.in, c.w_used, c.shape,
-                        prec.accumulate_format());
+                        prec.gemm(c.name));
     if (dinp) round_site(prec, c.name + "/in_grad", OpClass::activation_grad, dinp->data(), dinp->size());
     accumulate_weight_grad(prec, c.name + "/w_grad", dw, grads_.data() + c.w_off);
     accumulate_weight_grad(prec, c.name + "/b_grad", db, grads_.data() + c.b_off);

@@ -64,18 +64,19 @@ void col2im(T* dinp, const T* dcol, const Conv2dShape& s) {
       }
 }
 
-// out (B, OC, OH, OW) = weight (OC, C*K*K) · im2col(inp) + bias (OC); bias may be null. accumulate: the
-// GEMM's accumulator (matmul.hpp; null: T).
+// out (B, OC, OH, OW) = weight (OC, C*K*K) · im2col(inp) + bias (OC); bias may be null. gemm: the
+// GEMM's accumulator and operand quantizer (matmul.hpp; default: T, operands as given).
 template <class T>
 void conv2d_forward(T* out, const T* inp, const T* weight, const T* bias, const Conv2dShape& s,
-                    const Format* accumulate = nullptr) {
+                    const GemmContext& gemm = {}) {
   const std::int64_t P = static_cast<std::int64_t>(s.OH()) * s.OW();
   const std::int64_t ncols = s.B * P;
   const std::int64_t krows = static_cast<std::int64_t>(s.C) * s.K * s.K;
   std::vector<T> col(static_cast<std::size_t>(krows * ncols));
   im2col(col.data(), inp, s);
   Mat<T> prod(s.OC, ncols);
-  matmul(prod, CMatMap<T>(weight, s.OC, krows), CMatMap<T>(col.data(), krows, ncols), accumulate);
+  matmul(prod, CMatMap<T>(weight, s.OC, krows), CMatMap<T>(col.data(), krows, ncols), gemm, recipe::Role::fprop_w,
+         recipe::Role::fprop_x);
   for (int b = 0; b < s.B; ++b)
     for (int oc = 0; oc < s.OC; ++oc) {
       T* o = out + (static_cast<std::int64_t>(b) * s.OC + oc) * P;
@@ -85,11 +86,11 @@ void conv2d_forward(T* out, const T* inp, const T* weight, const T* bias, const 
 }
 
 // dinp (B, C, H, W) = col2im(weight^T · dout); dweight (OC, C*K*K) = dout · im2col(inp)^T;
-// dbias (OC) = Σ dout over batch and positions. All overwritten; any may be null. accumulate: the two
-// GEMMs' accumulator (the bias sum is a reduction and stays in T).
+// dbias (OC) = Σ dout over batch and positions. All overwritten; any may be null. gemm: the two
+// GEMMs' context (the bias sum is a reduction and stays in T).
 template <class T>
 void conv2d_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
-                     const Conv2dShape& s, const Format* accumulate = nullptr) {
+                     const Conv2dShape& s, const GemmContext& gemm = {}) {
   const std::int64_t P = static_cast<std::int64_t>(s.OH()) * s.OW();
   const std::int64_t ncols = s.B * P;
   const std::int64_t krows = static_cast<std::int64_t>(s.C) * s.K * s.K;
@@ -103,11 +104,12 @@ void conv2d_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
   if (dweight) {
     std::vector<T> col(static_cast<std::size_t>(krows * ncols));
     im2col(col.data(), inp, s);
-    matmul(MatMap<T>(dweight, s.OC, krows), d, CMatMap<T>(col.data(), krows, ncols).transpose(), accumulate);
+    matmul(MatMap<T>(dweight, s.OC, krows), d, CMatMap<T>(col.data(), krows, ncols).transpose(), gemm,
+           recipe::Role::wgrad_dy, recipe::Role::wgrad_x);
   }
   if (dinp) {
     Mat<T> dcol(krows, ncols);
-    matmul(dcol, CMatMap<T>(weight, s.OC, krows).transpose(), d, accumulate);
+    matmul(dcol, CMatMap<T>(weight, s.OC, krows).transpose(), d, gemm, recipe::Role::dgrad_w, recipe::Role::dgrad_dy);
     col2im(dinp, dcol.data(), s);
   }
 }

@@ -39,11 +39,13 @@ T sigmoid(T x) {
   return T(1) / (T(1) + std::exp(-x));
 }
 
-// out (T, B, H) = h_1..h_T for x (T, B, I); w_ih (4H, I), w_hh (4H, H), bias (4H). accumulate: the
-// products' accumulator (matmul.hpp; null: T).
+// out (T, B, H) = h_1..h_T for x (T, B, I); w_ih (4H, I), w_hh (4H, H), bias (4H). gemm: the
+// products' accumulator and operand quantizer (matmul.hpp; the layer's two weights are gemm.sub("ih") and
+// gemm.sub("hh")); default: T, operands as given.
 template <class T, class Hook = NoHook>
 void lstm_forward(T* out, LstmCache<T>& cache, const T* x, const T* w_ih, const T* w_hh, const T* bias,
-                  const LstmShape& s, Hook&& hook = {}, const Format* accumulate = nullptr) {
+                  const LstmShape& s, Hook&& hook = {}, const GemmContext& gemm = {}) {
+  const GemmContext ih = gemm.sub("ih"), hh = gemm.sub("hh");
   const int G = 4 * s.H;
   const std::int64_t BH = static_cast<std::int64_t>(s.B) * s.H;
   cache.gates.assign(static_cast<std::size_t>(s.T) * s.B * G, T(0));
@@ -52,15 +54,16 @@ void lstm_forward(T* out, LstmCache<T>& cache, const T* x, const T* w_ih, const 
   cache.tanh_c.assign(static_cast<std::size_t>(s.T) * BH, T(0));
   // All input products at once: one GEMM of (T*B, I) x (I, 4H).
   Mat<T> pre_x(static_cast<std::int64_t>(s.T) * s.B, G);
-  matmul(pre_x, CMatMap<T>(x, static_cast<std::int64_t>(s.T) * s.B, s.I), CMatMap<T>(w_ih, G, s.I).transpose(),
-         accumulate);
+  matmul(pre_x, CMatMap<T>(x, static_cast<std::int64_t>(s.T) * s.B, s.I), CMatMap<T>(w_ih, G, s.I).transpose(), ih,
+         recipe::Role::fprop_x, recipe::Role::fprop_w);
   hook("ih_out", OpClass::matmul_output, pre_x.data(), static_cast<std::int64_t>(pre_x.size()));
   Mat<T> pre_h(s.B, G);
   for (int t = 0; t < s.T; ++t) {
     T* hin = cache.h_in.data() + t * BH;
     for (std::int64_t k = 0; k < BH; ++k) hin[k] = t == 0 ? T(0) : out[(t - 1) * BH + k];
     hook("h_in", OpClass::matmul_input, hin, BH);
-    matmul(pre_h, CMatMap<T>(hin, s.B, s.H), CMatMap<T>(w_hh, G, s.H).transpose(), accumulate);
+    matmul(pre_h, CMatMap<T>(hin, s.B, s.H), CMatMap<T>(w_hh, G, s.H).transpose(), hh, recipe::Role::fprop_x,
+           recipe::Role::fprop_w);
     hook("hh_out", OpClass::matmul_output, pre_h.data(), static_cast<std::int64_t>(pre_h.size()));
     const T* c_prev = cache.c.data() + t * BH;
     T* c_new = cache.c.data() + (t + 1) * BH;
@@ -92,7 +95,8 @@ void lstm_forward(T* out, LstmCache<T>& cache, const T* x, const T* w_ih, const 
 template <class T, class Hook = NoHook>
 void lstm_backward(T* dx, T* dw_ih, T* dw_hh, T* dbias, const T* dout, const LstmCache<T>& cache, const T* x,
                    const T* w_ih, const T* w_hh, const LstmShape& s, Hook&& hook = {},
-                   const Format* accumulate = nullptr) {
+                   const GemmContext& gemm = {}) {
+  const GemmContext ih = gemm.sub("ih"), hh = gemm.sub("hh");
   const int G = 4 * s.H;
   const std::int64_t BH = static_cast<std::int64_t>(s.B) * s.H;
   const std::int64_t TB = static_cast<std::int64_t>(s.T) * s.B;
@@ -119,13 +123,15 @@ void lstm_backward(T* dx, T* dw_ih, T* dw_hh, T* dbias, const T* dout, const Lst
     }
     T* dg_t = dgates.data() + static_cast<std::int64_t>(t) * s.B * G;
     hook("gates_grad", OpClass::activation_grad, dg_t, static_cast<std::int64_t>(s.B) * G);
-    matmul(dh_next, CMatMap<T>(dg_t, s.B, G), CMatMap<T>(w_hh, G, s.H), accumulate);
+    matmul(dh_next, CMatMap<T>(dg_t, s.B, G), CMatMap<T>(w_hh, G, s.H), hh, recipe::Role::dgrad_dy, recipe::Role::dgrad_w);
     hook("h_grad", OpClass::activation_grad, dh_next.data(), BH);
   }
-  matmul(MatMap<T>(dw_hh, G, s.H), dgates.transpose(), CMatMap<T>(cache.h_in.data(), TB, s.H), accumulate);
-  matmul(MatMap<T>(dw_ih, G, s.I), dgates.transpose(), CMatMap<T>(x, TB, s.I), accumulate);
+  matmul(MatMap<T>(dw_hh, G, s.H), dgates.transpose(), CMatMap<T>(cache.h_in.data(), TB, s.H), hh,
+         recipe::Role::wgrad_dy, recipe::Role::wgrad_x);
+  matmul(MatMap<T>(dw_ih, G, s.I), dgates.transpose(), CMatMap<T>(x, TB, s.I), ih, recipe::Role::wgrad_dy,
+         recipe::Role::wgrad_x);
   VecMap<T>(dbias, G) = dgates.colwise().sum().transpose();
-  if (dx) matmul(MatMap<T>(dx, TB, s.I), dgates, CMatMap<T>(w_ih, G, s.I), accumulate);
+  if (dx) matmul(MatMap<T>(dx, TB, s.I), dgates, CMatMap<T>(w_ih, G, s.I), ih, recipe::Role::dgrad_dy, recipe::Role::dgrad_w);
 }
 
 }  // namespace mpsim::nn

@@ -16,14 +16,43 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
 #include "mpsim/format/bulk.hpp"
 #include "mpsim/format/format.hpp"
 #include "mpsim/nn/eigen.hpp"
+#include "mpsim/recipe/recipe.hpp"
 
 namespace mpsim::nn {
+
+// What quantizes a GEMM's operands under a scaling recipe (Precision, policy.hpp): `data` is the operand as
+// a row-major rows x cols matrix whose rows run along the reduction axis; it is replaced by the values the
+// recipe's GEMM multiplies (lib/mpsim/recipe).
+class GemmQuantizer {
+ public:
+  virtual void quantize_operand(std::string_view layer, recipe::Role role, float* data, std::size_t rows,
+                                std::size_t cols) = 0;
+
+ protected:
+  ~GemmQuantizer() = default;
+};
+
+// How a layer's GEMMs run: the accumulator (null: fp32) and, under a scaling recipe, the quantizer of their
+// operands with the layer's name (the key of its delayed-scaling state and of its Stats sites). Built from
+// a bare accumulator format, so callers that pass `prec.accumulate_format()` or nullptr keep working.
+struct GemmContext {
+  const Format* accumulate = nullptr;
+  GemmQuantizer* quantizer = nullptr;
+  std::string layer;
+  GemmContext(const Format* acc = nullptr) : accumulate(acc) {}  // NOLINT: implicit on purpose
+  GemmContext(const Format* acc, GemmQuantizer* q, std::string name)
+      : accumulate(acc), quantizer(q), layer(std::move(name)) {}
+  // The context of one of a layer's several weights ("lstm" -> "lstm/hh").
+  GemmContext sub(std::string_view part) const { return {accumulate, quantizer, layer + "/" + std::string(part)}; }
+};
 
 // dst (M, N) = a (M, K) · b (K, N); a and b are Eigen expressions (maps, transposes); dst is resized
 // if it is a matrix, or must have the size if it is a map.
@@ -55,6 +84,27 @@ void matmul(Dst&& dst, const A& a, const B& b, const Format* accumulate) {
     }
   }
   dst.noalias() = a * b;
+}
+
+// dst = a (M, K) · b (K, N) with the operands in their GEMM roles: without a quantizer the plain product
+// above; with one, a is quantized as `role_a` along its rows and b^T as `role_b` along its rows (both run
+// along K), and the product of the quantized values accumulates as the context says.
+template <class Dst, class A, class B>
+void matmul(Dst&& dst, const A& a, const B& b, const GemmContext& g, recipe::Role role_a, recipe::Role role_b) {
+  using T = typename std::decay_t<Dst>::Scalar;
+  if constexpr (std::is_same_v<T, float>) {
+    if (g.quantizer) {
+      Mat<float> aq = a;
+      Mat<float> bt = b.transpose();
+      g.quantizer->quantize_operand(g.layer, role_a, aq.data(), static_cast<std::size_t>(aq.rows()),
+                                    static_cast<std::size_t>(aq.cols()));
+      g.quantizer->quantize_operand(g.layer, role_b, bt.data(), static_cast<std::size_t>(bt.rows()),
+                                    static_cast<std::size_t>(bt.cols()));
+      matmul(dst, aq, bt.transpose(), g.accumulate);
+      return;
+    }
+  }
+  matmul(dst, a, b, g.accumulate);
 }
 
 }  // namespace mpsim::nn

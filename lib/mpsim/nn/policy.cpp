@@ -1,9 +1,11 @@
 #include "mpsim/nn/policy.hpp"
 
-#include <charconv>
+#include <algorithm>
+#include <bit>
 #include <cmath>
 
 #include "mpsim/error.hpp"
+#include "mpsim/format/key_values.hpp"
 
 namespace mpsim::nn {
 
@@ -39,12 +41,17 @@ std::string PrecisionPolicy::describe() const {
   out += " accumulate=" + (accumulate ? accumulate->name : std::string("fp32"));
   out += " rounding=" + std::string(short_name(rounding.mode));
   if (weight) out += " update_rounding=" + std::string(short_name(update_rounding.mode));
+  if (recipe) out += " recipe=" + recipe->spec;
   return out;
 }
 
 const std::vector<std::string>& policy_names() {
-  static const std::vector<std::string> names{"fp32", "mixed-fp16", "mixed-fp16-acc16", "mixed-bf16", "pure-fp16", "pure-fp16-sr",
-                                              "custom:..."};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n{"fp32", "mixed-fp16", "mixed-fp16-acc16", "mixed-bf16", "pure-fp16", "pure-fp16-sr",
+                               "custom:..."};
+    for (auto r : recipe::recipe_names()) n.push_back(std::string(r) + "[:...]");
+    return n;
+  }();
   return names;
 }
 
@@ -62,26 +69,16 @@ PrecisionPolicy mixed(std::string name, const Format& low) {
   return p;
 }
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
-template <class Int>
-Int parse_int(std::string_view spec, std::string_view key, std::string_view v) {
-  Int out{};
-  auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
-  if (ec != std::errc() || ptr != v.data() + v.size())
-    throw Error("precision policy '" + std::string(spec) + "': " + std::string(key) + " needs an integer, got '" +
-                std::string(v) + "'");
+std::string recipe_list() {
+  std::string out;
+  for (auto n : recipe::recipe_names()) out += (out.empty() ? "" : ", ") + std::string(n);
   return out;
 }
 
 }  // namespace
 
 PrecisionPolicy parse_policy(std::string_view spec) {
-  const std::string s(trim(spec));
+  const std::string s(trim_blanks(spec));
   if (s == "fp32") {
     PrecisionPolicy p;
     p.name = "fp32";
@@ -100,31 +97,30 @@ PrecisionPolicy parse_policy(std::string_view spec) {
     if (s == "pure-fp16-sr") p.update_rounding.mode = RoundingMode::stochastic;
     return p;
   }
+  if (recipe::is_recipe_name(trim_blanks(std::string_view(s).substr(0, s.find(':'))))) {
+    PrecisionPolicy p;
+    p.recipe = recipe::parse_recipe(s);
+    p.name = p.recipe->spec;
+    return p;
+  }
   constexpr std::string_view prefix = "custom:";
   if (s.rfind(prefix, 0) != 0)
     throw Error("unknown precision policy '" + std::string(spec) +
-                "' (expected fp32, mixed-fp16, mixed-fp16-acc16, mixed-bf16, pure-fp16, pure-fp16-sr or "
-                "custom:KEY=FORMAT,...)");
+                "' (expected fp32, mixed-fp16, mixed-fp16-acc16, mixed-bf16, pure-fp16, pure-fp16-sr, "
+                "custom:KEY=FORMAT,... or a recipe: " + recipe_list() + ")");
   PrecisionPolicy p;
   p.name = "custom";
   std::string_view rest = std::string_view(s).substr(prefix.size());
-  if (trim(rest).empty()) throw Error("precision policy '" + std::string(spec) + "': custom policy has no KEY=VALUE");
-  while (!rest.empty()) {
-    const auto comma = rest.find(',');
-    const std::string_view item = trim(rest.substr(0, comma));
-    rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
-    const auto eq = item.find('=');
-    if (eq == std::string_view::npos || eq == 0 || eq + 1 == item.size())
-      throw Error("precision policy '" + std::string(spec) + "': expected KEY=VALUE, got '" + std::string(item) + "'");
-    const std::string_view key = trim(item.substr(0, eq));
-    const std::string_view value = trim(item.substr(eq + 1));
+  if (trim_blanks(rest).empty()) throw Error("precision policy '" + std::string(spec) + "': custom policy has no KEY=VALUE");
+  const std::string context = "precision policy '" + std::string(spec) + "'";
+  for_each_key_value(rest, context, [&](std::string_view key, std::string_view value) {
     if (key == "rounding") {
       try {
         p.rounding.mode = parse_rounding_mode(value);
       } catch (const Error& e) {
         throw Error("precision policy '" + std::string(spec) + "': " + e.what());
       }
-      continue;
+      return;
     }
     if (key == "update_rounding") {
       try {
@@ -132,22 +128,22 @@ PrecisionPolicy parse_policy(std::string_view spec) {
       } catch (const Error& e) {
         throw Error("precision policy '" + std::string(spec) + "': " + e.what());
       }
-      continue;
+      return;
     }
     if (key == "sr_seed") {
-      p.rounding.seed = parse_int<std::uint64_t>(spec, key, value);
+      p.rounding.seed = parse_integer<std::uint64_t>(value, context, key);
       p.update_rounding.seed = p.rounding.seed;
-      continue;
+      return;
     }
     if (key == "sr_bits") {
-      p.rounding.sr_bits = parse_int<int>(spec, key, value);
+      p.rounding.sr_bits = parse_integer<int>(value, context, key);
       p.update_rounding.sr_bits = p.rounding.sr_bits;
       try {
         validate(p.rounding);
       } catch (const Error& e) {
         throw Error("precision policy '" + std::string(spec) + "': " + e.what());
       }
-      continue;
+      return;
     }
     std::optional<Format> fmt;
     if (value != "fp32" && value != "none") {
@@ -181,12 +177,55 @@ PrecisionPolicy parse_policy(std::string_view spec) {
                   "' (expected matmul, matmul_input, matmul_output, accumulate, act_grad, weight_grad, weight, rounding, "
                   "update_rounding, sr_seed, sr_bits)");
     }
-  }
+  });
   validate(p.rounding);
   return p;
 }
 
-Precision::Precision(PrecisionPolicy p) : policy_(std::move(p)) { validate(policy_.rounding); }
+Precision::Precision(PrecisionPolicy p) : policy_(std::move(p)) {
+  validate(policy_.rounding);
+  if (policy_.recipe) {
+    quantizer_.emplace(*policy_.recipe);
+    quantizer_->keep_scales(false);
+  }
+}
+
+Precision Precision::evaluation_copy() const {
+  Precision p(policy_);
+  p.quantizer_ = quantizer_;
+  return p;
+}
+
+void Precision::quantize_operand(std::string_view layer, recipe::Role role, float* data, std::size_t rows,
+                                 std::size_t cols) {
+  const std::span<const float> in(data, rows * cols);
+  const std::string site = std::string(layer) + "/" + std::string(recipe::to_string(role));
+  const bool weight = recipe::operand_of(role) == recipe::Operand::w;
+  CachedOperand* hit = nullptr;
+  if (weight) {
+    auto it = weight_cache_.find(site);
+    if (it != weight_cache_.end() && it->second.input.size() == in.size() &&
+        std::equal(in.begin(), in.end(), it->second.input.begin(),
+                   [](float a, float b) { return std::bit_cast<std::uint32_t>(a) == std::bit_cast<std::uint32_t>(b); }))
+      hit = &it->second;
+  }
+  if (!hit) {
+    CachedOperand fresh{weight ? std::vector<float>(in.begin(), in.end()) : std::vector<float>{},
+                        quantizer_->quantize(layer, role, in, rows, cols)};
+    if (weight) {
+      hit = &(weight_cache_[site] = std::move(fresh));
+    } else {
+      if (fresh.q.quantized) stats_[site].merge(fresh.q.stats);
+      if (observer_) observer_(site, OpClass::matmul_input, in, fresh.q.values);
+      std::copy(fresh.q.values.begin(), fresh.q.values.end(), data);
+      return;
+    }
+  }
+  const recipe::QuantizedOperand& q = hit->q;
+  if (q.quantized) stats_[site].merge(q.stats);
+  if (observer_) observer_(site, OpClass::matmul_input, in, q.values);
+  std::copy(q.values.begin(), q.values.end(), data);
+}
 
 void Precision::round(std::string_view site, OpClass cls, std::span<float> data) {
   if (capture_ && (cls == OpClass::activation_grad || cls == OpClass::weight_grad)) {

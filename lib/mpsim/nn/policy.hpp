@@ -6,6 +6,12 @@
 //
 // Every rounding goes through Precision::round() at a named site ("conv1/act_grad", "fc/out"), which
 // calls the bulk engine (round_array) with Stats on: the one rounding path, counted per site.
+//
+// A scaling recipe (lib/mpsim/recipe, docs/recipes.md) as a policy: every GEMM operand is quantized inside
+// its GEMM by its role (fprop x / w, dgrad dy / w, wgrad x / dy) with its scale applied before rounding and
+// removed after; the products accumulate in fp32, their outputs, the gradients between layers and the weight
+// gradients stay fp32 (the recipes' high-precision outputs; TE and torchao keep them in the model's dtype),
+// and the fp32 master weights take the gradients. Stats per operand are kept at sites "<layer>/<role>".
 #pragma once
 
 #include <cstdint>
@@ -21,6 +27,8 @@
 #include "mpsim/format/bulk.hpp"
 #include "mpsim/format/format.hpp"
 #include "mpsim/format/round.hpp"
+#include "mpsim/nn/matmul.hpp"
+#include "mpsim/recipe/recipe.hpp"
 
 namespace mpsim::nn {
 
@@ -45,6 +53,8 @@ struct PrecisionPolicy {
   // "pure" policies (weight set) train without an fp32 master copy: the optimiser rounds theta - update
   // with this (nearest-even, or stochastic in pure-fp16-sr); its other operations round to nearest-even.
   Rounding update_rounding;
+  // A scaling recipe: the GEMM operands are quantized by it (matmul.hpp GemmContext); nullopt: none.
+  std::optional<recipe::Recipe> recipe;
 
   const std::optional<Format>& format_of(OpClass) const;
   // "matmul_input=fp16 matmul_output=fp16 ..." for reports.
@@ -60,6 +70,8 @@ struct PrecisionPolicy {
 //   activation_grad | act_grad, weight_grad | w_grad, weight, rounding (a name parse_rounding_mode takes),
 //   update_rounding (the same, for theta - update when weight is set), sr_seed (stochastic rounding key,
 //   both roundings), sr_bits
+// or a scaling recipe, "<recipe>[:KEY=VALUE,...]" as recipe::parse_recipe takes it ("fp8-tensorwise-delayed",
+// "mxfp8:scaling_mode=rceil", ...).
 // and values a format name parse_format takes, or "fp32" / "none" for no rounding. Unset keys are fp32.
 // Throws mpsim::Error naming the spec on anything else.
 PrecisionPolicy parse_policy(std::string_view spec);
@@ -67,9 +79,12 @@ PrecisionPolicy parse_policy(std::string_view spec);
 // The policy names parse_policy knows (for help texts).
 const std::vector<std::string>& policy_names();
 
-class Precision {
+class Precision final : public GemmQuantizer {
  public:
   explicit Precision(PrecisionPolicy p);
+  // A Precision for an evaluation pass: the same policy, the recipe's state (delayed scales) copied, fresh
+  // counters; what it records is not kept.
+  Precision evaluation_copy() const;
   const PrecisionPolicy& policy() const { return policy_; }
 
   // Rounds `data` in place at `site` if the policy gives `cls` a format, accumulating the bulk engine's
@@ -81,6 +96,19 @@ class Precision {
   bool rounds(OpClass cls) const { return policy_.format_of(cls).has_value(); }
   // The products' accumulator for the layers (nullptr = fp32).
   const Format* accumulate_format() const { return policy_.accumulate ? &*policy_.accumulate : nullptr; }
+  // The context of `layer`'s GEMMs: the accumulator and, under a recipe, this Precision as their quantizer.
+  GemmContext gemm(std::string layer) { return {accumulate_format(), quantizer_ ? this : nullptr, std::move(layer)}; }
+  // GemmQuantizer: quantizes under the recipe, adding the Stats at site "<layer>/<role>".
+  void quantize_operand(std::string_view layer, recipe::Role role, float* data, std::size_t rows,
+                        std::size_t cols) override;
+  // The recipe's state (delayed scaling's histories and scales, its stochastic-rounding offset); null without
+  // a recipe. end_step() closes a training step (recipe::Quantizer::end_step).
+  recipe::Quantizer* quantizer() { return quantizer_ ? &*quantizer_ : nullptr; }
+  const recipe::Quantizer* quantizer() const { return quantizer_ ? &*quantizer_ : nullptr; }
+  void end_step() {
+    if (quantizer_) quantizer_->end_step();
+    weight_cache_.clear();
+  }
 
   const std::map<std::string, Stats>& site_stats() const { return stats_; }
   void reset_stats() { stats_.clear(); }
@@ -112,6 +140,15 @@ class Precision {
   bool capture_ = false;
   std::uint64_t sr_offset_ = 0;
   SiteObserver observer_;
+  std::optional<recipe::Quantizer> quantizer_;
+  // The last weight operand quantized at each site and its result: the lstm's recurrent GEMMs quantize the
+  // same weight at every time step, and a weight quantizes the same way until the step ends (w roles never
+  // round stochastically; a delayed scale changes only at end_step, which clears this).
+  struct CachedOperand {
+    std::vector<float> input;
+    recipe::QuantizedOperand q;
+  };
+  std::map<std::string, CachedOperand> weight_cache_;
   std::vector<float> observed_before_;
 };
 

@@ -265,6 +265,7 @@ void resume(Run& run, const std::filesystem::path& path) {
     run.optimizer.set_steps(h.at("optimizer_steps").get<std::int64_t>());
     run.scaler.load_state(h.at("scaler_state"));
     run.precision.set_sr_offset(h.at("sr_offset").get<std::uint64_t>());
+    if (run.precision.quantizer()) run.precision.quantizer()->load_state(h.at("recipe_state"));
     const auto& t = h.at("totals");
     TrainSummary& s = run.summary;
     s.skipped_steps = t.at("skipped_steps").get<int>();
@@ -416,6 +417,7 @@ StepResult train_step(Run& run, int step, const std::filesystem::path& out_dir) 
   const double scale = run.scaler.scale();
   StepResult r;
   r.loss = forward_backward(run, step, scale);
+  run.precision.end_step();  // delayed scaling: this step's amaxes give the next step's scales
   const bool found_inf = unscale_and_check(run, scale);
   if (snapshot) write_histograms(run, step, scale, out_dir / "hist");
   if (snapshot && run.config.dump_grads) write_gradients(run, step, scale, out_dir / "grads");
@@ -461,6 +463,7 @@ void save_checkpoint(const Run& run, int step) {
   header["optimizer_layout"] = run.optimizer.state_layout()["buffers"];
   header["scaler_state"] = run.scaler.state();
   header["sr_offset"] = run.precision.sr_offset();
+  if (run.precision.quantizer()) header["recipe_state"] = run.precision.quantizer()->state_json();
   // Data batches come from (seed, batch index): the step fixes the data RNG, nothing else to save.
   header["rng"] = {{"seed", run.config.seed},
                    {"next_batch_index", static_cast<std::uint64_t>(step) * run.config.accumulate}};
