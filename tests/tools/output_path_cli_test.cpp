@@ -80,6 +80,15 @@ TEST_CASE("reports onto /dev/null, /dev/full, a symlink and a full standard outp
     WARN("no device node can be made here (root without CAP_MKNOD): devices skipped");
   }
 
+  // bash's process substitution: the report goes through /dev/fd/N into the reader, nothing is created.
+  const std::string subst = "bash -c " + quote(quote(std::getenv("MPSIM_BIN")) + " formats --json >(cat > " +
+                                              quote((dir / "via_pipe.json").string()) + ") > /dev/null; wait $!");
+  const int subst_raw = std::system(subst.c_str());
+  std::printf("formats --json >(cat > via_pipe.json): exit %d, %ju bytes through the pipe\n", WEXITSTATUS(subst_raw),
+              fs::exists(dir / "via_pipe.json") ? static_cast<std::uintmax_t>(fs::file_size(dir / "via_pipe.json")) : 0);
+  CHECK(WEXITSTATUS(subst_raw) == 0);
+  CHECK((fs::exists(dir / "via_pipe.json") && fs::file_size(dir / "via_pipe.json") > 100));
+
   fs::create_directory(dir / "real");
   fs::create_symlink("real/formats.json", dir / "link.json");
   REQUIRE(run_mpsim(dir, "formats --json " + quote((dir / "link.json").string())).status == 0);
