@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -24,12 +25,17 @@ nlohmann::json read_json(const std::filesystem::path& path) {
 }
 
 std::uint32_t parse_hex(const nlohmann::json& v, const std::string& where) {
+  // "0x" and 1 to 8 hex digits, as the recordings write them ("0x7fff"), and nothing else (std::stoull would
+  // take "-1", "12zz" or 2^64 - 1 and wrap or cut).
   const std::string s = v.get<std::string>();
-  try {
-    return static_cast<std::uint32_t>(std::stoull(s, nullptr, 16));
-  } catch (const std::exception&) {
-    throw Error(where + ": '" + s + "' is not a hex number");
-  }
+  const std::string_view digits = s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X')
+                                      ? std::string_view(s).substr(2)
+                                      : std::string_view(s);
+  std::uint32_t out = 0;
+  const auto [end, err] = std::from_chars(digits.data(), digits.data() + digits.size(), out, 16);
+  if (digits.empty() || digits.size() > 8 || err != std::errc() || end != digits.data() + digits.size())
+    throw Error(where + ": '" + s + "' is not a 32-bit hex number");
+  return out;
 }
 
 // Recompute, compare and explain one run of kind K (ConvertRun or ArithRun).
@@ -93,6 +99,47 @@ RunComparison compare_run(const std::string& file, const std::string& kind, cons
 
 }  // namespace
 
+void check_recording(const nlohmann::json& doc, const std::string& file) {
+  try {
+    if (!doc.is_object()) throw Error(file + ": not a recording of schema mpsim-hw-1 (not a JSON object)");
+    const std::string kind = doc.at("kind").get<std::string>();
+    if (kind != "convert" && kind != "arith") throw Error(file + ": kind '" + kind + "' holds no digests");
+    if (doc.at("block_elements").get<std::uint64_t>() != kDigestBlock)
+      throw Error(fmt::format("{}: block_elements must be {}", file, kDigestBlock));
+    // The lookups' own messages do not name the file.
+    const auto named = [&file](const auto& lookup) {
+      try {
+        return lookup();
+      } catch (const Error& e) {
+        throw Error(file + ": " + e.what());
+      }
+    };
+    named([&] { return &find_profile(doc.at("profile").get<std::string>()); });
+    for (const auto& rec : doc.at("runs")) {
+      const std::string name = rec.at("name").get<std::string>();
+      const std::uint64_t blocks = named([&] {
+        return kind == "convert" ? block_count(find_convert_run(name)) : block_count(find_arith_run(name));
+      });
+      const std::string where = fmt::format("{} run {}", file, name);
+      for (const char* key : {"hw_digests", "emu_digests"}) {
+        if (!rec.contains(key) && std::string_view(key) == "emu_digests") continue;
+        const auto& digests = rec.at(key);
+        if (!digests.is_array() || digests.size() != blocks)
+          throw Error(fmt::format("{}: {} must list {} digests, one per block", where, key, blocks));
+        for (std::size_t b = 0; b < digests.size(); ++b)
+          parse_digest_hex(digests[b].get<std::string>(), fmt::format("{} {} block {}", where, key, b));
+      }
+      for (const auto& m : rec.value("first_mismatches", nlohmann::json::array())) {
+        if (m.at("index").get<std::uint64_t>() >> 32)
+          throw Error(fmt::format("{}: a listed mismatch's index {} is beyond 2^32", where, m.at("index").dump()));
+        parse_hex(m.at("hw"), where);
+      }
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(file + ": not a recording of schema mpsim-hw-1 (" + e.what() + ")");
+  }
+}
+
 std::vector<RunComparison> compare_recording(const std::filesystem::path& dir, const RecordingOptions& o) {
   if (!std::filesystem::is_directory(dir))
     throw Error(dir.string() + ": no such directory (expected data/hardware/<device>/ holding convert.json, arith.json)");
@@ -104,6 +151,7 @@ std::vector<RunComparison> compare_recording(const std::filesystem::path& dir, c
     any_file = true;
     const nlohmann::json doc = read_json(path);
     const std::string file = path.string();
+    check_recording(doc, file);  // a malformed entry fails now, not after minutes of recomputing
     try {
       const std::string kind = doc.at("kind").get<std::string>();
       if (doc.at("block_elements").get<std::uint64_t>() != kDigestBlock)

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -51,6 +52,13 @@ struct RecordingOptions {
   int threads = 0;
   std::function<void(const std::string&)> progress;
 };
+
+// Checks one recording file (the parsed JSON of convert.json or arith.json, `file` naming it) whole, before any
+// block is recomputed: its kind, block size and profile; per run a known name, one 16-hex-digit digest per
+// block (hw_digests, and emu_digests where present), and the listed mismatches' indices and hex outputs.
+// Throws mpsim::Error naming the file and what is wrong. compare_recording calls it first; the fuzz target
+// tests/fuzz/fuzz_recording.cpp calls it on arbitrary JSON.
+void check_recording(const nlohmann::json& doc, const std::string& file);
 
 // The device directory's convert.json and arith.json (whichever exist) compared with the emulation.
 // Throws mpsim::Error naming the file for a missing directory, malformed JSON or an unknown run.

@@ -14,7 +14,8 @@ What it writes, step by step:
 
 Events go through tensorboard's own event-file writer (tensorboard.summary.writer.event_file_writer, the
 writer torch.utils.tensorboard.SummaryWriter uses) as Summary protos, so no deep-learning framework is needed.
-A malformed run folder gets one message naming the file and exit status 2.
+A malformed run folder gets one message naming the file and exit status 2. An export into a logdir that holds
+an earlier one replaces it (this script's event files end in .mpsim-export; other event files are left alone).
 """
 import argparse
 import csv
@@ -32,6 +33,11 @@ from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 class BadRun(Exception):
     pass
+
+
+# The end of the event files this script writes (EventFileWriter's filename_suffix), so that a new export can
+# find and replace the previous one without touching other event files in the logdir.
+EXPORT_SUFFIX = ".mpsim-export"
 
 
 def scalar_summary(tag, value):
@@ -110,10 +116,18 @@ def export(run_dir, logdir):
                     values.append(v)
         events.append(event_pb2.Event(step=step, wall_time=now, summary=summary_pb2.Summary(value=values)))
         histograms += len(values)
-    writer = EventFileWriter(logdir)
+    # An export replaces the previous one in the same logdir (TensorBoard would draw both, step over step). Ours
+    # are told apart by their name's suffix; the old ones go only once the new file is complete.
+    earlier = set(glob.glob(os.path.join(glob.escape(logdir), "events.out.tfevents.*" + EXPORT_SUFFIX)))
+    writer = EventFileWriter(logdir, filename_suffix=EXPORT_SUFFIX)
     for event in events:
         writer.add_event(event)
     writer.close()
+    # (Two exports within one second by processes of the same PID get the same name: the file was overwritten.)
+    written = os.path.abspath(getattr(writer, "_file_name", ""))
+    for path in earlier:
+        if os.path.abspath(path) != written:
+            os.remove(path)
     return scalars, histograms, len(snapshots)
 
 

@@ -320,7 +320,12 @@ Counter counter_from_state_json(const nlohmann::json& j) {
   const Format f = format_with_kwargs(parse_format(j.at("format").get<std::string>()),
                                        j.at("subnormals").get<std::string>(), j.at("overflow").get<std::string>());
   const Rounding r = Rounding::of(parse_rounding_mode(j.at("mode").get<std::string>()));
-  const auto v = dense(j.at("counts"), j.at("counts_size").get<std::size_t>(), "count");
+  // The layout's size, checked before anything is allocated for it (a corrupt state may claim any size).
+  const std::size_t layout = RangeCounter(f, r).counts_size();
+  if (j.at("counts_size").get<std::size_t>() != layout)
+    throw Error("UnderflowCounter.from_json: counts_size " + j.at("counts_size").dump() + " does not match " + f.name +
+                " " + std::string(short_name(r.mode)) + "'s layout of " + std::to_string(layout));
+  const auto v = dense(j.at("counts"), layout, "count");
   Counter c{RangeCounter::from_counts(f, r, v, j.at("amax").get<double>(), j.at("amin_nonzero").get<double>()),
             std::nullopt, j.at("arrays").get<std::uint64_t>(), j.at("shape").get<std::vector<std::int64_t>>(),
             j.at("dtype").get<std::string>()};

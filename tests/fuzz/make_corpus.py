@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Writes the committed seed corpus of the fuzz targets (tests/fuzz/corpus/<target>/), built with the
 standard library only (struct, zipfile, json) so it is independent of mpsim's own writers."""
+import glob
 import io
 import json
 import os
 import struct
 import zipfile
+import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -83,3 +85,50 @@ write("safetensors", "all_dtypes.safetensors", safetensors({
 }, meta={"format": "pt"}))
 write("safetensors", "one.safetensors", safetensors({"w": ("F32", [1], struct.pack("<f", 1.0))}))
 write("safetensors", "empty.safetensors", safetensors({}))
+
+
+# Training checkpoints (lib/mpsim/train/checkpoint.hpp): metadata values are JSON texts; data_crc32 is the
+# CRC-32 of the tensors' values in the order of "tensors"; metadata_crc32 that of the header's compact JSON
+# with sorted keys, less itself (absent in checkpoints of earlier versions).
+def checkpoint(tensors, header, with_metadata_crc=True):
+    header = dict(header, format="mpsim training checkpoint", schema="mpsim-checkpoint-1",
+                  tensors=[name for name, _ in tensors])
+    header["data_crc32"] = "%08x" % zlib.crc32(b"".join(struct.pack("<%df" % len(v), *v) for _, v in tensors))
+    if with_metadata_crc:
+        text = json.dumps(header, sort_keys=True, separators=(",", ":"))
+        header["metadata_crc32"] = "%08x" % zlib.crc32(text.encode())
+    meta = {k: json.dumps(v, separators=(",", ":")) for k, v in header.items()}
+    # Laid out in reverse order, as another writer might: the reader goes by the tensor list.
+    return safetensors({name: ("F32", [len(v)], struct.pack("<%df" % len(v), *v)) for name, v in reversed(tensors)},
+                       meta=meta)
+
+
+ck_tensors = [("param/w", [1.0, -2.0, 0.5]), ("optimizer/0", [0.0, 1e-3, 3.0])]
+ck_header = {"step": 3, "model": "lstm", "scaler_state": {"scale": 4096, "growth_factor": 2, "_growth_tracker": 1}}
+write("checkpoint", "current.safetensors", checkpoint(ck_tensors, ck_header))
+write("checkpoint", "earlier_version.safetensors", checkpoint(ck_tensors, ck_header, with_metadata_crc=False))
+write("checkpoint", "no_tensors.safetensors", checkpoint([], {"step": 0}))
+
+# torch.amp.GradScaler.state_dict() as json.dump writes it (torch/amp/grad_scaler.py, state_dict).
+for name, state in {
+    "default": {"scale": 65536.0, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000,
+                "_growth_tracker": 0},
+    "grown": {"scale": 1.5e-5, "growth_factor": 4.0, "backoff_factor": 0.25, "growth_interval": 7,
+              "_growth_tracker": 6},
+    "disabled": {},
+}.items():
+    write("scaler_state", name + ".json", json.dumps(state).encode())
+
+# Hardware recordings (`mpsim verify --against`): the first run of each committed recording, its digests and
+# two listed mismatches (the rest of the run's notes left out to stay under the fuzzer's 8 KiB inputs).
+for path in sorted(glob.glob(os.path.join(HERE, "..", "..", "data", "hardware", "*", "*.json"))):
+    with open(path) as f:
+        doc = json.load(f)
+    if doc.get("kind") not in ("convert", "arith"):
+        continue
+    run = doc["runs"][0]
+    keep = {k: run[k] for k in ("name", "hw_digests", "emu_digests") if k in run}
+    keep["first_mismatches"] = [{k: m[k] for k in ("index", "hw")} for m in run.get("first_mismatches", [])[:2]]
+    seed = {k: doc[k] for k in ("schema", "kind", "profile", "block_elements")}
+    seed["runs"] = [keep]
+    write("recording", doc["kind"] + ".json", json.dumps(seed, separators=(",", ":")).encode())

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets (one per parser: npy, npz, safetensors) with clang++
+# Builds the libFuzzer targets (one per parser: npy, npz, safetensors, the training checkpoint, the
+# --scaler-state JSON, the `verify --against` recordings) with clang++
 # -fsanitize=fuzzer,address,undefined into OUT_DIR, replays the committed corpus through each, then
 # fuzzes each for a bounded time. Exit 0: no crash, no sanitizer report; 1: a finding (the reproducer
 # is left in OUT_DIR/<target>-crash-*); 77: clang++ or its libFuzzer runtime is missing (meson: SKIP).
 #   tests/fuzz/run_fuzz.sh OUT_DIR [SECONDS_PER_TARGET]   (default: $MPSIM_FUZZ_SECONDS or 20)
+# With MPSIM_FUZZ_KEEP_CORPUS=1 (./run test-full) the inputs that found new coverage are merged (libFuzzer
+# -set_cover_merge=1: a small set of inputs covering what the new ones reached) into the committed corpus tests/fuzz/corpus/<target>,
+# to be committed: the next run starts where this one stopped.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -44,8 +48,9 @@ compile() {  # compiler source [extra flags...]; runs in the background, at most
   fi
   objs+=("$o")
 }
-for src in "$ROOT"/lib/mpsim/io/*.cpp; do
-  compile "$CXX" "$src" "${FLAGS[@]}" -fsanitize=fuzzer-no-link
+for src in "$ROOT"/lib/mpsim/io/*.cpp "$ROOT"/lib/mpsim/train/checkpoint.cpp "$ROOT"/lib/mpsim/train/scaler.cpp \
+           "$ROOT"/kernels/recording.cpp "$ROOT"/kernels/digest.cpp "$ROOT"/kernels/recompute.cpp; do
+  compile "$CXX" "$src" "${FLAGS[@]}" -I"$ROOT/kernels" -fsanitize=fuzzer-no-link
 done
 # No -g here: a finding's stack trace needs it in the parsers, not in the format layer (and -g is about a
 # third of the compile time).
@@ -67,10 +72,10 @@ for pid in "${pids[@]}"; do
 done
 
 status=0
-for target in npy npz safetensors; do
+for target in npy npz safetensors checkpoint scaler_state recording; do
   exe="$OUT/fuzz_$target"
   echo "== fuzz_$target: build"
-  "$CXX" "${FLAGS[@]}" -fsanitize=fuzzer "$HERE/fuzz_$target.cpp" "${objs[@]}" -lfmt -lz -pthread -o "$exe"
+  "$CXX" "${FLAGS[@]}" -I"$ROOT/kernels" -fsanitize=fuzzer "$HERE/fuzz_$target.cpp" "${objs[@]}" -lfmt -lz -pthread -o "$exe"
   seeds="$HERE/corpus/$target"
   work="$OUT/corpus_$target"
   mkdir -p "$work"
@@ -90,6 +95,12 @@ for target in npy npz safetensors; do
     continue
   fi
   grep -E "stat::number_of_executed_units|stat::peak_rss_mb" "$OUT/$target-fuzz.log" | sed "s/^/   fuzz_$target: /"
+  if [ "${MPSIM_FUZZ_KEEP_CORPUS:-0}" = 1 ]; then
+    before=$(ls "$seeds" | wc -l)
+    (cd "$OUT" && "$exe" -set_cover_merge=1 -use_counters=0 -max_len=8192 "$seeds" "$work" >"$OUT/$target-merge.log" 2>&1) ||
+      { tail -20 "$OUT/$target-merge.log"; status=1; }
+    echo "   fuzz_$target: corpus $before -> $(ls "$seeds" | wc -l) inputs ($(du -sk "$seeds" | cut -f1) KiB) in $seeds"
+  fi
   echo "== fuzz_$target: ok"
 done
 exit $status

@@ -2,6 +2,7 @@
 // built byte by byte here (zip records per PKWARE APPNOTE, safetensors per its README), their values
 // streamed in small chunks and compared with the values the test put in, and every kind of bad file.
 #include "catch_compat.hpp"
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <bit>
@@ -383,6 +384,69 @@ TEST_CASE("bad .npz files: not an array, duplicates, truncation, corruption", "[
   // deflate block changes nothing inflated and may pass.
   CHECK(caught >= flips - 1);
   WARN("npz: " << cut_errors << " truncations rejected, " << caught << " of " << flips << " byte flips caught");
+}
+
+TEST_CASE("a stored .npz member with a flipped byte is refused, as numpy refuses it (CRC-32)", "[tensor_source]") {
+  std::vector<float> x(300);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = float(i) - 7.5f;
+  Bytes fortran;
+  for (float v : {1.f, 3.f, 2.f, 4.f}) append_le(fortran, std::bit_cast<std::uint32_t>(v));
+  const Bytes good = zip_file({
+      {"a.npy", npy_of(make_npy(std::span<const float>(x))), false},
+      {"f.npy", mpsim::test::npy_file("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }", fortran), false},
+  });
+  const auto clean = TensorSource::from_bytes(good, "g.npz");
+  CHECK(same(clean.read_double(clean.tensor("a")), std::vector<double>(x.begin(), x.end())));
+  for (const char* name : {"a", "f"}) {
+    const auto& t = clean.tensor(name);
+    // Every byte of the member's data (the .npy header's flips are caught by its parser or the CRC alike):
+    // streamed, and for the C-order member also read in ranges (`arith` and `updates` read in step).
+    int flips = 0, caught_stream = 0, caught_ranges = 0;
+    for (std::uint64_t i = t.data_offset; i < t.data_offset + t.data_bytes; ++i, ++flips) {
+      Bytes bad = good;
+      bad[i] ^= std::byte{0x01};
+      try {
+        auto src = TensorSource::from_bytes(bad, "flip.npz");
+        src.read_double(src.tensor(name));
+      } catch (const mpsim::Error& e) {
+        caught_stream += std::string(e.what()).find("flip.npz:" + std::string(name) + ": zip member is corrupt") == 0;
+      }
+      if (t.fortran_order) continue;
+      try {
+        auto src = TensorSource::from_bytes(bad, "flip.npz");
+        std::vector<double> part;
+        for (std::uint64_t at = 0; at < t.count; at += 128)
+          src.read_range_double(src.tensor(name), at, std::min<std::uint64_t>(128, t.count - at), part);
+      } catch (const mpsim::Error& e) {
+        caught_ranges += std::string(e.what()).find("zip member is corrupt") != std::string::npos;
+      }
+    }
+    std::printf("stored member %s: %d byte flips, %d caught streaming, %d caught in ranges\n", name, flips,
+                caught_stream, caught_ranges);
+    CHECK(flips == static_cast<int>(t.data_bytes));
+    CHECK(caught_stream == flips);
+    CHECK(caught_ranges == (t.fortran_order ? 0 : flips));
+  }
+}
+
+TEST_CASE("input names that are not UTF-8, FIFOs with no writer, files of no known kind", "[tensor_source]") {
+  ScratchDir dir("ts-names");
+  const Bytes arr = npy_of(make_npy(std::vector<float>{1, 2}));
+  mpsim::test::write_bytes(dir / "g\xe9.npy", arr);
+  expect_error("g\\xe9.npy: the name is not valid UTF-8", [&] { TensorSource::open(dir / "g\xe9.npy"); });
+  expect_error("bad.npz: zip member w\\xff.npy: the name is not valid UTF-8",
+               [&] { TensorSource::from_bytes(zip_file({{"w\xff.npy", arr}}), "bad.npz"); });
+  REQUIRE(::mkfifo((dir / "pipe").c_str(), 0600) == 0);
+  expect_error("pipe: is a pipe (FIFO)", [&] { TensorSource::open(dir / "pipe"); });  // returns at once
+  mpsim::test::write_bytes(dir / "x.bin", mpsim::test::bytes_of("0123456789abcdef"));
+  try {
+    TensorSource::open(dir / "x.bin");
+    FAIL("x.bin was accepted");
+  } catch (const mpsim::Error& e) {
+    std::printf("unknown magic: %s\n", e.what());
+    CHECK(std::string(e.what()).find("--dtype") != std::string::npos);
+    CHECK(std::string(e.what()).find("--shape") == std::string::npos);  // no command has it
+  }
 }
 
 TEST_CASE("bad safetensors files: JSON, sizes, dtypes, offsets, duplicates", "[tensor_source]") {

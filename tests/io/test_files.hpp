@@ -1,6 +1,8 @@
 // Helpers for the io tests: a scratch directory removed at exit, and byte-string builders.
 #pragma once
 
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cstddef>
@@ -8,9 +10,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "mpsim/error.hpp"
 
 namespace mpsim::test {
 
@@ -81,6 +86,34 @@ inline Bytes npy_file(std::string_view header, const Bytes& data, int major = 1)
   append(b, header);
   append(b, data);
   return b;
+}
+
+// The whole file as bytes in a string.
+inline std::string slurp(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+// The message of the mpsim::Error `fn` throws ("" if none).
+template <class Fn>
+std::string error_of(Fn fn) {
+  try {
+    fn();
+  } catch (const mpsim::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A character device to write to in a test: a node of the same device (major, minor: /dev/null is 1, 3 and
+// /dev/full 1, 7, Documentation/admin-guide/devices.txt) made in `dir` when running as root, the real one in
+// /dev otherwise. Never the real one as root: a regression that replaces the target by a regular file would
+// replace the machine's /dev/null. "" when no safe node can be had (root without CAP_MKNOD).
+inline std::string safe_device(const ScratchDir& dir, const std::string& name, unsigned major, unsigned minor) {
+  if (::geteuid() != 0) return "/dev/" + name;
+  const auto node = dir / ("device-" + name);
+  if (::mknod(node.c_str(), S_IFCHR | 0666, ::makedev(major, minor)) != 0) return "";
+  return node.string();
 }
 
 }  // namespace mpsim::test

@@ -3,6 +3,8 @@
 Runs `mpsim train` (the binary in $MPSIM_BIN), then checks, with safetensors and numpy only:
   * every tensor loads as float32 and equals the bytes parsed here from the file's own layout;
   * every metadata value is JSON text, and the step and the scaler state read back;
+  * re-saved by safetensors.numpy.save_file with nothing changed (its own byte layout), it resumes exactly like
+    the original;
   * the scaler state is a torch.amp.GradScaler.state_dict(): its five keys with the Python types that
     GradScaler.state_dict's docstring gives (torch/amp/grad_scaler.py), fed back to `mpsim train
     --scaler-state` it seeds a run whose scaler spec carries the same values.
@@ -17,7 +19,8 @@ import sys
 import tempfile
 
 import numpy as np
-from safetensors.numpy import load_file
+from safetensors import safe_open
+from safetensors.numpy import load_file, save_file
 
 MPSIM = os.environ["MPSIM_BIN"]
 TRAIN = ["train", "--model", "lstm", "--policy", "mixed-fp16", "--steps", "3", "--size", "8", "--batch", "2"]
@@ -27,6 +30,30 @@ def run(args):
     r = subprocess.run([MPSIM] + args, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"mpsim {' '.join(args)} failed ({r.returncode}): {r.stderr}")
+
+
+def check_resaved(path, tmp):
+    """The checkpoint loaded and saved again by the safetensors library, nothing changed (save_file lays the
+    tensors out in its own order): mpsim resumes from it exactly as from the original."""
+    with safe_open(path, framework="numpy") as f:
+        metadata = f.metadata()
+    tensors = load_file(path)
+    resaved = os.path.join(tmp, "resaved.safetensors")
+    save_file(tensors, resaved, metadata=metadata)
+    raw, again = open(path, "rb").read(), open(resaved, "rb").read()
+    print(f"re-saved by safetensors: {len(tensors)} tensors, bytes identical: {raw == again}")
+    outs = {}
+    for name, ck in (("from_original", path), ("from_resaved", resaved)):
+        outs[name] = os.path.join(tmp, name)
+        longer = TRAIN[:TRAIN.index("--steps")] + ["--steps", "5"] + TRAIN[TRAIN.index("--steps") + 2:]
+        run(longer + ["--scaler", "dynamic,init_scale=4096,growth_interval=2", "--resume", ck, "--out", outs[name]])
+    same_csv = open(os.path.join(outs["from_original"], "steps.csv")).read() == \
+        open(os.path.join(outs["from_resaved"], "steps.csv")).read()
+    a = load_file(os.path.join(outs["from_original"], "checkpoint.safetensors"))
+    b = load_file(os.path.join(outs["from_resaved"], "checkpoint.safetensors"))
+    same_tensors = a.keys() == b.keys() and all(a[k].tobytes() == b[k].tobytes() for k in a)
+    print(f"resumed to step 5 from each: steps.csv identical {same_csv}, {len(a)} final tensors identical {same_tensors}")
+    return 0 if (same_csv and same_tensors and raw != again) else 1
 
 
 def main():
@@ -79,6 +106,7 @@ def main():
         print(f"seeded run's scaler: {spec} (want {want})")
         if spec != want:
             failures += 1
+        failures += check_resaved(path, tmp)
     print("ok" if failures == 0 else f"{failures} failures")
     return 1 if failures else 0
 

@@ -1,7 +1,7 @@
 """scripts/tensorboard_export.py on a real `mpsim train` run, read back with TensorBoard's own reader
 (EventAccumulator): every scalar equals its steps.csv value (as float32, TensorBoard's scalar type) at every
 step, every histogram's buckets equal the hist/*.json binade counts; a run folder without steps.csv exits 2
-and writes nothing. Prints what it compared; exits non-zero on a mismatch.
+and writes nothing; a second export into the same logdir leaves one event file. Prints what it compared; exits non-zero on a mismatch.
 """
 import csv
 import json
@@ -26,6 +26,17 @@ def main():
                        check=True, capture_output=True)
         logdir = os.path.join(tmp, "tb")
         subprocess.run([sys.executable, SCRIPT, run_dir, "--logdir", logdir], check=True)
+        # A second export into the same logdir replaces the first: one event file, each step once. A foreign
+        # event file in the logdir stays.
+        foreign = os.path.join(logdir, "events.out.tfevents.0.elsewhere")
+        open(foreign, "wb").close()
+        subprocess.run([sys.executable, SCRIPT, run_dir, "--logdir", logdir], check=True)
+        exports = [n for n in os.listdir(logdir) if n.startswith("events.out.tfevents") and n != os.path.basename(foreign)]
+        print(f"after two exports into one logdir: {len(exports)} export event file(s), foreign file kept: "
+              f"{os.path.exists(foreign)}")
+        if len(exports) != 1 or not os.path.exists(foreign):
+            failures += 1
+        os.remove(foreign)
         acc = EventAccumulator(logdir, size_guidance={"scalars": 0, "histograms": 0})
         acc.Reload()
         tags = acc.Tags()

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <exception>
 #include <string_view>
+#include <system_error>
 
 #include "build_options.hpp"
 #include "command.hpp"
@@ -118,10 +119,24 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     fmt::print(stderr, "mpsim: error: {}\n", e.what());
     return 2;
+  } catch (const std::system_error& e) {
+    // fmt::print throws this when standard output cannot be written (a full disk, `> /dev/full`): bad
+    // output, exit 2 like a bad input, not an internal error.
+    if (!std::ferror(stdout)) {
+      fmt::print(stderr, "mpsim: internal error: {}\n", e.what());
+      return 3;
+    }
+    fmt::print(stderr, "mpsim: error: standard output: write failed ({})\n", e.code().message());
+    return 2;
   } catch (const std::exception& e) {
     std::fflush(stdout);
     fmt::print(stderr, "mpsim: internal error: {}\n", e.what());
     return 3;
+  }
+  // What is still buffered goes out now, so that a failure to write it is reported (exit 2) rather than lost.
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    fmt::print(stderr, "mpsim: error: standard output: write failed ({})\n", std::strerror(errno ? errno : EIO));
+    return 2;
   }
   return exit_status();
 }

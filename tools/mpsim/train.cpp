@@ -79,6 +79,10 @@ void setup(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--eval-every", c->eval_every, "evaluate the metric every N steps (0: steps/10)");
   cmd->add_option("--out", *out, "output folder")->required();
+  auto force = std::make_shared<bool>(false);
+  cmd->add_flag("--force", *force,
+                "an --out that holds a previous run: remove that run's files (run.json, steps.csv, "
+                "checkpoint.safetensors, hist/, grads/) instead of refusing");
   cmd->add_option("--resume", *resume, "continue from this checkpoint (same model, policy, scaler, optimiser)");
   cmd->add_option("--checkpoint-every", c->checkpoint_every, "write checkpoint.safetensors every N steps (0: at the end)");
   cmd->add_option("--threads", c->threads, "threads (results do not depend on it)")->capture_default_str();
@@ -88,7 +92,7 @@ void setup(CLI::App& app) {
   cmd->add_option("--corpus", c->model_config.corpus_path, "lstm: train on this UTF-8 text file");
   cmd->add_option("--batch", c->model_config.batch, "batch size (0: the model's default)");
   cmd->add_option("--size", c->model_config.size, "model width (0: the model's default)");
-  cmd->callback([cmd, c, out, resume, hist, scaler_state] {
+  cmd->callback([cmd, c, out, resume, hist, scaler_state, force] {
     mpsim::train::TrainConfig config = *c;
     // NaN stands for "the model's" inside TrainConfig; a number given on the command line must be finite.
     for (const auto& [opt, value] : {std::pair<const char*, double>{"--lr", config.optimizer.lr},
@@ -103,6 +107,8 @@ void setup(CLI::App& app) {
     }
     config.out = *out;
     config.resume = *resume;
+    config.previous_run = *force ? mpsim::train::TrainConfig::PreviousRun::replace
+                                 : mpsim::train::TrainConfig::PreviousRun::refuse;
     if (!hist->empty()) config.hist_steps = parse_steps_list(*hist);
     // Drawn only on a terminal (io/progress.hpp); the step count is known once the run has started.
     std::optional<mpsim::io::ProgressBar> bar;

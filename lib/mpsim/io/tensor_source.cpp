@@ -17,6 +17,7 @@
 
 #include "mpsim/error.hpp"
 #include "mpsim/format/bulk.hpp"
+#include "mpsim/io/names.hpp"
 
 namespace mpsim::io {
 
@@ -28,12 +29,19 @@ class MappedFile {
     size_ = owned_.size();
   }
   explicit MappedFile(const std::string& name) {
-    const int fd = ::open(name.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: a FIFO with no writer would block open() forever; here it opens, and is refused below.
+    const int fd = ::open(name.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) throw Error(fmt::format("{}: cannot open: {}", name, std::strerror(errno)));
     struct stat st {};
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
       ::close(fd);
-      throw Error(fmt::format("{}: not a regular file", name));
+      const char* kind = S_ISFIFO(st.st_mode)  ? "a pipe (FIFO)"
+                         : S_ISCHR(st.st_mode) ? "a character device"
+                         : S_ISSOCK(st.st_mode) ? "a socket"
+                                               : "not a regular file";
+      throw Error(fmt::format("{}: is {}; tensor inputs are mapped into memory and must be regular files (save the "
+                              "array to a file first)",
+                              name, kind));
     }
     size_ = static_cast<std::size_t>(st.st_size);
     if (size_ > 0) {
@@ -282,6 +290,7 @@ TensorSource::~TensorSource() = default;
 TensorSource TensorSource::open(const std::filesystem::path& path, const SourceOptions& options) {
   TensorSource s;
   s.file_ = path.string();
+  require_utf8_name(s.file_, "input file");
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) fail(s.file_ + ": is a directory, not a tensor file");
   s.map_ = std::make_unique<MappedFile>(s.file_);
@@ -314,8 +323,8 @@ FileKind detect_kind(std::span<const std::byte> b, const SourceOptions& o, const
   if (b.size() >= 9 && static_cast<char>(b[8]) == '{' && (!o.dtype || le(b, 0, 8) <= b.size() - 8))
     return FileKind::safetensors;
   if (o.dtype) return FileKind::raw;
-  fail(fmt::format("{}: not a .npy, .npz or safetensors file (unknown magic); pass --dtype (and --shape) to read "
-                   "it as raw data",
+  fail(fmt::format("{}: not a .npy, .npz or safetensors file (unknown magic); pass --dtype to read it as raw "
+                   "data (a 1-D array)",
                    file));
 }
 
@@ -586,6 +595,7 @@ std::vector<TensorRef> read_npz_directory(std::span<const std::byte> b, const st
     const ZipEntry e = read_zip_entry(b, p, cd.offset + cd.size, file);
     if (e.member.size() < 4 || e.member.substr(e.member.size() - 4) != ".npy")
       fail(fmt::format("{}: zip member '{}' is not a .npy array (an .npz holds only .npy members)", file, e.member));
+    require_utf8_name(e.member, file + ": zip member");
     const std::string name = e.member.substr(0, e.member.size() - 4);  // as numpy.load names it
     if (!names.insert(name).second) fail(fmt::format("{}: duplicate array name '{}'", file, name));
     tensors.push_back(npz_member_tensor(b, e, name, file, o));
@@ -612,6 +622,23 @@ void TensorSource::scan(const SourceOptions& o) {
   }
 }
 
+namespace {
+
+// A stored (uncompressed) npz member's CRC-32, checked like a deflated one's: numpy's zipfile refuses a member
+// whose bytes disagree with the central directory (zipfile.ZipExtFile._update_crc), whether or not it is
+// compressed. `crc` is the CRC-32 of the member's first `done` bytes; the rest are read from `b` here.
+void check_stored_crc(std::span<const std::byte> b, const TensorRef& t, uLong crc, std::uint64_t done) {
+  const std::uint64_t member = t.data_offset - t.npy_offset;
+  const auto rest = b.subspan(member + done, t.member_size - done);
+  crc = crc32_z(crc, reinterpret_cast<const Bytef*>(rest.data()), rest.size());
+  if (static_cast<std::uint32_t>(crc) != t.crc32)
+    fail(fmt::format("{}: zip member is corrupt (its {} stored bytes have CRC-32 {:08x}; the central directory "
+                     "says {:08x})",
+                     t.label, t.member_size, static_cast<std::uint32_t>(crc), t.crc32));
+}
+
+}  // namespace
+
 template <class T, class Fn>
 void TensorSource::stream(const TensorRef& t, std::size_t chunk, const Fn& fn) const {
   if (chunk == 0) chunk = std::size_t{1} << 20;
@@ -635,6 +662,7 @@ void TensorSource::stream(const TensorRef& t, std::size_t chunk, const Fn& fn) c
     if (kind_ == FileKind::npy) {
       npy = b;
     } else if (!t.deflated) {
+      check_stored_crc(b, t, crc32(0, nullptr, 0), 0);
       npy = b.subspan(t.data_offset - t.npy_offset, t.npy_offset + t.data_bytes);
     } else {
       Inflater inf(b.subspan(t.data_offset, t.data_bytes), t.label);
@@ -682,6 +710,11 @@ void TensorSource::stream(const TensorRef& t, std::size_t chunk, const Fn& fn) c
 
   const std::byte* base = b.data() + t.data_offset;
   std::size_t released = t.data_offset;
+  // A stored npz member's CRC-32 runs along with the values (the bytes are in cache) and is checked at the end.
+  const bool stored_member = kind_ == FileKind::npz;
+  uLong crc = crc32(0, nullptr, 0);
+  if (stored_member)
+    crc = crc32_z(crc, reinterpret_cast<const Bytef*>(base - t.npy_offset), t.npy_offset);
   // Little-endian values of the requested type, aligned for it (.npy data is 64-byte aligned;
   // safetensors and npz members need not be).
   constexpr DType same = std::is_same_v<T, float> ? DType::f32 : DType::f64;
@@ -690,6 +723,7 @@ void TensorSource::stream(const TensorRef& t, std::size_t chunk, const Fn& fn) c
   for (std::uint64_t done = 0; done < t.count;) {
     const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(chunk, t.count - done));
     const std::byte* src = base + done * elem;
+    if (stored_member) crc = crc32_z(crc, reinterpret_cast<const Bytef*>(src), n * elem);
     if (zero_copy) {
       // The mapped bytes are the values already: no copy (the analysis commands run at memory speed).
       fn(std::span<const T>(reinterpret_cast<const T*>(src), n), done);
@@ -709,6 +743,7 @@ void TensorSource::stream(const TensorRef& t, std::size_t chunk, const Fn& fn) c
       released = at;
     }
   }
+  if (stored_member) check_stored_crc(b, t, crc, t.npy_offset + t.data_bytes);
 }
 
 void TensorSource::for_each_chunk(const TensorRef& t, std::size_t chunk, const FloatChunk& fn) const {
@@ -739,6 +774,9 @@ void TensorSource::read_range_double(const TensorRef& t, std::uint64_t offset, s
   // From the start of the page holding `begin` (the previous range's last page is done with too).
   constexpr std::size_t kPage = 4096;
   map_->release(begin / kPage * kPage, end);
+  // A stored npz member read in step: its CRC-32 over the whole member once its last range is read (one more
+  // pass over the member, from the page cache).
+  if (kind_ == FileKind::npz && offset + count == t.count) check_stored_crc(map_->bytes(), t, crc32(0, nullptr, 0), 0);
 }
 
 std::vector<float> TensorSource::read_float(const TensorRef& t) const {

@@ -39,6 +39,16 @@ std::uint32_t crc32_update(std::uint32_t crc, const void* data, std::size_t n) {
 
 std::uint32_t crc32_init() { return static_cast<std::uint32_t>(::crc32(0L, Z_NULL, 0)); }
 
+// The CRC-32 of the metadata: the header's compact JSON (keys sorted, as nlohmann::json keeps them) less this
+// key itself. It depends on the values, not on how a writer spaced or ordered them, so a checkpoint re-saved by
+// the safetensors library (which keeps the metadata strings and reorders the tensors) keeps it.
+constexpr const char* kMetadataCrcKey = "metadata_crc32";
+std::string metadata_crc(nlohmann::json header) {
+  header.erase(kMetadataCrcKey);
+  const std::string text = header.dump();
+  return fmt::format("{:08x}", crc32_update(crc32_init(), text.data(), text.size()));
+}
+
 }  // namespace
 
 void write_checkpoint(const std::filesystem::path& path, nlohmann::json header,
@@ -55,6 +65,7 @@ void write_checkpoint(const std::filesystem::path& path, nlohmann::json header,
   header["schema"] = "mpsim-checkpoint-1";
   header["tensors"] = names;
   header["data_crc32"] = fmt::format("{:08x}", crc);
+  header[kMetadataCrcKey] = metadata_crc(header);
   std::map<std::string, std::string> metadata;
   for (const auto& [key, value] : header.items()) metadata[key] = value.dump();
   io::write_safetensors(path, metadata, views);
@@ -62,6 +73,15 @@ void write_checkpoint(const std::filesystem::path& path, nlohmann::json header,
 
 Checkpoint read_checkpoint(const std::filesystem::path& path) {
   const std::string name = path.string();
+  // Checked before opening: a folder makes the stream fail deep inside with "Is a directory", and a FIFO with
+  // no writer would block the open forever.
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (std::filesystem::is_directory(status))
+    throw Error(fmt::format("{}: is a folder, not a checkpoint file (a run writes FOLDER/checkpoint.safetensors)",
+                            name));
+  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status))
+    throw Error(fmt::format("{}: not a regular file; a checkpoint is read from a file", name));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(fmt::format("{}: cannot open the checkpoint", name));
   std::vector<std::byte> bytes;
@@ -71,6 +91,10 @@ Checkpoint read_checkpoint(const std::filesystem::path& path) {
     bytes.resize(raw.size());
     if (!raw.empty()) std::memcpy(bytes.data(), raw.data(), raw.size());
   }
+  return read_checkpoint_bytes(std::move(bytes), name);
+}
+
+Checkpoint read_checkpoint_bytes(std::vector<std::byte> bytes, const std::string& name) {
   if (bytes.size() >= sizeof kOldMagic && std::memcmp(bytes.data(), kOldMagic, sizeof kOldMagic) == 0)
     throw Error(fmt::format("{}: an MPSIMCKP checkpoint, the container of earlier mpsim versions; this mpsim reads "
                             "safetensors checkpoints only: rerun the training to write one",
@@ -123,7 +147,6 @@ Checkpoint read_checkpoint(const std::filesystem::path& path) {
     throw Error(fmt::format("{}: truncated checkpoint ({} bytes, {} expected)", name, bytes.size(), expected));
   if (bytes.size() > expected)
     throw Error(fmt::format("{}: corrupt checkpoint ({} bytes, {} expected)", name, bytes.size(), expected));
-  const std::uint32_t crc = crc32_update(crc32_init(), bytes.data() + 8 + header_len, data_end);
 
   // The safetensors structure (dtypes, shapes, offsets) is checked by the library's one reader of it.
   const io::TensorSource src = io::TensorSource::from_bytes(std::move(bytes), name);
@@ -136,6 +159,19 @@ Checkpoint read_checkpoint(const std::filesystem::path& path) {
     if (t.stored != io::DType::f32)
       throw Error(fmt::format("{}: tensor {} is {}, checkpoints hold F32", name, t.name, io::to_string(t.stored)));
     ck.tensors.push_back({t.name, src.read_float(t)});
+  }
+  // data_crc32 covers the tensors' values in the order of the metadata's list, wherever the file puts them: a
+  // writer that lays the tensors out in another order (safetensors' save_file sorts them) changes no value.
+  // An mpsim-written file lays them out in that order, so this is also the CRC of its data bytes as written by
+  // earlier versions.
+  std::uint32_t crc = crc32_init();
+  for (const auto& t : ck.tensors) crc = crc32_update(crc, t.values.data(), t.values.size() * sizeof(float));
+  if (ck.header.contains(kMetadataCrcKey)) {  // checkpoints of earlier versions have none
+    const auto& stored = ck.header[kMetadataCrcKey];
+    const std::string computed = metadata_crc(ck.header);
+    if (!stored.is_string() || stored.get<std::string>() != computed)
+      throw Error(fmt::format("{}: corrupt checkpoint (the metadata's CRC-32 is {}, the metadata says {})", name,
+                              computed, stored.dump()));
   }
   const std::string want_crc = ck.header["data_crc32"].get<std::string>();
   if (fmt::format("{:08x}", crc) != want_crc)

@@ -14,6 +14,7 @@
 // Written atomically (io::AtomicFile): a checkpoint is whole or absent.
 #pragma once
 
+#include <cstddef>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <span>
@@ -45,5 +46,7 @@ void write_checkpoint(const std::filesystem::path& path, nlohmann::json header,
 // CRC-32. Throws mpsim::Error naming the file and what is wrong (truncated, corrupt, not a checkpoint, a
 // checkpoint in the MPSIMCKP container of earlier mpsim versions).
 Checkpoint read_checkpoint(const std::filesystem::path& path);
+// The same from the file's bytes; `name` names it in messages (the fuzz target tests/fuzz/fuzz_checkpoint.cpp).
+Checkpoint read_checkpoint_bytes(std::vector<std::byte> bytes, const std::string& name);
 
 }  // namespace mpsim::train

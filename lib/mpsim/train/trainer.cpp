@@ -10,6 +10,7 @@
 #include "mpsim/analysis/histogram.hpp"
 #include "mpsim/error.hpp"
 #include "mpsim/io/atomic_file.hpp"
+#include "mpsim/io/names.hpp"
 #include "mpsim/nn/policy.hpp"
 #include "mpsim/parallel.hpp"
 #include "mpsim/train/checkpoint.hpp"
@@ -151,8 +152,20 @@ void validate(const TrainConfig& c) {
   for (int s : c.hist_steps)
     if (s < 1) throw Error(fmt::format("--hist-steps: step {} is not >= 1", s));
   if (c.out.empty()) throw Error("--out: an output folder is required");
+  // run.json names the folder and the checkpoint in JSON, which holds UTF-8 only: refused here, before the run.
+  io::require_utf8_name(c.out.native(), "--out");
+  io::require_utf8_name(c.resume.native(), "--resume");
   if (std::filesystem::exists(c.out) && !std::filesystem::is_directory(c.out))
     throw Error(fmt::format("--out {}: exists and is not a folder", c.out.string()));
+  if (c.previous_run == TrainConfig::PreviousRun::refuse) {
+    std::string found;
+    for (const char* name : kPreviousRunFiles)
+      if (std::error_code ec; std::filesystem::exists(c.out / name, ec)) found += (found.empty() ? "" : ", ") + std::string(name);
+    if (!found.empty())
+      throw Error(fmt::format("--out {}: holds a previous run ({}); choose another folder, or pass --force to "
+                              "replace that run's files",
+                              c.out.string(), found));
+  }
 }
 
 namespace {
@@ -514,7 +527,13 @@ void write_run_json(const Run& run, const TrainSummary& summary) {
 // first checkpoint on, the folder holds a state to resume from and stays whatever happens next.
 class OutputFolder {
  public:
-  explicit OutputFolder(const std::filesystem::path& dir) : dir_(dir), created_(!std::filesystem::exists(dir)) {
+  OutputFolder(const std::filesystem::path& dir, TrainConfig::PreviousRun previous)
+      : dir_(dir), created_(!std::filesystem::exists(dir)) {
+    // The old run's files go before the new run writes any (its checkpoint, if resumed from, is read by now).
+    if (previous == TrainConfig::PreviousRun::replace)
+      for (const char* name : kPreviousRunFiles)
+        if (std::error_code ec; std::filesystem::remove_all(dir / name, ec) == static_cast<std::uintmax_t>(-1))
+          throw Error(fmt::format("--out {}: cannot remove the previous run's {}: {}", dir.string(), name, ec.message()));
     for (const char* sub : {"hist", "grads"})
       if (!std::filesystem::exists(dir / sub)) new_subfolders_.push_back(dir / sub);
     std::filesystem::create_directories(dir_);
@@ -547,7 +566,7 @@ TrainSummary run_training(const TrainConfig& config, const ModelFactory& factory
   prepare(run);
 
   // Nothing has been written so far; from here on the outputs appear.
-  OutputFolder out(config.out);
+  OutputFolder out(config.out, config.previous_run);
   std::string csv = csv_header(run.act_sites);
   StepResult last;
   int step = run.start_step;

@@ -63,7 +63,15 @@ struct TrainConfig {
   bool dump_grads = false;
   std::filesystem::path out;      // output folder (created)
   std::filesystem::path resume;   // checkpoint to resume from (empty = fresh start)
+  // What to do with an `out` that already holds a run's files (kPreviousRunFiles): write over them, leaving
+  // the old run's other histograms and gradients beside the new ones (what a study's runs do); refuse before
+  // anything runs (`mpsim train`); or remove them once the checkpoint to resume from is read (`train --force`).
+  enum class PreviousRun { overwrite, refuse, replace };
+  PreviousRun previous_run = PreviousRun::overwrite;
 };
+
+// The files and folders of a run in its output folder (what PreviousRun::replace removes; nothing else is).
+inline constexpr const char* kPreviousRunFiles[] = {"run.json", "steps.csv", "checkpoint.safetensors", "hist", "grads"};
 
 struct TrainSummary {
   int steps_done = 0;             // last step run
