@@ -414,7 +414,7 @@ std::string summary_md(const StudyConfig& config, const StudyPlan& plan, const n
   const double level = json_number(summary["rows"][0]["paired_ci_level"]);
   md += fmt::format(
       "| configuration | policy | scaler | final metric (mean ± sd) | vs fp32, seed by seed: mean [95% interval] | "
-      "[{:.4g}% interval] | activation grads lost | Σ|g| lost | Σg² lost | skipped steps | updates swallowed | "
+      "[{:.4g}% interval] | activation grads lost | Σ\\|g\\| lost | Σg² lost | skipped steps | updates swallowed | "
       "verdict |\n",
       100 * level);
   md += "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
@@ -440,7 +440,7 @@ std::string summary_md(const StudyConfig& config, const StudyPlan& plan, const n
         "- *activation grads lost*: of the non-zero finite activation gradients that reached a rounding site, the "
         "share the policy's format flushed to zero, over all steps and seeds (0 where the policy does not round "
         "them, as fp32).\n"
-        "- *Σ|g| lost*, *Σg² lost*: the share of the activation gradients' sum of magnitudes and of their sum of "
+        "- *Σ\\|g\\| lost*, *Σg² lost*: the share of the activation gradients' sum of magnitudes and of their sum of "
         "squares that the format flushed to zero, over all steps and sites (lib/mpsim/analysis/mass_lost.hpp), "
         "mean over seeds; each run's steps.csv has them per step and site, with the cosine between the gradients "
         "before and after rounding.\n"
