@@ -17,7 +17,8 @@
 namespace {
 
 std::string metric_text(const nlohmann::json& v) {
-  return v.is_number() ? fmt::format("{:.5g}", v.get<double>()) : v.dump();
+  // Non-finite values are strings in summary.json ("nan": an interval from one seed); printed bare.
+  return v.is_number() ? fmt::format("{:.5g}", v.get<double>()) : v.is_string() ? v.get<std::string>() : v.dump();
 }
 
 void setup(CLI::App& app) {
