@@ -22,7 +22,8 @@ HERE = Path(__file__).resolve().parent
 EXPECTED = {
     "01_formats": ["01_formats"],
     "02_gradient_histogram": ["02_gradient_histogram"],
-    "03_loss_scaling": ["03_loss_scaling_ssd", "03_loss_scaling_lstm", "03_scale_sweep", "03_dynamic_scale"],
+    "03_loss_scaling": ["03_loss_scaling_ssd", "03_loss_scaling_lstm", "03_scale_sweep", "03_paired",
+                        "03_dynamic_scale"],
     "04_underflow": ["04_underflow_ssd", "04_underflow_lstm", "04_block_scaling"],
     "05_rounding": ["05_rounding_error", "05_swallowed_updates"],
     "06_pytorch": ["06_pytorch_histogram", "06_pytorch_underflow"],

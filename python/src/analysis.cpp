@@ -17,6 +17,7 @@
 
 #include "bindings.hpp"
 #include "mpsim/analysis/histogram.hpp"
+#include "mpsim/analysis/mass_lost.hpp"
 #include "mpsim/analysis/moments.hpp"
 #include "mpsim/analysis/range_counter.hpp"
 #include "mpsim/analysis/underflow.hpp"
@@ -606,6 +607,19 @@ void bind_analysis(nb::module_& m) {
   m.def("hist_report_json", [](const nb::dict& counters, int log2_scale) { return hist_report(counters, log2_scale).dump(2) + "\n"; },
         "counters"_a, "log2_scale"_a = 0,
         "The JSON `mpsim hist` writes, for {tensor name: UnderflowCounter} (one format and mode).");
+  m.def(
+      "mass_lost",
+      [](const AnyArray& x, nb::handle fmt, int log2_scale, const std::string& mode) {
+        const Format f = format_of(fmt);
+        const Rounding r = Rounding::of(parse_rounding_mode(mode));
+        analysis::MassLost mass;
+        count_values(x, [&](auto s) { analysis::add_rounded(mass, s, f, r, log2_scale); });
+        return to_python(analysis::mass_lost_json(mass.stats()));
+      },
+      "x"_a, "fmt"_a, "log2_scale"_a = 0, "mode"_a = "rne",
+      "The gradient mass lost when float32/float64 x times 2^log2_scale is rounded into fmt: the share of sum |x| "
+      "(l1_lost) and of sum x^2 (l2sq_lost) flushed to zero and the cosine between x and its rounding (None "
+      "when undefined), as `mpsim underflow` reports them.");
   m.def("underflow_report_json",
         [](const nb::dict& counters, int log2_scale, double margin, bool with_sweep) {
           return underflow_report(counters, log2_scale, margin, with_sweep).dump(2) + "\n";

@@ -13,6 +13,7 @@ import pytest
 import mpsim
 
 RNG_SEED = 20261125
+MASS_LOST_KEYS = ("mass_nonzero_num", "mass_flushed_num", "l1_lost", "l2sq_lost", "cosine")
 
 
 def gradients():
@@ -64,6 +65,11 @@ def test_underflow_json_same_as_cli(cli, fmt, mode, scale, sweep):
     data = gradients()
     opts = ["--format", fmt, "--mode", mode, "--scale", scale] + (["--sweep"] if sweep else [])
     want = labelled(cli.report("underflow", data, *opts), data)
+    # The gradient mass lost needs every value rounded, which a counter does not keep (test_mass_lost.py
+    # checks those fields against numpy).
+    for entry in want["tensors"] + [want["total"]]:
+        for key in MASS_LOST_KEYS:
+            entry.pop(key)
     counters = {}
     for name, x in data.items():
         counters[name] = mpsim.UnderflowCounter(fmt, mode)

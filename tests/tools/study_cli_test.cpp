@@ -1,7 +1,9 @@
 // `mpsim study loss-scaling` (tools/mpsim/study.cpp, lib/mpsim/train/study.cpp) on a tiny grid: every configuration's
-// verdict, mean and spread recomputed here from the runs' own steps.csv files by the rule summary.md
-// states (diverged: a seed stopped early or ended with a non-finite loss or metric; otherwise it matches
-// fp32 if its mean metric is worse than fp32's by at most 2 x fp32's sample sd + 1% of |fp32's mean|).
+// paired difference to fp32, its Bonferroni interval and its verdict recomputed here from the runs' own
+// steps.csv files by the rule summary.md states. With two seeds the interval's t has one degree of freedom,
+// where Student's t is the Cauchy distribution: t(p, 1) = tan(pi (p - 1/2)), in closed form, so the check
+// needs neither a table nor Boost.Math (which the library uses). Also: --only and --accumulate, and an
+// unknown --only name refused before anything is written.
 #include "catch_compat.hpp"
 
 #include <cmath>
@@ -63,7 +65,7 @@ double sample_sd(const std::vector<double>& v) {
 
 }  // namespace
 
-TEST_CASE("mpsim study: the verdicts follow from the runs' steps.csv", "[study_cli]") {
+TEST_CASE("mpsim study: the paired intervals and verdicts follow from the runs' steps.csv", "[study_cli]") {
   ScratchDir dir("study");
   const int steps = 6, seeds = 2;
   const auto r = run_mpsim(dir, "study loss-scaling --model lstm --size 8 --batch 2 --steps " + std::to_string(steps) + " --seeds " +
@@ -72,7 +74,7 @@ TEST_CASE("mpsim study: the verdicts follow from the runs' steps.csv", "[study_c
   REQUIRE(r.status == 0);
   std::ifstream f(dir / "study" / "summary.json");
   const auto summary = nlohmann::json::parse(f);
-  CHECK(summary["schema"] == "mpsim-study-1");
+  CHECK(summary["schema"] == "mpsim-study-2");
   const auto& rows = summary["rows"];
   REQUIRE(rows.size() >= 2);
   REQUIRE(rows[0]["policy"] == "fp32");
@@ -92,23 +94,70 @@ TEST_CASE("mpsim study: the verdicts follow from the runs' steps.csv", "[study_c
     }
     configs.push_back(c);
   }
-  const double m0 = mean(configs[0].metric), s0 = sample_sd(configs[0].metric);
-  const double band = 2 * s0 + 0.01 * std::abs(m0);
+  const double tol = summary["tolerance_pct"].get<double>() / 100 * std::abs(mean(configs[0].metric));
+  const double level = 1 - 0.05 / static_cast<double>(rows.size() - 1);  // Bonferroni over the rows but fp32
+  const double t = std::tan(M_PI * (1 - (1 - level) / 2 - 0.5));       // Student's t, 1 dof = Cauchy
   int disagreements = 0;
   for (std::size_t i = 0; i < rows.size(); ++i) {
-    const double m = mean(configs[i].metric);
-    const double worse_by = higher_is_better ? m0 - m : m - m0;
-    const std::string want = configs[i].diverged                                  ? "diverged"
-                             : (std::isfinite(worse_by) && worse_by <= band) ? "matches fp32"
-                                                                              : "degraded";
+    std::vector<double> d;
+    for (int s = 0; s < seeds; ++s) d.push_back(configs[i].metric[s] - configs[0].metric[s]);
+    const double dm = mean(d), half = t * sample_sd(d) / std::sqrt(static_cast<double>(seeds));
+    const double lo = higher_is_better ? -(dm + half) : dm - half, hi = higher_is_better ? -(dm - half) : dm + half;
+    const std::string want = i == 0                                ? "reference"
+                             : configs[i].diverged                  ? "diverged"
+                             : !(std::isfinite(lo) && std::isfinite(hi)) ? "inconclusive"
+                             : (lo >= -tol && hi <= tol)            ? "matches fp32"
+                             : lo > tol                             ? "degraded"
+                             : hi < -tol                            ? "better than fp32"
+                                                                    : "inconclusive";
     const std::string got = rows[i]["verdict"].get<std::string>();
-    std::printf("%-40s mean %-12.6g worse by %-12.4g band %-10.4g verdict %-13s recomputed %s\n",
-                rows[i]["configuration"].get<std::string>().c_str(), m, worse_by, band, got.c_str(), want.c_str());
+    std::printf("%-40s vs fp32 %+-12.4g worse by [%+.4g, %+.4g] tolerance %-10.4g verdict %-13s recomputed %s\n",
+                rows[i]["configuration"].get<std::string>().c_str(), dm, lo, hi, tol, got.c_str(), want.c_str());
     disagreements += got != want;
-    if (!configs[i].diverged) CHECK(rows[i]["metric_mean"].get<double>() == m);
+    if (!configs[i].diverged) {
+      CHECK(rows[i]["metric_mean"].get<double>() == mean(configs[i].metric));
+      CHECK(rows[i]["paired_ci_level"].get<double>() == Approx(level).epsilon(1e-15));
+      // Boost.Math's quantile against the closed form, to a few ulps of the half-width
+      CHECK(rows[i]["paired_ci"][0].get<double>() == Approx(dm - half).margin(1e-12 * (1 + std::abs(half))));
+      CHECK(rows[i]["paired_ci"][1].get<double>() == Approx(dm + half).margin(1e-12 * (1 + std::abs(half))));
+    }
   }
   std::printf("study: %zu configurations x %d seeds, %d verdicts differ from the recomputation\n", rows.size(), seeds,
               disagreements);
   CHECK(disagreements == 0);
-  CHECK(rows[0]["verdict"] == "matches fp32");
+}
+
+TEST_CASE("mpsim study: --only runs fp32 and the named rows, --accumulate reaches every run", "[study_cli]") {
+  ScratchDir dir("study-only");
+  const auto r = run_mpsim(dir, "study loss-scaling --model lstm --size 8 --batch 2 --steps 3 --seeds 1 --jobs 2 "
+                                "--accumulate 2 --only mixed-fp16_none,mixed-bf16_none --out " +
+                                    quote((dir / "study").string()));
+  REQUIRE(r.status == 0);
+  std::ifstream f(dir / "study" / "summary.json");
+  const auto summary = nlohmann::json::parse(f);
+  std::vector<std::string> runs;
+  for (const auto& row : summary["rows"]) runs.push_back(row["runs"].get<std::string>());
+  // fp32 first (the reference), then the named rows in the grid's order
+  CHECK(runs == std::vector<std::string>{"fp32_none", "mixed-bf16_none", "mixed-fp16_none"});
+  CHECK(summary["accumulate"] == 2);
+  for (const auto& name : runs) {
+    std::ifstream rj(dir / "study" / "runs" / name / "seed1" / "run.json");
+    const auto run = nlohmann::json::parse(rj);
+    CHECK(run["config"]["accumulate"] == 2);
+  }
+  CHECK(fs::is_directory(dir / "study" / "runs"));
+  std::size_t folders = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir / "study" / "runs")) ++folders;
+  std::printf("--only: %zu run folders for %zu rows\n", folders, runs.size());
+  CHECK(folders == runs.size());
+}
+
+TEST_CASE("mpsim study: an unknown --only name is refused, naming it and the known ones", "[study_cli]") {
+  ScratchDir dir("study-only-bad");
+  const auto r = run_mpsim(dir, "study loss-scaling --model lstm --steps 2 --seeds 1 --only fp32_none,mixed-fp17_none --out " +
+                                    quote((dir / "study").string()));
+  CHECK(r.status == 2);
+  CHECK(r.output.find("'mixed-fp17_none'") != std::string::npos);
+  CHECK(r.output.find("mixed-fp16_dynamic_growth_interval_") != std::string::npos);
+  CHECK(!fs::exists(dir / "study"));
 }

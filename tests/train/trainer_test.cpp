@@ -188,13 +188,74 @@ TEST_CASE("small gradients underflow in fp16 without scaling and survive with a 
   const auto header = lines(slurp(plain.out / "steps.csv"))[0];
   CHECK(header ==
         "step,loss,metric,scale,skipped,grad_norm,swallowed,lin/act_grad:zero,lin/act_grad:subnormal,"
-        "lin/act_grad:overflow");
+        "lin/act_grad:overflow,lin/act_grad:l1_lost,lin/act_grad:l2sq_lost,lin/act_grad:cosine,step:l1_lost,"
+        "step:l2sq_lost,step:cosine");
   CHECK(lines(slurp(full.out / "steps.csv"))[0] == header);  // same columns under fp32 (all zero)
   CHECK(fs::exists(full.out / "hist/step_000001.json"));
   const auto snap = nlohmann::json::parse(slurp(full.out / "hist/step_000010.json"));
   CHECK(snap["activation_grad"].contains("lin/act_grad"));
   CHECK(snap["weight_grad"].contains("lin/w_grad"));
   CHECK(snap["master_grad"].contains("lin/weight"));
+}
+
+// The gradient mass columns of steps.csv against the activation gradient of the same first step recomputed
+// here: the tiny model run once by hand under mixed-fp16, its act_grad site's values before and after
+// rounding taken with the precision's observer, and the shares and the cosine summed in long double.
+TEST_CASE("steps.csv's gradient mass lost matches the first step recomputed by hand", "[trainer]") {
+  auto plain = base("mass_none", "mixed-fp16", "none", 2);
+  plain.model = "tiny_small_grads";
+  run_training(plain, tiny::make);
+  auto model = tiny::make(plain.model, plain.model_config, plain.seed);
+  nn::Precision prec(nn::parse_policy("mixed-fp16"));
+  std::vector<float> before, after;
+  prec.observe([&](std::string_view, nn::OpClass cls, std::span<const float> b, std::span<const float> a) {
+    if (cls != nn::OpClass::activation_grad) return;
+    before.insert(before.end(), b.begin(), b.end());
+    after.insert(after.end(), a.begin(), a.end());
+  });
+  model->forward_backward(0, 1.0f, prec);  // step 1: batch 0, loss scale 1, accumulate 1
+  long double abs = 0, sq = 0, f_abs = 0, f_sq = 0, dot = 0, sq_q = 0;
+  int flushed = 0;
+  for (std::size_t i = 0; i < before.size(); ++i) {
+    const long double g = before[i], q = after[i];
+    if (g == 0) continue;
+    abs += std::fabs(g);
+    sq += g * g;
+    if (q == 0) {
+      ++flushed;
+      f_abs += std::fabs(g);
+      f_sq += g * g;
+    }
+    dot += g * q;
+    sq_q += q * q;
+  }
+  const auto rows = lines(slurp(plain.out / "steps.csv"));
+  const std::string row1 = rows.at(1);
+  std::vector<std::string> names, cells;
+  for (std::stringstream ss(rows[0]); ss.good();) names.emplace_back(), std::getline(ss, names.back(), ',');
+  for (std::stringstream ss(row1); ss.good();) cells.emplace_back(), std::getline(ss, cells.back(), ',');
+  REQUIRE(names.size() == cells.size());
+  std::map<std::string, double> v;
+  for (std::size_t i = 0; i < names.size(); ++i) v[names[i]] = cells[i].empty() ? NAN : std::stod(cells[i]);
+  const double l1 = double(f_abs / abs), l2 = double(f_sq / sq), cos = double(dot / std::sqrt(sq * sq_q));
+  std::printf("tiny model, mixed-fp16, step 1: %zu activation gradients, %d flushed; |g| lost %.6g (csv %.6g), "
+              "g^2 lost %.6g (csv %.6g), cosine %.12f (csv %.12f)\n",
+              before.size(), flushed, l1, v["lin/act_grad:l1_lost"], l2, v["lin/act_grad:l2sq_lost"], cos,
+              v["lin/act_grad:cosine"]);
+  CHECK(flushed > 0);
+  CHECK(v["lin/act_grad:l1_lost"] == Approx(l1).epsilon(1e-5));  // the CSV prints shares to 6 digits
+  CHECK(v["lin/act_grad:l2sq_lost"] == Approx(l2).epsilon(1e-5));
+  CHECK(v["lin/act_grad:cosine"] == Approx(cos).epsilon(1e-14));
+  // One site: the whole step's columns are the site's.
+  CHECK(v["step:l1_lost"] == v["lin/act_grad:l1_lost"]);
+  CHECK(v["step:cosine"] == v["lin/act_grad:cosine"]);
+  // Under fp32 nothing is lost and the cosine is 1.
+  auto full = plain;
+  full.out = temp_dir("mass_fp32");
+  full.policy = "fp32";
+  run_training(full, tiny::make);
+  const auto fp32_row = lines(slurp(full.out / "steps.csv")).at(1);
+  CHECK(fp32_row.substr(fp32_row.size() - 6) == ",0,0,1");
 }
 
 TEST_CASE("pure-fp16 keeps the weights representable in fp16 after every update", "[trainer]") {

@@ -3,6 +3,8 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <memory>
 #include <sstream>
 
@@ -15,7 +17,8 @@
 namespace {
 
 std::string metric_text(const nlohmann::json& v) {
-  return v.is_number() ? fmt::format("{:.5g}", v.get<double>()) : v.dump();
+  // Non-finite values are strings in summary.json ("nan": an interval from one seed); printed bare.
+  return v.is_number() ? fmt::format("{:.5g}", v.get<double>()) : v.is_string() ? v.get<std::string>() : v.dump();
 }
 
 void setup(CLI::App& app) {
@@ -36,10 +39,20 @@ void setup(CLI::App& app) {
                   "experiment: gradients inside the network 2^N times smaller, undone at unscaling (default 0; "
                   "see lib/mpsim/models/README.md)")
       ->capture_default_str();
+  cmd->add_option("--accumulate", c->accumulate,
+                  "micro-batches per optimiser step: each backward starts from loss / N (gradient accumulation)")
+      ->capture_default_str();
+  auto only = std::make_shared<std::string>();
+  cmd->add_option("--only", *only,
+                  "comma-separated run-folder names (fp32_none,mixed-fp16_none,...): run only these rows; fp32 "
+                  "always runs (every row is compared with it)");
+  cmd->add_option("--tolerance-pct", c->tolerance_pct,
+                  "verdict tolerance: a row matches fp32 when its paired interval lies within +-this % of fp32's mean")
+      ->capture_default_str();
   cmd->add_option("--corpus", c->model_config.corpus_path, "lstm: train on this UTF-8 text file");
   cmd->add_option("--batch", c->model_config.batch, "batch size (0: the model's default)");
   cmd->add_option("--size", c->model_config.size, "model width (0: the model's default)");
-  cmd->callback([c, out, scales] {
+  cmd->callback([c, out, scales, only] {
     mpsim::train::StudyConfig config = *c;
     config.out = *out;
     if (!scales->empty()) {
@@ -57,27 +70,33 @@ void setup(CLI::App& app) {
         config.static_scales.push_back(v);
       }
     }
+    std::stringstream names(*only);
+    for (std::string item; std::getline(names, item, ',');)
+      if (!item.empty()) config.only.push_back(item);
+    const auto t0 = std::chrono::steady_clock::now();
+    // Everything is checked (model, grid, --only, every run's config) before anything is written.
+    const auto plan = mpsim::train::plan_study(config, mpsim::nn::make_model);
     // Drawn only on a terminal (io/progress.hpp); runs finish on the worker threads.
-    // The grid's size needs the model's default run length (its hints); a bad model name fails here as it
-    // would in run_study, before anything is written.
-    const auto hints = mpsim::nn::make_model(config.model, config.model_config, 1)->hints();
-    const int steps = config.steps > 0 ? config.steps : hints.steps;
-    mpsim::io::ProgressBar bar("study " + config.model,
-                               mpsim::train::study_grid(config, steps, hints).size() *
-                                   static_cast<std::uint64_t>(std::max(config.seeds, 0)),
-                               mpsim::io::ProgressBar::Unit::runs);
+    mpsim::io::ProgressBar bar("study " + config.model, plan.runs.size(), mpsim::io::ProgressBar::Unit::runs);
     const mpsim::train::StudyProgress progress = [&bar](int done, int, const std::string& label, int seed) {
       bar.set_note(fmt::format("{} seed {}", label, seed));
       bar.advance(static_cast<std::uint64_t>(done) - std::min<std::uint64_t>(bar.done(), done));
     };
-    const auto summary = mpsim::train::run_study(config, mpsim::nn::make_model, progress);
+    const auto results = mpsim::train::run_plan(config, plan, mpsim::nn::make_model, progress);
     bar.finish();
-    fmt::print("loss-scaling study on {} ({} steps, {} seeds, {:.0f} s):\n", config.model, summary["steps"].get<int>(),
-               config.seeds, summary["wall_seconds"].get<double>());
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const auto summary = mpsim::train::summarise_study(config, plan, results, wall);
+    mpsim::train::write_study(config, plan, results, summary);
+    fmt::print("loss-scaling study on {} ({} steps{}, {} seeds, {:.0f} s); vs fp32 seed by seed, tolerance {:.4g}:\n",
+               config.model, plan.steps,
+               config.accumulate > 1 ? fmt::format(" of {} micro-batches", config.accumulate) : std::string(),
+               config.seeds, wall, summary["rows"][0]["tolerance"].get<double>());
     for (const auto& row : summary["rows"])
       // Five significant digits: the seeds' spread is in the third or fourth (summary.md gives mean ± sd).
-      fmt::print("  {:<40} {} {} -> {}\n", row["configuration"].get<std::string>(), row["metric"].get<std::string>(),
-                 metric_text(row["metric_mean"]), row["verdict"].get<std::string>());
+      fmt::print("  {:<40} {} {} ({:+.4g} [{}, {}]) -> {}\n", row["configuration"].get<std::string>(),
+                 row["metric"].get<std::string>(), metric_text(row["metric_mean"]),
+                 row["delta_vs_fp32"].is_number() ? row["delta_vs_fp32"].get<double>() : NAN,
+                 metric_text(row["paired_ci"][0]), metric_text(row["paired_ci"][1]), row["verdict"].get<std::string>());
     fmt::print("wrote {}/summary.md, summary.json, runs/\n", config.out.string());
   });
 }

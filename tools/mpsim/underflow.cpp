@@ -1,11 +1,14 @@
 // mpsim underflow FILE... [--format F] [--scale S] [--sweep] [--margin M] [--mode rne]: per tensor, the
 // fraction of non-zero values that underflow to zero / become subnormal / overflow in F under S, a
 // recommended power-of-two scale, and with --sweep the same for every scale 2^-8..2^32; beside them the
-// tensor's min, max, mean, std, l1_norm and l2_norm (exact, analysis/moments.hpp) from the same read.
+// tensor's min, max, mean, std, l1_norm and l2_norm (exact, analysis/moments.hpp) from the same read, and
+// the gradient mass lost under S (analysis/mass_lost.hpp): the shares of sum |g| and sum g^2 that F
+// flushes, and the cosine between the tensor and its rounding; per tensor and for all tensors together.
 #include <algorithm>
 #include <optional>
 
 #include "analysis_common.hpp"
+#include "mpsim/analysis/mass_lost.hpp"
 #include "mpsim/analysis/moments.hpp"
 #include "mpsim/analysis/block_scaling.hpp"
 #include "mpsim/analysis/range_counter.hpp"
@@ -128,23 +131,27 @@ void setup(CLI::App& app) {
       analysis::TensorInfo info;
       analysis::RangeCounter counter;
       analysis::Moments moments;  // min, max, mean, std, l1_norm, l2_norm, from the same read
+      analysis::MassLost mass;    // the gradient mass F flushes under S, from the same read
     };
     std::vector<Result> results;
     const auto failures = analysis::for_each_tensor(files, input_options(*o, progress.get()), [&](const analysis::TensorInfo& info,
                                                                                  const analysis::TensorRead& read) {
       analysis::RangeCounter c(f, r);
       analysis::Moments m;
+      analysis::MassLost mass;
       read([&](std::span<const float> x, std::span<const double> d, std::uint64_t) {
         if (!x.empty()) {
           c.add(x);
           m.add(x);
+          analysis::add_rounded(mass, x, f, r, uo.log2_scale);
         }
         if (!d.empty()) {
           c.add(d);
           m.add(d);
+          analysis::add_rounded(mass, d, f, r, uo.log2_scale);
         }
       });
-      results.push_back({info, std::move(c), std::move(m)});
+      results.push_back({info, std::move(c), std::move(m), std::move(mass)});
     });
     progress->finish();
     check_failures(failures, results.size());
@@ -173,11 +180,14 @@ void setup(CLI::App& app) {
       }
     };
     analysis::Moments total_moments;
+    analysis::MassLost total_mass;
     for (const auto& res : results) {
       total += res.counter;
       total_moments += res.moments;
+      total_mass += res.mass;
       nlohmann::json j = analysis::underflow_report_json(res.info.label, res.counter, uo, *do_sweep);
       j.update(analysis::moment_stats_json(res.moments.stats()));
+      j.update(analysis::mass_lost_json(res.mass.stats()));
       j["shape"] = res.info.shape;
       j["dtype"] = std::string(io::to_string(res.info.dtype));
       csv_rows(j);
@@ -185,6 +195,7 @@ void setup(CLI::App& app) {
     }
     nlohmann::json tj = analysis::underflow_report_json("total", total, uo, *do_sweep);
     tj.update(analysis::moment_stats_json(total_moments.stats()));
+    tj.update(analysis::mass_lost_json(total_mass.stats()));
     csv_rows(tj);
     const nlohmann::json report = {{"command", "underflow"}, {"format", f.name},
                                    {"rounding", std::string(ieee_name(r.mode))},
@@ -205,7 +216,10 @@ void setup(CLI::App& app) {
     auto row = [&](const nlohmann::json& t) {
       std::vector<std::string> r = {t["tensor"].get<std::string>(), num(t["numel"]),         num(t["underflows%"]),
                                     num(t["subnormals%"]),          num(t["overflows%"]),    num(t["cur_amax"]),
-                                    num(t["dynamic_range"])};
+                                    num(t["dynamic_range"]),
+                                    num(100.0 * t["l1_lost"].get<double>()),
+                                    num(100.0 * t["l2sq_lost"].get<double>()),
+                                    t["cosine"].is_null() ? "-" : fmt::format("{:.9f}", t["cosine"].get<double>())};
       if (t["recommended"].is_null()) {
         r.insert(r.end(), {"-", "-"});
       } else {
@@ -223,11 +237,13 @@ void setup(CLI::App& app) {
     };
     for (const std::size_t i : order) row(tensors[i]);
     row(tj);
-    std::vector<std::string> header = {"tensor", "numel", "underflows%", "subnormals%", "overflows%",
-                                       "cur_amax", "dynamic_range", "recommended", "rescued%"};
+    std::vector<std::string> header = {"tensor",   "numel",         "underflows%", "subnormals%", "overflows%",
+                                       "cur_amax", "dynamic_range", "|g| lost%",   "g^2 lost%",   "cosine",
+                                       "recommended", "rescued%"};
     if (*do_sweep) header.insert(header.end(), {"largest_safe", "best_window"});
-    fmt::print("{} under scale {} ({}); recommended scale keeps cur_amax*S*{} <= {}\n", f.name, num(o->scale),
-               ieee_name(r.mode), num(uo.margin), num(f.max_finite));
+    fmt::print("{} under scale {} ({}); |g| lost% and g^2 lost%: the shares of sum |g| and sum g^2 flushed to zero; "
+               "cosine between the tensor and its rounding; recommended scale keeps cur_amax*S*{} <= {}\n",
+               f.name, num(o->scale), ieee_name(r.mode), num(uo.margin), num(f.max_finite));
     fmt::print("{}", analysis::text_table(header, rows));
     if (*do_sweep) {
       std::vector<std::vector<std::string>> srows;

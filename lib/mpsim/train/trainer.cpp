@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <set>
 
 #include "mpsim/analysis/histogram.hpp"
@@ -107,6 +108,7 @@ nlohmann::json TrainSummary::to_json() const {
           {"activation_grad_subnormal", act_grad_subnormal},
           {"activation_grad_overflow", act_grad_overflow},
           {"activation_grad_lost_pct", 100.0 * act_grad_lost_fraction()},
+          {"activation_grad_mass", analysis::mass_lost_json(act_grad_mass.stats())},
           {"updates_nonzero", updates_nonzero},
           {"updates_swallowed", updates_swallowed},
           {"updates_swallowed_pct", 100.0 * swallowed_fraction()},
@@ -244,6 +246,8 @@ struct Run {
   std::vector<int> hist_steps;
   std::set<int> hist_set;
   int eval_every = 1;
+  // This step's gradient mass lost per activation-gradient site, filled by the precision's observer.
+  std::map<std::string, analysis::MassLost, std::less<>> step_mass;
 };
 
 // Loads a checkpoint of the same run: weights, optimiser buffers and steps, scaler state, the stochastic
@@ -290,6 +294,8 @@ void resume(Run& run, const std::filesystem::path& path) {
     // Totals added for the swallowed-update count (written in save_checkpoint's "totals").
     s.updates_nonzero = t.at("updates_nonzero").get<std::uint64_t>();
     s.updates_swallowed = t.at("updates_swallowed").get<std::uint64_t>();
+    // Checkpoints written before the mass totals existed resume with them counted from here on.
+    if (t.contains("act_grad_mass")) s.act_grad_mass = analysis::MassLost::from_state(t.at("act_grad_mass"));
   } catch (const nlohmann::json::exception& e) {
     throw Error(fmt::format("{}: corrupt checkpoint header ({})", file, e.what()));
   }
@@ -307,12 +313,22 @@ void prepare(Run& run) {
   run.eval_every = run.config.eval_every > 0 ? run.config.eval_every : std::max(1, run.total_steps / 10);
   if (run.policy.weight && run.config.resume.empty())
     for (auto& p : run.params) run.precision.round(p.name + "/weight", nn::OpClass::weight, p.value);
+  // The mass measures need each activation gradient before and after its rounding: the observer sees
+  // both (under fp32 the same values). It changes no value the run computes.
+  run.precision.observe([&run](std::string_view site, nn::OpClass cls, std::span<const float> before,
+                               std::span<const float> after) {
+    if (cls != nn::OpClass::activation_grad) return;
+    auto it = run.step_mass.find(site);
+    if (it == run.step_mass.end()) it = run.step_mass.emplace(std::string(site), analysis::MassLost{}).first;
+    it->second.add(before, after);
+  });
 }
 
 std::string csv_header(const std::vector<std::string>& act_sites) {
   std::string csv = "step,loss,metric,scale,skipped,grad_norm,swallowed";
   for (const auto& s : act_sites) csv += fmt::format(",{0}:zero,{0}:subnormal,{0}:overflow", s);
-  return csv + "\n";
+  for (const auto& s : act_sites) csv += fmt::format(",{0}:l1_lost,{0}:l2sq_lost,{0}:cosine", s);
+  return csv + ",step:l1_lost,step:l2sq_lost,step:cosine\n";
 }
 
 // Forward and backward over the step's micro-batches from the scaled loss; returns the mean loss.
@@ -409,7 +425,19 @@ std::string site_columns(Run& run) {
     run.summary.act_grad_subnormal += st.subnormal;
     run.summary.act_grad_overflow += st.overflow;
   }
-  return cols;
+  analysis::MassLost step;
+  auto mass_columns = [](const analysis::MassLost& m) {
+    const auto s = m.stats();
+    return fmt::format(",{:.6g},{:.6g},{}", s.l1_lost, s.l2sq_lost, number(s.cosine));
+  };
+  for (const auto& site : run.act_sites) {
+    const auto it = run.step_mass.find(site);
+    const analysis::MassLost m = it == run.step_mass.end() ? analysis::MassLost{} : it->second;
+    cols += mass_columns(m);
+    step += m;
+  }
+  run.summary.act_grad_mass += step;
+  return cols + mass_columns(step);
 }
 
 struct StepResult {
@@ -423,6 +451,7 @@ struct StepResult {
 StepResult train_step(Run& run, int step, const std::filesystem::path& out_dir) {
   for (const auto& g : run.grads) std::fill(g.begin(), g.end(), 0.0f);
   run.precision.reset_stats();
+  run.step_mass.clear();
   const bool snapshot = run.hist_set.count(step) > 0;
   run.precision.capture_histograms(snapshot);
   run.precision.reset_histograms();
@@ -489,7 +518,8 @@ void save_checkpoint(const Run& run, int step) {
                       {"act_grad_overflow", s.act_grad_overflow},
                       // Swallowed-update totals (read back by resume).
                       {"updates_nonzero", s.updates_nonzero},
-                      {"updates_swallowed", s.updates_swallowed}};
+                      {"updates_swallowed", s.updates_swallowed},
+                      {"act_grad_mass", s.act_grad_mass.state()}};
   std::vector<CheckpointTensorView> tensors;
   for (const auto& p : run.params) tensors.push_back({"param/" + p.name, p.value});
   for (std::size_t b = 0; b < run.optimizer.buffers().size(); ++b)

@@ -6,7 +6,9 @@
 //                not change: the update fell below half the stored weight's spacing; empty when skipped), and for
 //                every activation-gradient rounding site S three columns S:zero, S:subnormal, S:overflow,
 //                the fractions of that step's non-zero finite gradients at S flushed to zero / left
-//                subnormal / overflowed (0 where the policy does not round S)
+//                subnormal / overflowed (0 where the policy does not round S); then the gradient mass lost
+//                (analysis/mass_lost.hpp) per site, S:l1_lost, S:l2sq_lost, S:cosine, and for the whole
+//                step (every site's gradients concatenated) step:l1_lost, step:l2sq_lost, step:cosine
 //   hist/step_NNNNNN.json   log2 histograms (analysis::Log2Histogram) of activation gradients and weight
 //                gradients at the rounding sites (values before rounding, loss scale included) and of the
 //                unscaled fp32 master gradients, at the chosen steps
@@ -24,6 +26,7 @@
 #include <string_view>
 #include <vector>
 
+#include "mpsim/analysis/mass_lost.hpp"
 #include "mpsim/nn/model.hpp"
 #include "mpsim/train/optimizer.hpp"
 #include "mpsim/train/scaler.hpp"
@@ -88,6 +91,9 @@ struct TrainSummary {
   double act_grad_lost_fraction() const {
     return act_grad_nonzero ? static_cast<double>(act_grad_underflow) / act_grad_nonzero : 0.0;
   }
+  // Over all steps and activation-gradient sites: the gradient mass the rounding flushed, and the cosine
+  // between the gradients before and after rounding (every site's values concatenated).
+  analysis::MassLost act_grad_mass;
   // Over all optimiser steps: weight elements with a non-zero update, and how many of those the stored
   // weight swallowed (fp32 master weights, or the fp16 weights themselves in a pure policy).
   std::uint64_t updates_nonzero = 0, updates_swallowed = 0;

@@ -1,0 +1,108 @@
+// Tests of lib/mpsim/analysis/mass_lost.hpp: the shares of sum |g| and sum g^2 flushed and the cosine on a
+// tensor whose values are written out here (expected values from the definitions, in long double), the
+// undefined cases, merging, the checkpoint state, the scale invariance and the float / double paths of
+// add_rounded. tests/python/test_mass_lost.py checks `mpsim underflow`'s figures against numpy.
+#include "catch_compat.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "mpsim/analysis/mass_lost.hpp"
+#include "mpsim/format/format.hpp"
+
+using namespace mpsim;
+using namespace mpsim::analysis;
+
+TEST_CASE("mass lost: fp16 flushes the tiny values of a written-out tensor", "[mass_lost]") {
+  // fp16 nearest-even flushes |x| <= 2^-25 (half its smallest subnormal 2^-24; the tie goes to even, 0).
+  const float tiny = std::ldexp(1.0f, -30), tie = std::ldexp(1.0f, -25), kept = std::ldexp(1.0f, -24);
+  const std::vector<float> g = {1.0f, -2.0f, tiny, -tiny, tie, kept, 0.0f, std::nanf(""),
+                                std::numeric_limits<float>::infinity()};
+  MassLost m;
+  add_rounded(m, g, fp16(), Rounding{}, 0);
+  const MassLostStats s = m.stats();
+  const long double sum_abs = 3.0L + 2 * (long double)tiny + tie + kept;
+  const long double sum_sq = 5.0L + 2.0L * tiny * tiny + (long double)tie * tie + (long double)kept * kept;
+  const long double l1 = (2.0L * tiny + tie) / sum_abs;
+  const long double l2 = (2.0L * tiny * tiny + (long double)tie * tie) / sum_sq;
+  // q = {1, -2, 0, 0, 0, 2^-24}: <g, q> = 5 + 2^-48, |q|^2 = 5 + 2^-48
+  const long double dot = 5.0L + (long double)kept * kept;
+  const long double cosine = dot / (std::sqrt(sum_sq) * std::sqrt(dot));
+  std::printf("fp16 on 9 written-out values: nonzero %llu flushed %llu, |g| lost %.17g (want %.17Lg), g^2 lost %.17g "
+              "(want %.17Lg), 1 - cosine %.17g (want %.17Lg)\n",
+              (unsigned long long)s.nonzero_finite, (unsigned long long)s.flushed, s.l1_lost, l1, s.l2sq_lost, l2,
+              1 - s.cosine, 1 - cosine);
+  CHECK(s.nonzero_finite == 6);
+  CHECK(s.flushed == 3);
+  CHECK(s.l1_lost == Approx(double(l1)).epsilon(1e-15));
+  CHECK(s.l2sq_lost == Approx(double(l2)).epsilon(1e-15));
+  CHECK(s.cosine == Approx(double(cosine)).epsilon(1e-15));
+}
+
+TEST_CASE("mass lost: undefined cosine, empty tensors, overflow", "[mass_lost]") {
+  MassLost empty;
+  CHECK(empty.stats().l1_lost == 0);
+  CHECK(std::isnan(empty.stats().cosine));
+  MassLost all_flushed;
+  add_rounded(all_flushed, std::vector<float>{1e-12f, -1e-13f}, fp16(), Rounding{}, 0);
+  CHECK(all_flushed.stats().l1_lost == 1);
+  CHECK(all_flushed.stats().l2sq_lost == 1);
+  CHECK(std::isnan(all_flushed.stats().cosine));
+  MassLost overflow;
+  add_rounded(overflow, std::vector<float>{1.0f, 1e6f}, fp16(), Rounding{}, 0);
+  CHECK(overflow.stats().l1_lost == 0);
+  CHECK(std::isnan(overflow.stats().cosine));
+  // Unchanged values (fp32 into fp32): nothing lost, cosine 1.
+  MassLost same;
+  const std::vector<float> v = {0.5f, -3.0f, 1e-30f};
+  same.add(v, v);
+  CHECK(same.stats().l1_lost == 0);
+  CHECK(same.stats().cosine == Approx(1.0).epsilon(1e-15));  // a few ulps: the two square roots
+  CHECK_THROWS(same.add(std::vector<float>{1.0f}, std::vector<float>{}));
+}
+
+TEST_CASE("mass lost: merging, state, scale invariance, float and double paths", "[mass_lost]") {
+  std::mt19937_64 rng(20261128);
+  std::lognormal_distribution<double> mag(-17.0, 3.0);
+  std::vector<float> g(3 * MassLost::kBlock + 17);
+  for (std::size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>((i % 3 ? 1 : -1) * mag(rng));
+  g[5] = std::ldexp(1.0f, -140);  // a float subnormal: the scaled float path cannot take its chunk exactly
+
+  MassLost whole, first, second;
+  add_rounded(whole, g, fp16(), Rounding{}, 10);
+  const std::size_t half = MassLost::kBlock;
+  add_rounded(first, std::span<const float>(g).first(half), fp16(), Rounding{}, 10);  // holds the subnormal
+  add_rounded(second, std::span<const float>(g).subspan(half), fp16(), Rounding{}, 10);  // the float path
+  const auto f = second.stats();
+  first += second;
+  const auto a = whole.stats(), b = first.stats();
+  CHECK(a.flushed == b.flushed);
+  CHECK(a.l1_lost == Approx(b.l1_lost).epsilon(1e-14));  // the block sums added in another order
+  CHECK(a.cosine == Approx(b.cosine).epsilon(1e-15));
+  const auto c = MassLost::from_state(whole.state()).stats();
+  CHECK(c.l1_lost == a.l1_lost);
+  CHECK(c.l2sq_lost == a.l2sq_lost);
+  CHECK(c.cosine == a.cosine);
+
+  // The float path (second half, scaled in float) against the double path on the same values pre-scaled in
+  // double: the same bits.
+  std::vector<double> scaled;
+  for (std::size_t i = half; i < g.size(); ++i) scaled.push_back(std::ldexp(double(g[i]), 10));
+  MassLost from_double;
+  add_rounded(from_double, scaled, fp16(), Rounding{}, 0);
+  const auto d = from_double.stats();
+  std::printf("%zu log-normal values at scale 2^10: fp16 flushes %llu, |g| lost %.6g, g^2 lost %.6g, cosine %.12f; "
+              "split+merged, state round trip, float and double paths agree\n",
+              g.size(), (unsigned long long)a.flushed, a.l1_lost, a.l2sq_lost, a.cosine);
+  CHECK(d.flushed == f.flushed);
+  CHECK(d.l1_lost == f.l1_lost);
+  CHECK(d.l2sq_lost == f.l2sq_lost);
+  CHECK(d.cosine == f.cosine);
+  CHECK(a.flushed > 0);
+  CHECK(a.l1_lost > 0);
+  CHECK(a.l1_lost < 1);
+  CHECK_THROWS(MassLost::from_state(nlohmann::json{{"nonzero", 1}}));
+}
