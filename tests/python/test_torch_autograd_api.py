@@ -220,23 +220,40 @@ def run(model, x):
     return y.detach(), [p.grad.clone() for p in model.parameters()]
 
 
-def test_emulated_model_deepcopies_pickles_and_saves():
+class Encoder(nn.Module):
+    """A transformer layer: attention's in_proj_weight slices, scaled_dot_product_attention's sites made during
+    the first forward, LayerNorm and the feed-forward Linears."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0, batch_first=True)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.head(self.layer(x))
+
+
+def via_pickle(m):
+    return pickle.loads(pickle.dumps(m))
+
+
+def via_torch_save(m):
+    buf = io.BytesIO()
+    torch.save(m, buf)
+    buf.seek(0)
+    return torch.load(buf, weights_only=False)
+
+
+@pytest.mark.parametrize("net, shape", [(Net, (7, 2, 6)), (Encoder, (2, 5, 8))], ids=["lstm", "transformer"])
+def test_emulated_model_deepcopies_pickles_and_saves(net, shape):
     torch.manual_seed(4)
-    model = Net()
-    x = torch.randn(7, 2, 6)
+    model = net()
+    x = torch.randn(*shape)
     emulation = mt.emulate(model, "bf16", "sr", seed=11)  # stochastic: each copy must continue the seeds
     monitor = mt.GradientMonitor(model, emulation=emulation)  # its observers must not travel with the model
     run(model, x)
     totals = emulation.stats()
-
-    def via_pickle(m):
-        return pickle.loads(pickle.dumps(m))
-
-    def via_torch_save(m):
-        buf = io.BytesIO()
-        torch.save(m, buf)
-        buf.seek(0)
-        return torch.load(buf, weights_only=False)
+    assert mt.Emulation.of(model) is emulation
 
     copies = {name: make(model) for name, make in
               [("deepcopy", copy.deepcopy), ("pickle", via_pickle), ("torch.save", via_torch_save)]}
@@ -244,13 +261,19 @@ def test_emulated_model_deepcopies_pickles_and_saves():
     emulation.remove()
     fp32_y = model(x).detach()  # the same weights, no emulation
     for name, c in copies.items():
-        sites = {s.name: s for m in c.modules() if "_mpsim_sites" in m.__dict__
-                 for s in _sites_of(m._mpsim_sites)}
+        em = mt.Emulation.of(c)  # the copy's own emulation, holding the copy's sites
+        assert em is not None and em is not emulation and em._model is c, name
+        sites = em.sites
         assert {n: dict(s.totals) for n, s in sites.items()} == totals, name
         assert all(not s.observers for s in sites.values()), name
+        assert all(sites[s.name] is s for m in c.modules() if "_mpsim_sites" in m.__dict__
+                   for s in _sites_of(m._mpsim_sites)), name
         y, grads = run(c, x)
         assert same_bits(y, want_y) and all(same_bits(a, b) for a, b in zip(grads, want_grads)), name
         assert not torch.equal(y, fp32_y), f"{name}: the copy's forward is emulated"
+        assert em.sites.keys() == totals.keys(), f"{name}: the copy made no site the original did not"
+        em.remove()
+        assert same_bits(c(x).detach(), fp32_y), f"{name}: remove() on the copy leaves it plain fp32"
         print(f"{name}: {len(sites)} sites with their totals, the next step equal bit for bit to the original's")
     monitor.close()
 

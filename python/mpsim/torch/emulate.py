@@ -589,11 +589,15 @@ def _computes_no_product(module):
 
 class Emulation:
     """What emulate() installed: the rounding sites, the hooks that turn the op-level emulation on while the
-    model runs; remove() restores the model (also on leaving a `with` block)."""
+    model runs; remove() restores the model (also on leaving a `with` block).
 
-    def __init__(self, model, make_site, module_types):
+    The hooks are this object's methods, so the model holds it: a deepcopy, a pickle or a torch.save of the
+    model copies it with the model, sites, hooks and all, and the copy goes on emulating as the original
+    would have (Emulation.of(copy) is its handle)."""
+
+    def __init__(self, model, module_types, **site_settings):
         self.sites = {}  # name -> RoundingSite
-        self._make_site = make_site
+        self._make_site = _SiteFactory(self, **site_settings)
         self._module_types = module_types
         self._model = model
         self._root_name = type(model).__name__
@@ -611,6 +615,26 @@ class Emulation:
         self._modules = []    # modules with sites made at emulate(): Linear, convolutions, LSTM, LSTMCell
         self._replaced = []   # LSTM / LSTMCell modules whose forward is the unroll
         self._handles = []
+
+    @staticmethod
+    def of(module):
+        """The Emulation emulating `module` (or the model it is part of), None if there is none: the handle of
+        a deepcopied, unpickled or torch.load'ed emulated model, whose stats() and remove() act on the copy."""
+        return module.__dict__.get("_mpsim_emulated")
+
+    def __getstate__(self):
+        # The mode is torch's object and the stack belongs to the forwards running now: a copy starts with no
+        # forward running and a mode of its own. Everything else (sites with their call counts and totals,
+        # the modules and parameters it names, the hook handles) is copied, the modules and parameters
+        # mapped to the copy's by pickle's and deepcopy's memo.
+        state = dict(self.__dict__)
+        del state["_mode"], state["_stack"]
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._stack = []
+        self._mode = _ProductMode(self)
 
     # -- sites --------------------------------------------------------------------------------------------
 
@@ -696,7 +720,7 @@ class Emulation:
 
     def _install(self, replaced):
         for m in self._model.modules():
-            m.__dict__["_mpsim_emulated"] = True
+            m.__dict__["_mpsim_emulated"] = self  # Emulation.of(m); also marks m as emulated
             if m is not self._model and _computes_no_product(m):
                 continue
             self._handles.append(m.register_forward_pre_hook(self._enter))
@@ -744,6 +768,33 @@ class Emulation:
         self.remove()
 
 
+class _SiteFactory:
+    """Makes an emulation's sites (at emulate(), and during a forward for the products no module holds). An
+    object, not a closure over emulate()'s arguments: the hooks on the model hold the Emulation, which holds
+    this, and a model that deepcopies, pickles and torch.saves needs all three to pickle."""
+
+    def __init__(self, emulation, format, mode, grad_format, grad_mode, weights, options):
+        self.emulation = emulation
+        self.format, self.mode = format, mode
+        self.grad_format, self.grad_mode = grad_format, grad_mode
+        self.weights = weights
+        self.options = options  # seed, sr_bits, subnormals, overflow
+
+    def __call__(self, site_name, kind):
+        if kind in ("weight", "weight_grad") and not self.weights:
+            return None
+        fmt, md = (self.format, self.mode) if kind in ("forward", "weight") else (self.grad_format, self.grad_mode)
+        sites = self.emulation.sites
+        observers = _observers_of_every_site([s for s in sites.values() if s.kind == kind])
+        site = sites[site_name] = RoundingSite(site_name, len(sites), fmt, md, kind=kind, observers=observers,
+                                               **self.options)
+        for o in observers:  # a GradientMonitor takes its observers off the sites it knows when removed
+            monitor = o.monitor() if callable(getattr(o, "monitor", None)) else None
+            if monitor is not None and hasattr(monitor, "_observed_sites"):
+                monitor._observed_sites.append(site)
+        return site
+
+
 def emulate(model, format="fp16", mode="rne", *, grad_format=None, grad_mode=None, weights=True,
             module_types=None, seed=0, sr_bits=32, subnormals="keep", overflow="inf"):
     """Makes `model` compute as under autocast to `format`: every product its forward computes (F.linear, the
@@ -784,21 +835,10 @@ def emulate(model, format="fp16", mode="rne", *, grad_format=None, grad_mode=Non
             check_float_tensor(p, f"parameter {name}.{pname}")
     fused = [f"{name} ({type(m).__name__})" for name, m in chosen if isinstance(m, _FUSED_RECURRENT)]
 
-    options = dict(seed=seed, sr_bits=sr_bits, subnormals=subnormals, overflow=overflow)
-    def make(site_name, kind):
-        if kind in ("weight", "weight_grad") and not weights:
-            return None
-        fmt, md = (format, mode) if kind in ("forward", "weight") else (grad_format, grad_mode)
-        observers = _observers_of_every_site([s for s in emulation.sites.values() if s.kind == kind])
-        site = emulation.sites[site_name] = RoundingSite(site_name, len(emulation.sites), fmt, md, kind=kind,
-                                                         observers=observers, **options)
-        for o in observers:  # a GradientMonitor takes its observers off the sites it knows when removed
-            monitor = o.monitor() if callable(getattr(o, "monitor", None)) else None
-            if monitor is not None and hasattr(monitor, "_observed_sites"):
-                monitor._observed_sites.append(site)
-        return site
-
-    emulation = Emulation(model, make, module_types)
+    emulation = Emulation(model, module_types, format=format, mode=mode, grad_format=grad_format,
+                          grad_mode=grad_mode, weights=weights,
+                          options=dict(seed=seed, sr_bits=sr_bits, subnormals=subnormals, overflow=overflow))
+    make = emulation._make_site
     replaced = []
     # The sites of the modules that have them before any forward, in the order the module-level emulation made
     # them (the stochastic-rounding seeds follow a site's index).

@@ -156,6 +156,30 @@ def _grad_hook(ref, site):
     return lambda grad: observe(site, grad)
 
 
+class _OutputHook:
+    """A monitor's forward hook on a module: counts its outputs and hooks their gradients. An object, not a
+    closure, so that the model it is on still deepcopies, pickles and torch.saves; a copy has no monitor (a
+    weak reference does not pickle, and the monitor is not part of the model) and does nothing, as the hook
+    of a monitor that was dropped."""
+
+    def __init__(self, ref, site, grads, activations):
+        self.ref, self.site, self.grads, self.activations = ref, site, grads, activations
+
+    def __getstate__(self):
+        return dict(self.__dict__, ref=None)
+
+    def __call__(self, module, inputs, output):
+        mon = self.ref() if self.ref is not None else None
+        if mon is None or not mon._sampling or not torch.is_grad_enabled():
+            return None
+        for suffix, t in _output_tensors(output):
+            if self.activations and t.is_floating_point():
+                mon.observe(f"{self.site}/out{suffix}", t, kind="activation")
+            if self.grads and t.requires_grad:
+                t.register_hook(_grad_hook(self.ref, f"{self.site}/out{suffix}_grad"))
+        return None
+
+
 def _output_tensors(out, name=""):
     """(suffix, tensor) for every tensor in a module's output: "" for a lone tensor, "." and the index or key
     path for tuples, lists and dicts (an LSTM's (output, (h, c)) gives .0, .1.0, .1.1)."""
@@ -262,19 +286,7 @@ class GradientMonitor:
     # The hooks the model holds reach the monitor through a weak reference: the model does not keep a
     # monitor (and its counters) alive, and a monitor that is dropped leaves hooks that do nothing.
     def _forward_hook(self, site, grads, activations):
-        ref = weakref.ref(self)
-
-        def hook(module, inputs, output):
-            mon = ref()
-            if mon is None or not mon._sampling or not torch.is_grad_enabled():
-                return None
-            for suffix, t in _output_tensors(output):
-                if activations and t.is_floating_point():
-                    mon.observe(f"{site}/out{suffix}", t, kind="activation")
-                if grads and t.requires_grad:
-                    t.register_hook(_grad_hook(ref, f"{site}/out{suffix}_grad"))
-            return None
-        return hook
+        return _OutputHook(weakref.ref(self), site, grads, activations)
 
     def _weight_hook(self, site):
         ref = weakref.ref(self)
