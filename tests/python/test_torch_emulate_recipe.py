@@ -124,8 +124,10 @@ def test_refusals():
     print("unknown recipe:", err.value)
     with pytest.raises(ValueError, match="cannot be combined with format"):
         mt.emulate(mlp(), "fp16", recipe="mxfp8")
-    with pytest.raises(ValueError, match="Conv2d"):
-        mt.emulate(nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten()), recipe="mxfp8")
+    for bad, kind in ((nn.Conv3d(3, 4, 3), "Conv3d"), (nn.Conv2d(4, 4, 3, groups=2), "Conv2d"), (nn.LSTM(4, 4), "LSTM")):
+        with pytest.raises(ValueError, match=kind) as err:
+            mt.emulate(nn.Sequential(bad), recipe="mxfp8")
+        print("refused:", err.value)
     with pytest.raises(mpsim.UnsupportedDtypeError):
         mt.emulate(mlp().double(), recipe="mxfp8")
 
@@ -142,3 +144,85 @@ def test_deepcopy_keeps_the_recipe_state():
     y1, y2 = model(x), twin(x)
     print(f"deepcopy under fp8-tensorwise-delayed: {y1.numel()} outputs, {bits_differ(y1, y2)} differ")
     assert bits_differ(y1, y2) == 0
+
+
+def im2col(x, kh, kw, stride, pad):
+    """(N * Ho * Wo, C * kh * kw) columns of x (N, C, H, W) written out with numpy indexing: row (n, oh, ow),
+    column (c, i, j) = the padded input at (oh * stride + i, ow * stride + j)."""
+    n, c, h, w = x.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    ho, wo = (h + 2 * pad - kh) // stride + 1, (w + 2 * pad - kw) // stride + 1
+    out = np.empty((n, ho, wo, c, kh, kw), np.float32)
+    for i in range(kh):
+        for j in range(kw):
+            out[:, :, :, :, i, j] = xp[:, :, i:i + stride * ho:stride, j:j + stride * wo:stride].transpose(0, 2, 3, 1)
+    return np.ascontiguousarray(out.reshape(n * ho * wo, c * kh * kw)), ho, wo
+
+
+@pytest.mark.parametrize("spec", ["mxfp8", "nvfp4:sr=0", "fp8-tensorwise-delayed", "fp8-blockwise"])
+def test_conv2d_is_the_gemm_of_im2col(spec):
+    torch.manual_seed(5)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 5 * 5, 6))
+    g = torch.Generator().manual_seed(6)
+    x, t = torch.randn(4, 3, 9, 9, generator=g), torch.randn(4, 6, generator=g)
+    r = mpsim.Recipe(spec)
+
+    def q(a, role, layer):
+        return torch.from_numpy(r.quantize(np.ascontiguousarray(np.asarray(a, np.float32)), role, layer)["values"])
+
+    wc, bc, wl, bl = (p.detach() for p in model.parameters())
+    cols, ho, wo = im2col(x.numpy(), 3, 3, 2, 1)
+    conv = (q(cols, "fprop_x", "0") @ q(wc.reshape(8, -1).numpy(), "fprop_w", "0").t()).reshape(4, ho * wo, 8)
+    h = conv.transpose(1, 2).reshape(4, 8, ho, wo) + bc.reshape(1, 8, 1, 1)
+    a = torch.relu(h).reshape(4, -1)
+    y = q(a.numpy(), "fprop_x", "3") @ q(wl.numpy(), "fprop_w", "3").t() + bl
+    yy = y.clone().requires_grad_()
+    nn.functional.mse_loss(yy, t).backward()
+    dy = yy.grad
+    da = q(dy.numpy(), "dgrad_dy", "3") @ q(wl.t().numpy(), "dgrad_w", "3").t()
+    dwl = q(dy.t().numpy(), "wgrad_dy", "3") @ q(a.t().numpy(), "wgrad_x", "3").t()
+    dh = torch.where(h > 0, da.reshape(h.shape), 0.0)
+    dh_rows = dh.reshape(4, 8, ho * wo).transpose(1, 2).reshape(-1, 8)  # (N * Ho * Wo, OC)
+    dwc = (q(dh_rows.t().numpy(), "wgrad_dy", "0") @ q(cols.T, "wgrad_x", "0").t()).reshape(wc.shape)
+
+    mt.emulate(model, recipe=spec)
+    got = model(x)
+    nn.functional.mse_loss(got, t).backward()
+    want = {"0.weight": dwc, "0.bias": dh.sum((0, 2, 3)), "3.weight": dwl, "3.bias": dy.sum(0)}
+    differ = {n: bits_differ(p.grad, want[n]) for n, p in model.named_parameters()}
+    print(f"{spec} Conv2d(3, 8, 3, stride 2, pad 1) + Linear against numpy im2col: output {bits_differ(got, y)} of "
+          f"{y.numel()} differ; gradients {differ}")
+    assert bits_differ(got, y) == 0 and not any(differ.values())
+
+
+def test_conv1d_with_input_gradient():
+    """Conv1d (kernel 2, stride 2: the windows do not overlap, so the input gradient is the columns' gradient put
+    back in place, without sums) under mxfp8: output, input gradient and weight gradient against the GEMMs
+    written out."""
+    torch.manual_seed(7)
+    conv = nn.Conv1d(4, 6, 2, stride=2, bias=False)
+    g = torch.Generator().manual_seed(8)
+    x, dy = torch.randn(3, 4, 10, generator=g), torch.randn(3, 6, 5, generator=g)
+    r = mpsim.Recipe("mxfp8")
+
+    def q(a, role):
+        return torch.from_numpy(r.quantize(np.ascontiguousarray(np.asarray(a, np.float32)), role, "0")["values"])
+
+    w = conv.weight.detach().reshape(6, 8)
+    cols = x.numpy().reshape(3, 4, 5, 2).transpose(0, 2, 1, 3).reshape(15, 8)  # row (n, l), column (c, k)
+    y = (q(cols, "fprop_x") @ q(w.numpy(), "fprop_w").t()).reshape(3, 5, 6).transpose(1, 2)
+    dy_rows = dy.transpose(1, 2).reshape(15, 6)
+    dcols = q(dy_rows.numpy(), "dgrad_dy") @ q(w.t().numpy(), "dgrad_w").t()
+    dx = dcols.reshape(3, 5, 4, 2).permute(0, 2, 1, 3).reshape(3, 4, 10)
+    dw = (q(dy_rows.t().numpy(), "wgrad_dy") @ q(cols.T, "wgrad_x").t()).reshape(6, 4, 2)
+
+    model = nn.Sequential(conv)
+    mt.emulate(model, recipe="mxfp8")
+    xg = x.clone().requires_grad_()
+    got = model(xg)
+    got.backward(dy)
+    checks = {"output": (got, y), "dx": (xg.grad, dx), "dw": (conv.weight.grad, dw)}
+    differ = {k: bits_differ(a, b) for k, (a, b) in checks.items()}
+    print(f"mxfp8 Conv1d(4, 6, 2, stride 2) against the GEMMs written out: {differ} differ of "
+          f"{ {k: a.numel() for k, (a, _) in checks.items()} }")
+    assert not any(differ.values())

@@ -508,9 +508,9 @@ def _recipe_gemm(emulation, x, w, name):
 def _recipe_product(emulation, func, args, kwargs, label, vals, a_at, b_at, bias_at):
     """A product under a scaling recipe (emulate(recipe=...)): F.linear, matmul / mm / addmm with a 2-D second
     operand, or a 2-D parameter times a 2-D activation, as _RecipeGemm; the bias is added in fp32 after the
-    product, as torchao's Float8Linear adds it (torchao/float8/float8_linear.py). Products of more than two
-    dimensions on both sides (bmm, attention) and the convolutions are not quantized by TE's or torchao's
-    recipes either: the convolutions are refused at emulate(), the rest run in fp32 with a NotEmulatedWarning."""
+    product, as torchao's Float8Linear adds it (torchao/float8/float8_linear.py); conv1d / conv2d as the GEMM of
+    their im2col (_recipe_conv). Products of more than two dimensions on both sides (bmm, attention) are not
+    quantized by TE's or torchao's recipes either: they run in fp32 with a NotEmulatedWarning."""
     a, b = vals[a_at], vals[b_at]
     bias = vals[bias_at] if bias_at is not None else None
     if kwargs.get("alpha", 1) != 1 or kwargs.get("beta", 1) != 1:
@@ -521,10 +521,12 @@ def _recipe_product(emulation, func, args, kwargs, label, vals, a_at, b_at, bias
             raise mpsim.UnsupportedDtypeError(
                 f"emulate(recipe={emulation._recipe.spec!r}): the {label} {what} is {t.dtype}; a recipe quantizes "
                 f"float32 operands (Recipe.quantize)")
+    if label == "conv" and func in (F.conv1d, F.conv2d):
+        return _recipe_conv(emulation, func, args, kwargs)
     if label in ("conv", "conv_transpose"):
-        raise NotImplementedError(f"emulate(recipe={emulation._recipe.spec!r}): {emulation._innermost()[0]} calls a "
-                                  f"convolution, which the recipes' torch emulation does not cover (mpsim train "
-                                  f"--policy does, through im2col)")
+        raise NotImplementedError(f"emulate(recipe={emulation._recipe.spec!r}): {emulation._innermost()[0]} calls "
+                                  f"{getattr(func, '__name__', func)}; under a recipe emulate() covers conv1d and "
+                                  f"conv2d (mpsim train --policy covers its models' convolutions)")
     owner_b, owner_a = emulation._param(b), emulation._param(a)
     if label == "linear":
         x, w, transpose = a, b, False
@@ -555,6 +557,54 @@ def _recipe_product(emulation, func, args, kwargs, label, vals, a_at, b_at, bias
     if isinstance(bias, torch.Tensor):
         y = y + bias
     return y
+
+
+def _recipe_conv(emulation, func, args, kwargs):
+    """F.conv2d (F.conv1d as a conv2d of height 1) under a recipe, as the simulator's convolution computes it: the
+    GEMM of im2col (lib/mpsim/nn/conv2d.hpp lines 78-112), here y = q(cols) q(w)^T with cols = F.unfold(x) (rows:
+    output positions, reduction axis: C x kh x kw in torch's order) and w reshaped to (OC, C kh kw); dgrad gives
+    the columns' gradient, which F.unfold's backward (fold) sums into dx; wgrad reduces over the positions."""
+    x, w, bias, stride, padding, dilation, groups = _args(
+        args, kwargs, ("input", "weight", "bias", "stride", "padding", "dilation", "groups"))
+    spec = emulation._recipe.spec
+    if groups not in (None, 1) or isinstance(padding, str):
+        raise NotImplementedError(f"emulate(recipe={spec!r}): {emulation._innermost()[0]}: a convolution with "
+                                  f"groups={groups} / padding={padding!r} is not covered under a recipe (groups=1 "
+                                  f"and numeric padding are)")
+    owner = emulation._param(w)
+    if owner is None:
+        name = emulation._activation_prefix("conv")
+        if name is None:
+            return func(*args, **kwargs)
+    else:
+        if not emulation._chosen(owner[2]):
+            return func(*args, **kwargs)
+        name = owner[0] if owner[1] == "weight" else f"{owner[0]}/{owner[1]}"
+
+    def pair(v, default):
+        v = default if v is None else v
+        v = tuple(v) if isinstance(v, (tuple, list)) else (v,) * (2 if func is F.conv2d else 1)
+        return v if func is F.conv2d else (1 if default == 1 else 0,) + v
+
+    stride, padding, dilation = pair(stride, 1), pair(padding, 0), pair(dilation, 1)
+    unbatched = x.dim() == (3 if func is F.conv2d else 2)
+    if unbatched:
+        x = x.unsqueeze(0)
+    if func is F.conv1d:
+        x, w = x.unsqueeze(2), w.unsqueeze(2)
+    n, _, h, wd = x.shape
+    oc, k = w.shape[0], w[0].numel()
+    kh, kw = w.shape[2], w.shape[3]
+    ho = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    wo = (wd + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+    cols = F.unfold(x, (kh, kw), dilation=dilation, padding=padding, stride=stride)  # (N, K, L)
+    y = _recipe_gemm(emulation, cols.transpose(1, 2).reshape(n * ho * wo, k), w.reshape(oc, k), name)
+    y = y.reshape(n, ho * wo, oc).transpose(1, 2).reshape(n, oc, ho, wo)
+    if isinstance(bias, torch.Tensor):
+        y = y + bias.reshape(1, oc, 1, 1)
+    if func is F.conv1d:
+        y = y.squeeze(2)
+    return y.squeeze(0) if unbatched else y
 
 
 def _emulated_sdpa(emulation, func, args, kwargs):
@@ -969,10 +1019,11 @@ def emulate(model, format=None, mode=None, *, grad_format=None, grad_mode=None, 
     with proj_size > 0 is refused (ValueError).
 
     recipe (a name of mpsim.recipe_names() with its options, "mxfp8:scaling_mode=rceil", or an mpsim.Recipe)
-    quantizes every linear GEMM's operands by role instead (fprop x and w, dgrad dy and w, wgrad dy and x; fp32
+    quantizes every linear and convolution GEMM's operands by role instead (fprop x and w, dgrad dy and w, wgrad dy and x; fp32
     products, outputs and gradients kept in fp32; docs/torch.md#recipes); it sets every operand's format, so
     format, mode, grad_format, grad_mode and weights=False are refused with it. Emulation.step() closes a
-    training step (delayed scaling). Convolutions and recurrent modules are refused under a recipe."""
+    training step (delayed scaling). Conv1d / Conv2d run as their im2col GEMM; other convolutions and the
+    recurrent modules are refused under a recipe."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"emulate: expected a torch.nn.Module, got {type(model).__name__}")
     if recipe is not None:
@@ -1015,11 +1066,14 @@ def emulate(model, format=None, mode=None, *, grad_format=None, grad_mode=None, 
             if recipe is not None and p.dtype != torch.float32:
                 raise mpsim.UnsupportedDtypeError(f"emulate: parameter {name}.{pname} is {p.dtype}; a recipe "
                                                   f"quantizes float32 operands")
-        if recipe is not None and isinstance(m, (nn.modules.conv._ConvNd,) + _RECURRENT + _FUSED_RECURRENT):
+        if recipe is not None and (isinstance(m, _RECURRENT + _FUSED_RECURRENT) or (
+                isinstance(m, nn.modules.conv._ConvNd) and (not isinstance(m, (nn.Conv1d, nn.Conv2d)) or m.groups != 1
+                                                            or isinstance(m.padding, str)
+                                                            or getattr(m, "padding_mode", "zeros") != "zeros"))):
             raise ValueError(f"emulate: {name} is a {type(m).__name__}; under a recipe emulate() quantizes the "
-                             f"GEMMs of Linear layers and matmul, not convolutions or recurrent modules (mpsim "
-                             f"train --policy covers those): leave it out with module_types, or emulate without "
-                             f"a recipe")
+                             f"GEMMs of Linear, matmul and Conv1d / Conv2d (groups=1, numeric zero padding), not "
+                             f"other convolutions or recurrent modules (mpsim train --policy covers its models'): "
+                             f"leave it out with module_types, or emulate without a recipe")
     fused = [f"{name} ({type(m).__name__})" for name, m in chosen if isinstance(m, _FUSED_RECURRENT)]
 
     emulation = Emulation(model, module_types, format=format, mode=mode, grad_format=grad_format,
