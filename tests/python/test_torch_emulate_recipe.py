@@ -226,3 +226,33 @@ def test_conv1d_with_input_gradient():
     print(f"mxfp8 Conv1d(4, 6, 2, stride 2) against the GEMMs written out: {differ} differ of "
           f"{ {k: a.numel() for k, (a, _) in checks.items()} }")
     assert not any(differ.values())
+
+
+class _Matmuls(nn.Module):
+    """x @ A with A (K, N) a parameter, then B @ h^T with B (M, N): the weight on either side of a matmul."""
+
+    def __init__(self, a, b):
+        super().__init__()
+        self.a, self.b = nn.Parameter(a), nn.Parameter(b)
+
+    def forward(self, x):
+        return (self.b @ (x @ self.a).t()).t()
+
+
+def test_matmul_with_a_parameter_equals_the_linear():
+    """x @ A and B @ h^T under a recipe are the GEMMs of Linear layers with weights A^T and B: the same roles,
+    so the same bits, forward and backward (weights named after their parameters: MODULE/a, MODULE/b)."""
+    torch.manual_seed(9)
+    lin = nn.Sequential(nn.Linear(48, 40, bias=False), nn.Linear(40, 24, bias=False))
+    mm = _Matmuls(lin[0].weight.detach().t().clone(), lin[1].weight.detach().clone())
+    x, t = batch()
+    e1, e2 = mt.emulate(lin, recipe="nvfp4:sr=0"), mt.emulate(mm, recipe="nvfp4:sr=0")
+    y1, y2 = lin(x), mm(x)
+    nn.functional.mse_loss(y1, t).backward()
+    nn.functional.mse_loss(y2, t).backward()
+    checks = {"output": (y1, y2), "first weight": (lin[0].weight.grad, mm.a.grad.t()),
+              "second weight": (lin[1].weight.grad, mm.b.grad)}
+    differ = {k: bits_differ(u, v) for k, (u, v) in checks.items()}
+    print(f"nvfp4 x @ A, B @ h^T vs two Linear layers: {differ} differ; sites {sorted(e2.stats())[:3]} ...")
+    assert not any(differ.values()) and "_Matmuls/a/fprop_w" in e2.stats() and "_Matmuls/b/wgrad_x" in e2.stats()
+    assert len(e1.stats()) == len(e2.stats()) == 10
