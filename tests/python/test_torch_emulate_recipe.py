@@ -124,6 +124,13 @@ def test_refusals():
     print("unknown recipe:", err.value)
     with pytest.raises(ValueError, match="cannot be combined with format"):
         mt.emulate(mlp(), "fp16", recipe="mxfp8")
+    with pytest.raises(ValueError, match="cannot be combined with mode, weights"):
+        mt.emulate(mlp(), mode="sr", weights=False, recipe="mxfp8")
+    with pytest.raises(ValueError, match="does not take option 'fp8_format'") as err:
+        mt.emulate(mlp(), recipe="mxfp4:fp8_format=HYBRID")
+    print("bad option:", err.value)
+    with pytest.raises(TypeError, match="recipe must be"):
+        mt.emulate(mlp(), recipe=3)
     for bad, kind in ((nn.Conv3d(3, 4, 3), "Conv3d"), (nn.Conv2d(4, 4, 3, groups=2), "Conv2d"), (nn.LSTM(4, 4), "LSTM")):
         with pytest.raises(ValueError, match=kind) as err:
             mt.emulate(nn.Sequential(bad), recipe="mxfp8")

@@ -1006,7 +1006,8 @@ class _SiteFactory:
 
 def emulate(model, format=None, mode=None, *, grad_format=None, grad_mode=None, weights=True,
             module_types=None, seed=0, sr_bits=32, subnormals="keep", overflow="inf", recipe=None):
-    """Makes `model` compute as under autocast to `format`: every product its forward computes (F.linear, the
+    """Makes `model` compute as under autocast to `format` (default "fp16", `mode` default "rne"; None stands for
+    the defaults, so that a format given alongside recipe= is seen): every product its forward computes (F.linear, the
     convolutions, matmul / mm / bmm / addmm / baddbmm, scaled_dot_product_attention, MultiheadAttention's)
     takes its operands (bias included) rounded to `format` with `mode` and rounds its output; the gradients
     at the output and at the operands are rounded to `grad_format` (default `format`) with `grad_mode`
