@@ -263,3 +263,42 @@ def test_matmul_with_a_parameter_equals_the_linear():
     print(f"nvfp4 x @ A, B @ h^T vs two Linear layers: {differ} differ; sites {sorted(e2.stats())[:3]} ...")
     assert not any(differ.values()) and "_Matmuls/a/fprop_w" in e2.stats() and "_Matmuls/b/wgrad_x" in e2.stats()
     assert len(e1.stats()) == len(e2.stats()) == 10
+
+
+@pytest.mark.parametrize("spec", ["fp8-none", "mxfp4"])
+def test_mass_lost_per_role(spec):
+    """Emulation.mass_lost() against the shares computed here with numpy from the operands and the values the
+    observer saw (summed over the calls of a role: two steps), and, for fp8-none (scale 1, x in e4m3),
+    against mpsim._core.mass_lost of the same operand rounded to e4m3 by mpsim.round's path."""
+    model = mlp()
+    x, t = batch()
+    e = mt.emulate(model, recipe=spec)
+    seen = {}
+    e.operand_observers.append(
+        lambda name, operand, values: seen.setdefault(name, []).append((operand.detach().double().numpy().ravel(),
+                                                                         values.double().numpy().ravel())))
+    for _ in range(2):
+        nn.functional.mse_loss(model(x * 2 ** -6), t).backward()
+    got = e.mass_lost()
+    worst = 0.0
+    for name, calls in seen.items():
+        g = np.concatenate([c[0] for c in calls])
+        q = np.concatenate([c[1] for c in calls])
+        finite = np.isfinite(g) & (g != 0)
+        lost = finite & (q == 0)
+        l1 = np.abs(g[lost]).sum() / np.abs(g[finite]).sum()
+        worst = max(worst, abs(l1 - got[name]["l1_lost"]))
+        assert got[name]["mass_flushed_num"] == int(lost.sum()) and got[name]["mass_nonzero_num"] == int(finite.sum())
+    print(f"{spec}: {len(seen)} roles, l1_lost of fc1/fprop_x {got['0/fprop_x']['l1_lost']:.4g}, "
+          f"worst difference to numpy {worst:.3g}")
+    assert worst < 1e-12 and 0 < got["0/fprop_x"]["l1_lost"] < 1
+    if spec == "fp8-none":
+        want = mpsim._core.mass_lost(np.ascontiguousarray(np.concatenate([c[0] for c in seen["0/fprop_x"]]),
+                                                          np.float32), "fp8_e4m3")
+        print(f"fp8-none fc1/fprop_x vs mass_lost(x, e4m3): l1_lost {got['0/fprop_x']['l1_lost']!r} vs "
+              f"{want['l1_lost']!r}, cosine {got['0/fprop_x']['cosine']!r} vs {want['cosine']!r}")
+        # two calls summed one after the other vs one call on their concatenation: the same sums, grouped
+        # differently (MassLost adds in blocks of 4096), so equal to rounding in double
+        assert abs(got["0/fprop_x"]["l1_lost"] - want["l1_lost"]) < 1e-14
+        assert abs(got["0/fprop_x"]["cosine"] - want["cosine"]) < 1e-14
+        assert got["0/fprop_x"]["mass_flushed_num"] == want["mass_flushed_num"]

@@ -767,6 +767,7 @@ class Emulation:
         self._handles = []
         self._recipe = None         # an mpsim.Recipe: emulate(recipe=...) quantizes the products' operands by role
         self._recipe_totals = {}    # LAYER/ROLE -> the summed integer stats of its quantizations
+        self._recipe_mass = {}      # LAYER/ROLE -> the gradient-mass-lost sums (MassLost state, JSON text)
         # Callables (LAYER/ROLE, the operand as given, the values the GEMM multiplies) shown every operand a
         # recipe quantizes; not part of the model (a copy has none).
         self.operand_observers = []
@@ -881,10 +882,14 @@ class Emulation:
         got = self._recipe.quantize(a.numpy(), role, name)
         if keep is not None:
             self._recipe.set_state(keep)
-        totals = self._recipe_totals.setdefault(f"{name}/{role}", {})
+        key = f"{name}/{role}"
+        totals = self._recipe_totals.setdefault(key, {})
         for k, v in got["stats"].items():
             if isinstance(v, int) and not isinstance(v, bool):
                 totals[k] = totals.get(k, 0) + v
+        if got["quantized"] and not got["hadamard"]:
+            # nvfp4's Hadamard-transformed wgrad operands have no element-wise counterpart in the input: no mass.
+            self._recipe_mass[key] = mpsim._core.mass_lost_add(self._recipe_mass.get(key), a.numpy(), got["values"])
         values = torch.from_numpy(got["values"])
         for observe in self.operand_observers:
             observe(f"{name}/{role}", t, values)
@@ -943,6 +948,14 @@ class Emulation:
         for site in self.sites.values():
             site.reset()
         self._recipe_totals = {}
+        self._recipe_mass = {}
+
+    def mass_lost(self):
+        """Under a recipe, per LAYER/ROLE, the gradient mass its quantizations lost since emulate() or reset():
+        mpsim underflow's l1_lost, l2sq_lost (the shares of sum |x| and sum x^2 flushed to zero), cosine,
+        mass_nonzero_num, mass_flushed_num (lib/mpsim/analysis/mass_lost.hpp), over every call's operand and
+        the values the GEMM multiplied. nvfp4's Hadamard-transformed wgrad operands are left out."""
+        return {name: mpsim._core.mass_lost_report(state) for name, state in self._recipe_mass.items()}
 
     @property
     def recipe(self):
