@@ -516,7 +516,7 @@ def _recipe_product(emulation, func, args, kwargs, label, vals, a_at, b_at, bias
     if kwargs.get("alpha", 1) != 1 or kwargs.get("beta", 1) != 1:
         emulation._warn_not_emulated(f"{label} with alpha / beta under a recipe")
         return func(*args, **kwargs)
-    for t, what in ((a, "input"), (b, "weight" if label == "linear" else "other")):
+    for t, what in ((a, "input"), (b, "weight" if label in ("linear", "conv", "conv_transpose") else "other")):
         if t.dtype != torch.float32:
             raise mpsim.UnsupportedDtypeError(
                 f"emulate(recipe={emulation._recipe.spec!r}): the {label} {what} is {t.dtype}; a recipe quantizes "
