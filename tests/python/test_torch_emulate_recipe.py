@@ -5,8 +5,12 @@ GEMMs (docs/torch.md#recipes).
     same spec gives for the same tensor laid out by hand (rows x the GEMM's reduction axis), fed in the order the
     simulator's linear layer quantizes (lib/mpsim/nn/linear.hpp lines 15-31), bit for bit; and the model's output
     and its gradients equal the GEMMs written out by hand on those quantized values, bit for bit;
-  * delayed scaling advances with Emulation.step() and not within a step or under no_grad;
-  * the refusals: an unknown recipe (the known ones listed), recipe= with a format, a convolution.
+  * Conv2d against numpy's im2col and the GEMMs written out; Conv1d with its input gradient; a parameter on either
+    side of a matmul against two Linear layers; bit for bit;
+  * Emulation.mass_lost() per role against numpy's shares and mpsim._core.mass_lost;
+  * delayed scaling advances with Emulation.step() and not within a step or under no_grad; a deepcopy continues;
+  * the refusals: an unknown recipe (the known ones listed), a bad option, recipe= with a format, a Conv3d, a
+    grouped Conv2d, an LSTM, float64 parameters.
 
 torchao's own float8 training is compared in test_torch_emulate_recipe_torchao.py."""
 import copy
