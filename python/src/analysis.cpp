@@ -620,6 +620,28 @@ void bind_analysis(nb::module_& m) {
       "The gradient mass lost when float32/float64 x times 2^log2_scale is rounded into fmt: the share of sum |x| "
       "(l1_lost) and of sum x^2 (l2sq_lost) flushed to zero and the cosine between x and its rounding (None "
       "when undefined), as `mpsim underflow` reports them.");
+  // The mass lost by a quantization done elsewhere (a scaling recipe's operands, mpsim.torch emulate(recipe=)):
+  // the running sums travel as MassLost's state JSON text, so that a caller sums many calls in C++ order.
+  m.def(
+      "mass_lost_add",
+      [](std::optional<std::string> state, const AnyArray& g, const AnyArray& q) {
+        const std::span<const float> gs = input_span<float>(g, "g"), qs = input_span<float>(q, "q");
+        analysis::MassLost mass = state ? analysis::MassLost::from_state(nlohmann::json::parse(*state))
+                                        : analysis::MassLost{};
+        {
+          nb::gil_scoped_release release;
+          mass.add(gs, qs);
+        }
+        return mass.state().dump();
+      },
+      "state"_a.none(), "g"_a, "q"_a,
+      "The MassLost state (JSON text) `state` (None: empty) with float32 g (before) and q (after its rounding) added.");
+  m.def(
+      "mass_lost_report",
+      [](const std::string& state) {
+        return to_python(analysis::mass_lost_json(analysis::MassLost::from_state(nlohmann::json::parse(state)).stats()));
+      },
+      "state"_a, "What `mass_lost` reports (l1_lost, l2sq_lost, cosine, ...) for a MassLost state from mass_lost_add.");
   m.def("underflow_report_json",
         [](const nb::dict& counters, int log2_scale, double margin, bool with_sweep) {
           return underflow_report(counters, log2_scale, margin, with_sweep).dump(2) + "\n";

@@ -68,12 +68,15 @@ def _mix64(x):
 # PreparedRounding, a C++ object, alive past nanobind's check at exit, which reports it as leaked. At exit,
 # before finalization starts, every live site drops its C++ half (nothing runs a site after that).
 _LIVE_SITES = weakref.WeakSet()
+_LIVE_RECIPES = weakref.WeakSet()  # emulations holding an mpsim.Recipe (C++ as well), released alike
 
 
 @atexit.register
 def _release_sites_at_exit():
     for site in list(_LIVE_SITES):
         site.__dict__.pop("_rounding", None)
+    for emulation in list(_LIVE_RECIPES):
+        emulation.__dict__["_recipe"] = None
 
 
 class RoundingSite:
@@ -448,6 +451,8 @@ def _emulated_product(emulation, func, args, kwargs, label, names, a_at, b_at, b
     if ("out" in kwargs or not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor)
             or not a.is_floating_point() or not b.is_floating_point()):
         return func(*args, **kwargs)
+    if emulation._recipe is not None:
+        return _recipe_product(emulation, func, args, kwargs, label, vals, a_at, b_at, bias_at)
     sites = emulation._product_sites(label, a, b)
     if sites is None:
         return func(*args, **kwargs)
@@ -462,6 +467,146 @@ def _emulated_product(emulation, func, args, kwargs, label, names, a_at, b_at, b
     return emulation._operand(func(*args, **kwargs), out_site, out_grad)
 
 
+class _RecipeGemm(torch.autograd.Function):
+    """y = q(x) q(w)^T under a scaling recipe, x (N, K) and w (M, K) float32: forward quantizes x and w as
+    fprop_x and fprop_w; backward dx = q(dy) q(w^T)^T (dgrad_dy: dy (N, M), dgrad_w: w^T (K, M)) and
+    dw = q(dy^T) q(x^T)^T (wgrad_dy: dy^T (M, N), wgrad_x: x^T (K, N)). Each operand is laid out with its GEMM's
+    reduction axis along the rows, as Recipe.quantize takes it (docs/recipes.md), and quantized in the order the
+    simulator's linear layer quantizes them (lib/mpsim/nn/linear.hpp lines 15-31). The products are torch's fp32
+    matrix products of the quantized values; x and w themselves are saved, as TE and torchao keep the
+    high-precision tensors, because wgrad quantizes x along another axis than fprop."""
+
+    @staticmethod
+    def forward(ctx, x, w, emulation, name, record):
+        ctx.emulation, ctx.name = emulation, name
+        ctx.save_for_backward(x, w)
+        qx = emulation._quantize(x, "fprop_x", name, record)
+        qw = emulation._quantize(w, "fprop_w", name, record)
+        return qx @ qw.t()
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w = ctx.saved_tensors
+        e, name = ctx.emulation, ctx.name
+        dx = dw = None
+        if ctx.needs_input_grad[0]:
+            dx = e._quantize(dy, "dgrad_dy", name) @ e._quantize(w.t(), "dgrad_w", name).t()
+        if ctx.needs_input_grad[1]:
+            dw = e._quantize(dy.t(), "wgrad_dy", name) @ e._quantize(x.t(), "wgrad_x", name).t()
+        return dx, dw, None, None, None
+
+
+def _recipe_gemm(emulation, x, w, name):
+    """x (..., K) times w (M, K)^T under the recipe, the leading axes of x flattened into the GEMM's rows."""
+    # Whether this forward records into delayed scaling's histories: not in an evaluation pass under no_grad (the
+    # Function's own forward always runs with grad mode off, so it is decided here).
+    record = torch.is_grad_enabled()
+    y = _RecipeGemm.apply(x.reshape(-1, x.shape[-1]), w, emulation, name, record)
+    return y.reshape(*x.shape[:-1], w.shape[0])
+
+
+def _recipe_product(emulation, func, args, kwargs, label, vals, a_at, b_at, bias_at):
+    """A product under a scaling recipe (emulate(recipe=...)): F.linear, matmul / mm / addmm with a 2-D second
+    operand, or a 2-D parameter times a 2-D activation, as _RecipeGemm; the bias is added in fp32 after the
+    product, as torchao's Float8Linear adds it (torchao/float8/float8_linear.py); conv1d / conv2d as the GEMM of
+    their im2col (_recipe_conv). Products of more than two dimensions on both sides (bmm, attention) are not
+    quantized by TE's or torchao's recipes either: they run in fp32 with a NotEmulatedWarning."""
+    a, b = vals[a_at], vals[b_at]
+    bias = vals[bias_at] if bias_at is not None else None
+    if kwargs.get("alpha", 1) != 1 or kwargs.get("beta", 1) != 1:
+        emulation._warn_not_emulated(f"{label} with alpha / beta under a recipe")
+        return func(*args, **kwargs)
+    for t, what in ((a, "input"), (b, "weight" if label in ("linear", "conv", "conv_transpose") else "other")):
+        if t.dtype != torch.float32:
+            raise mpsim.UnsupportedDtypeError(
+                f"emulate(recipe={emulation._recipe.spec!r}): the {label} {what} is {t.dtype}; a recipe quantizes "
+                f"float32 operands (Recipe.quantize)")
+    if label == "conv" and func in (F.conv1d, F.conv2d):
+        return _recipe_conv(emulation, func, args, kwargs)
+    if label in ("conv", "conv_transpose"):
+        raise NotImplementedError(f"emulate(recipe={emulation._recipe.spec!r}): {emulation._innermost()[0]} calls "
+                                  f"{getattr(func, '__name__', func)}; under a recipe emulate() covers conv1d and "
+                                  f"conv2d (mpsim train --policy covers its models' convolutions)")
+    owner_b, owner_a = emulation._param(b), emulation._param(a)
+    if label == "linear":
+        x, w, transpose = a, b, False
+    elif b.dim() == 2 and a.dim() >= 1 and not (owner_a is not None and owner_b is None and a.dim() == 2):
+        x, w, transpose = a, b.t(), False  # a (..., K) @ b (K, N): w = b^T (N, K)
+    elif a.dim() == 2 and b.dim() == 2:
+        x, w, transpose = b.t(), a, True   # W (M, K) @ x (K, N) = (x^T W^T)^T: W keeps the weight's roles
+    else:
+        emulation._warn_not_emulated(f"{label} of {a.dim()}-D by {b.dim()}-D tensors under a recipe")
+        return func(*args, **kwargs)
+    owner = emulation._param(w) or (owner_a if transpose else owner_b)
+    if owner is not None:
+        mname, pname, module = owner
+        if not emulation._chosen(module):
+            return func(*args, **kwargs)
+        stem = pname[:-len("_weight")] if pname.endswith("_weight") else pname
+        name = mname if pname == "weight" else f"{mname}/{stem}"
+    else:
+        name = emulation._activation_prefix(label)
+        if name is None:
+            return func(*args, **kwargs)
+    if x.dim() == 1:
+        y = _recipe_gemm(emulation, x.unsqueeze(0), w, name).squeeze(0)
+    else:
+        y = _recipe_gemm(emulation, x, w, name)
+    if transpose:
+        y = y.t()
+    if isinstance(bias, torch.Tensor):
+        y = y + bias
+    return y
+
+
+def _recipe_conv(emulation, func, args, kwargs):
+    """F.conv2d (F.conv1d as a conv2d of height 1) under a recipe, as the simulator's convolution computes it: the
+    GEMM of im2col (lib/mpsim/nn/conv2d.hpp lines 78-112), here y = q(cols) q(w)^T with cols = F.unfold(x) (rows:
+    output positions, reduction axis: C x kh x kw in torch's order) and w reshaped to (OC, C kh kw); dgrad gives
+    the columns' gradient, which F.unfold's backward (fold) sums into dx; wgrad reduces over the positions."""
+    x, w, bias, stride, padding, dilation, groups = _args(
+        args, kwargs, ("input", "weight", "bias", "stride", "padding", "dilation", "groups"))
+    spec = emulation._recipe.spec
+    if groups not in (None, 1) or isinstance(padding, str):
+        raise NotImplementedError(f"emulate(recipe={spec!r}): {emulation._innermost()[0]}: a convolution with "
+                                  f"groups={groups} / padding={padding!r} is not covered under a recipe (groups=1 "
+                                  f"and numeric padding are)")
+    owner = emulation._param(w)
+    if owner is None:
+        name = emulation._activation_prefix("conv")
+        if name is None:
+            return func(*args, **kwargs)
+    else:
+        if not emulation._chosen(owner[2]):
+            return func(*args, **kwargs)
+        name = owner[0] if owner[1] == "weight" else f"{owner[0]}/{owner[1]}"
+
+    def pair(v, default):
+        v = default if v is None else v
+        v = tuple(v) if isinstance(v, (tuple, list)) else (v,) * (2 if func is F.conv2d else 1)
+        return v if func is F.conv2d else (1 if default == 1 else 0,) + v
+
+    stride, padding, dilation = pair(stride, 1), pair(padding, 0), pair(dilation, 1)
+    unbatched = x.dim() == (3 if func is F.conv2d else 2)
+    if unbatched:
+        x = x.unsqueeze(0)
+    if func is F.conv1d:
+        x, w = x.unsqueeze(2), w.unsqueeze(2)
+    n, _, h, wd = x.shape
+    oc, k = w.shape[0], w[0].numel()
+    kh, kw = w.shape[2], w.shape[3]
+    ho = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    wo = (wd + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+    cols = F.unfold(x, (kh, kw), dilation=dilation, padding=padding, stride=stride)  # (N, K, L)
+    y = _recipe_gemm(emulation, cols.transpose(1, 2).reshape(n * ho * wo, k), w.reshape(oc, k), name)
+    y = y.reshape(n, ho * wo, oc).transpose(1, 2).reshape(n, oc, ho, wo)
+    if isinstance(bias, torch.Tensor):
+        y = y + bias.reshape(1, oc, 1, 1)
+    if func is F.conv1d:
+        y = y.squeeze(2)
+    return y.squeeze(0) if unbatched else y
+
+
 def _emulated_sdpa(emulation, func, args, kwargs):
     """F.scaled_dot_product_attention as its math decomposition with the two products emulated: q scaled in
     fp32 (one multiplication, where torch's math path scales q and k by sqrt(scale) each), scores = q k^T
@@ -471,6 +616,11 @@ def _emulated_sdpa(emulation, func, args, kwargs):
     q, k, v, mask, dropout_p, causal, scale, gqa = _args(
         args, kwargs, ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa"))
     if not all(isinstance(t, torch.Tensor) and t.is_floating_point() for t in (q, k, v)):
+        return func(*args, **kwargs)
+    if emulation._recipe is not None:
+        # TE and torchao quantize the linear layers' GEMMs, not attention's two products (TE's DotProductAttention
+        # runs them in the model's dtype unless told otherwise): under a recipe they stay fp32, named once.
+        emulation._warn_not_emulated("scaled_dot_product_attention under a recipe")
         return func(*args, **kwargs)
     prefix = emulation._activation_prefix("sdpa")
     if prefix is None:
@@ -615,6 +765,12 @@ class Emulation:
         self._modules = []    # modules with sites made at emulate(): Linear, convolutions, LSTM, LSTMCell
         self._replaced = []   # LSTM / LSTMCell modules whose forward is the unroll
         self._handles = []
+        self._recipe = None         # an mpsim.Recipe: emulate(recipe=...) quantizes the products' operands by role
+        self._recipe_totals = {}    # LAYER/ROLE -> the summed integer stats of its quantizations
+        self._recipe_mass = {}      # LAYER/ROLE -> the gradient-mass-lost sums (MassLost state, JSON text)
+        # Callables (LAYER/ROLE, the operand as given, the values the GEMM multiplies) shown every operand a
+        # recipe quantizes; not part of the model (a copy has none).
+        self.operand_observers = []
 
     @staticmethod
     def of(module):
@@ -629,10 +785,22 @@ class Emulation:
         # mapped to the copy's by pickle's and deepcopy's memo.
         state = dict(self.__dict__)
         del state["_mode"], state["_stack"]
+        state["operand_observers"] = []
+        r = state.pop("_recipe", None)
+        # A Recipe is a C++ object: it travels as its spec, delayed scaling's state and the stochastic-rounding
+        # counter, which rebuild an equal one.
+        state["_recipe_saved"] = None if r is None else (r.spec, r.state(), r.sr_offset)
         return state
 
     def __setstate__(self, state):
+        saved = state.pop("_recipe_saved", None)
         self.__dict__.update(state)
+        self._recipe = None
+        if saved is not None:
+            self._recipe = mpsim.Recipe(saved[0])
+            self._recipe.set_state(saved[1])
+            self._recipe.sr_offset = saved[2]
+            _LIVE_RECIPES.add(self)
         self._stack = []
         self._mode = _ProductMode(self)
 
@@ -698,6 +866,35 @@ class Emulation:
         backward; either None to keep it). A scaling recipe replaces this step."""
         return _round(x, site, grad_site)
 
+    def _quantize(self, t, role, name, record=True):
+        """t (rows x the GEMM's reduction axis) quantized by the recipe as `role` of layer `name`: the fp32 values
+        the GEMM multiplies (Recipe.quantize, docs/recipes.md). Its integer counts are summed at NAME/ROLE, the
+        simulator's site names (docs/recipes.md, "In the simulator"). record=False (a forward under
+        torch.no_grad, an evaluation pass): delayed scaling quantizes with the current scales and its amax
+        histories are restored afterwards, as the simulator's evaluation does not record into them."""
+        if t.device.type != "cpu":
+            raise mpsim.UnsupportedDeviceError(f"emulate(recipe={self._recipe.spec!r}): {name}/{role} is on "
+                                               f"{t.device}; the recipes quantize CPU tensors")
+        a = t.detach().contiguous()
+        keep = None
+        if not record and self._recipe.name == "fp8-tensorwise-delayed":
+            keep = self._recipe.state()
+        got = self._recipe.quantize(a.numpy(), role, name)
+        if keep is not None:
+            self._recipe.set_state(keep)
+        key = f"{name}/{role}"
+        totals = self._recipe_totals.setdefault(key, {})
+        for k, v in got["stats"].items():
+            if isinstance(v, int) and not isinstance(v, bool):
+                totals[k] = totals.get(k, 0) + v
+        if got["quantized"] and not got["hadamard"]:
+            # nvfp4's Hadamard-transformed wgrad operands have no element-wise counterpart in the input: no mass.
+            self._recipe_mass[key] = mpsim._core.mass_lost_add(self._recipe_mass.get(key), a.numpy(), got["values"])
+        values = torch.from_numpy(got["values"])
+        for observe in self.operand_observers:
+            observe(f"{name}/{role}", t, values)
+        return values
+
     def _warn_not_emulated(self, op):
         name, module, _ = self._innermost()
         if not self._chosen(module) or name in self._warned:
@@ -741,12 +938,37 @@ class Emulation:
 
     def stats(self):
         """Per site, the sums of what its roundings did (mpsim.round's stats: count, underflow, subnormal,
-        overflow, ...), since emulate() or the last reset()."""
+        overflow, ...), since emulate() or the last reset(). Under a recipe, per LAYER/ROLE (fc1/fprop_x, ...),
+        the sums of the integer counts of Recipe.quantize's stats."""
+        if self._recipe is not None:
+            return {name: dict(t) for name, t in self._recipe_totals.items()}
         return {name: dict(site.totals) for name, site in self.sites.items()}
 
     def reset(self):
         for site in self.sites.values():
             site.reset()
+        self._recipe_totals = {}
+        self._recipe_mass = {}
+
+    def mass_lost(self):
+        """Under a recipe, per LAYER/ROLE, the gradient mass its quantizations lost since emulate() or reset():
+        mpsim underflow's l1_lost, l2sq_lost (the shares of sum |x| and sum x^2 flushed to zero), cosine,
+        mass_nonzero_num, mass_flushed_num (lib/mpsim/analysis/mass_lost.hpp), over every call's operand and
+        the values the GEMM multiplied. nvfp4's Hadamard-transformed wgrad operands are left out."""
+        return {name: mpsim._core.mass_lost_report(state) for name, state in self._recipe_mass.items()}
+
+    @property
+    def recipe(self):
+        """The mpsim.Recipe quantizing the products (its state(), set_state(), sr_offset), None without one."""
+        return self._recipe
+
+    def step(self):
+        """Closes a training step under a recipe: delayed scaling rolls its amax histories and computes the next
+        step's scales from them (Recipe.end_step; a no-op for the other recipes and without a recipe). Call it
+        once per optimiser step, after backward, as the simulator's trainer does (lib/mpsim/train/trainer.cpp,
+        train_step: end_step right after forward_backward); micro-batches of one step share one history entry."""
+        if self._recipe is not None:
+            self._recipe.end_step()
 
     def remove(self):
         for h in self._handles:
@@ -795,9 +1017,10 @@ class _SiteFactory:
         return site
 
 
-def emulate(model, format="fp16", mode="rne", *, grad_format=None, grad_mode=None, weights=True,
-            module_types=None, seed=0, sr_bits=32, subnormals="keep", overflow="inf"):
-    """Makes `model` compute as under autocast to `format`: every product its forward computes (F.linear, the
+def emulate(model, format=None, mode=None, *, grad_format=None, grad_mode=None, weights=True,
+            module_types=None, seed=0, sr_bits=32, subnormals="keep", overflow="inf", recipe=None):
+    """Makes `model` compute as under autocast to `format` (default "fp16", `mode` default "rne"; None stands for
+    the defaults, so that a format given alongside recipe= is seen): every product its forward computes (F.linear, the
     convolutions, matmul / mm / bmm / addmm / baddbmm, scaled_dot_product_attention, MultiheadAttention's)
     takes its operands (bias included) rounded to `format` with `mode` and rounds its output; the gradients
     at the output and at the operands are rounded to `grad_format` (default `format`) with `grad_mode`
@@ -807,9 +1030,30 @@ def emulate(model, format="fp16", mode="rne", *, grad_format=None, grad_mode=Non
     gradients in fp32; module_types (default: every module) limits the emulation to the products of modules
     of those types (the module holding the weight, or else the one running the product). Returns an
     Emulation (remove() undoes it). The model's parameters must be float32 or float64 on the CPU; an LSTM
-    with proj_size > 0 is refused (ValueError)."""
+    with proj_size > 0 is refused (ValueError).
+
+    recipe (a name of mpsim.recipe_names() with its options, "mxfp8:scaling_mode=rceil", or an mpsim.Recipe)
+    quantizes every linear and convolution GEMM's operands by role instead (fprop x and w, dgrad dy and w, wgrad dy and x; fp32
+    products, outputs and gradients kept in fp32; docs/torch.md#recipes); it sets every operand's format, so
+    format, mode, grad_format, grad_mode and weights=False are refused with it. Emulation.step() closes a
+    training step (delayed scaling). Conv1d / Conv2d run as their im2col GEMM; other convolutions and the
+    recurrent modules are refused under a recipe."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"emulate: expected a torch.nn.Module, got {type(model).__name__}")
+    if recipe is not None:
+        given = [n for n, v in (("format", format), ("mode", mode), ("grad_format", grad_format),
+                                ("grad_mode", grad_mode)) if v is not None]
+        if weights is not True:
+            given.append("weights")
+        if given:
+            raise ValueError(f"emulate: recipe= sets the format of every operand by its role (docs/recipes.md); "
+                             f"it cannot be combined with {', '.join(given)}")
+        if isinstance(recipe, str):
+            recipe = mpsim.Recipe(recipe)  # an unknown name is refused with the list of known ones
+        elif not isinstance(recipe, mpsim.Recipe):
+            raise TypeError(f"emulate: recipe must be a recipe name or an mpsim.Recipe, got {type(recipe).__name__}")
+    format = "fp16" if format is None else format
+    mode = "rne" if mode is None else mode
     mpsim.Format(format)  # an unknown name fails here, naming it
     grad_format = grad_format or format
     grad_mode = grad_mode or mode
@@ -833,6 +1077,17 @@ def emulate(model, format="fp16", mode="rne", *, grad_format=None, grad_mode=Non
                              f"without nn.LSTM to leave it in fp32")
         for pname, p in m.named_parameters(recurse=False):
             check_float_tensor(p, f"parameter {name}.{pname}")
+            if recipe is not None and p.dtype != torch.float32:
+                raise mpsim.UnsupportedDtypeError(f"emulate: parameter {name}.{pname} is {p.dtype}; a recipe "
+                                                  f"quantizes float32 operands")
+        if recipe is not None and (isinstance(m, _RECURRENT + _FUSED_RECURRENT) or (
+                isinstance(m, nn.modules.conv._ConvNd) and (not isinstance(m, (nn.Conv1d, nn.Conv2d)) or m.groups != 1
+                                                            or isinstance(m.padding, str)
+                                                            or getattr(m, "padding_mode", "zeros") != "zeros"))):
+            raise ValueError(f"emulate: {name} is a {type(m).__name__}; under a recipe emulate() quantizes the "
+                             f"GEMMs of Linear, matmul and Conv1d / Conv2d (groups=1, numeric zero padding), not "
+                             f"other convolutions or recurrent modules (mpsim train --policy covers its models'): "
+                             f"leave it out with module_types, or emulate without a recipe")
     fused = [f"{name} ({type(m).__name__})" for name, m in chosen if isinstance(m, _FUSED_RECURRENT)]
 
     emulation = Emulation(model, module_types, format=format, mode=mode, grad_format=grad_format,
@@ -840,6 +1095,10 @@ def emulate(model, format="fp16", mode="rne", *, grad_format=None, grad_mode=Non
                           options=dict(seed=seed, sr_bits=sr_bits, subnormals=subnormals, overflow=overflow))
     make = emulation._make_site
     replaced = []
+    if recipe is not None:
+        emulation._recipe = recipe
+        _LIVE_RECIPES.add(emulation)
+        chosen = []  # no rounding sites: the recipe quantizes inside each GEMM
     # The sites of the modules that have them before any forward, in the order the module-level emulation made
     # them (the stochastic-rounding seeds follow a site's index).
     for name, m in chosen:
