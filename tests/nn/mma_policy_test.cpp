@@ -98,6 +98,8 @@ TEST_CASE("mma policy keys parse; bad values are refused naming the key", "[mma_
   CHECK(d.recipe->margin == 1);
   CHECK(d.mma->promote_grad == 128);
   CHECK(d.mma->promote_fprop == 0);
+  CHECK(d.name == d.recipe->spec + ",mma=h100,mma_promote_fprop=0,mma_promote_grad=128");
+  CHECK(parse_policy(d.name).describe() == d.describe());  // the canonical name parses back to the same policy
   CHECK(parse_policy("fp8-rowwise:mma=h200").mma->model == "h200");
   CHECK(!parse_policy("mixed-fp16").mma);
   CHECK(parse_policy("mixed-fp16:mma=h100").describe().find("mma=h100") != std::string::npos);

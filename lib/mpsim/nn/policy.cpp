@@ -126,7 +126,11 @@ void check_mma(PrecisionPolicy& p, const std::string& context) {
   for (const Format& in : inputs) {
     try {
       mma::MatrixUnit u = mma::matrix_unit(p.mma->model, in, fp32());
-      for (int n : {p.mma->promote_fprop, p.mma->promote_grad}) {
+      for (auto [key, n] : {std::pair<const char*, int>{"mma_promote_fprop", p.mma->promote_fprop},
+                            std::pair<const char*, int>{"mma_promote_grad", p.mma->promote_grad}}) {
+        if (n % u.block.products != 0)
+          throw Error(std::string(key) + "=" + std::to_string(n) + " is not a multiple of the unit's block of " +
+                      std::to_string(u.block.products) + " products (" + u.name + ")");
         u.promote_every = n;
         mma::validate(u);
       }
@@ -201,6 +205,10 @@ PrecisionPolicy parse_policy(std::string_view spec) {
     p.recipe = recipe::parse_recipe(recipe_spec);
     p.name = p.recipe->spec;
     check_mma(p, context);
+    if (p.mma)  // the canonical spec names every option, the unit's too
+      p.name += std::string(p.name.find(':') == std::string::npos ? ":" : ",") + "mma=" + p.mma->model +
+                ",mma_promote_fprop=" + std::to_string(p.mma->promote_fprop) +
+                ",mma_promote_grad=" + std::to_string(p.mma->promote_grad);
     return p;
   }
   constexpr std::string_view prefix = "custom:";
