@@ -16,6 +16,7 @@
 #include "mpsim/format/format.hpp"
 #include "mpsim/format/round.hpp"
 #include "mpsim/mma/dot.hpp"
+#include "mpsim/nn/conv2d.hpp"
 #include "mpsim/nn/linear.hpp"
 #include "mpsim/nn/policy.hpp"
 #include "mpsim/recipe/recipe.hpp"
@@ -252,4 +253,25 @@ TEST_CASE("under an fp8 recipe the unit multiplies the scaled fp8 values and the
     CHECK(m1 == 0);
     CHECK(m2 == 0);
   }
+}
+
+TEST_CASE("conv2d's im2col GEMM under mma=a100 equals mma::gemm bit for bit", "[mma_policy_test]") {
+  // Forward: w (OC, C*K*K) times im2col(x) (C*K*K, B*OH*OW); K = 4 * 9 = 36 (blocks of 8, a ragged end).
+  const Conv2dShape s{2, 4, 6, 6, 5, 3, 1, 1};
+  const auto x = random_in(bf16(), static_cast<std::size_t>(s.in_size()), 7);
+  const auto w = random_in(bf16(), static_cast<std::size_t>(s.weight_size()), 8);
+  Precision prec(parse_policy("mixed-bf16:mma=a100"));
+  std::vector<float> out(static_cast<std::size_t>(s.out_size()));
+  conv2d_forward(out.data(), x.data(), w.data(), static_cast<const float*>(nullptr), s, prec.gemm("conv"));
+  const int krows = s.C * s.K * s.K, ncols = s.B * s.OH() * s.OW(), P = s.OH() * s.OW();
+  std::vector<float> col(static_cast<std::size_t>(krows) * ncols);
+  im2col(col.data(), x.data(), s);
+  const auto prod = unit_gemm(mma::matrix_unit("a100", bf16(), fp32()), w, transpose(col, krows, ncols), s.OC, ncols, krows);
+  std::vector<float> ref(out.size());
+  for (int b = 0; b < s.B; ++b)
+    for (int oc = 0; oc < s.OC; ++oc)
+      for (int p = 0; p < P; ++p) ref[(b * s.OC + oc) * P + p] = prod[oc * ncols + b * P + p];
+  const int m = bit_mismatches(out, ref);
+  std::printf("conv2d under mixed-bf16:mma=a100: %zu outputs, %d bit mismatches\n", out.size(), m);
+  CHECK(m == 0);
 }

@@ -12,6 +12,9 @@
 // double rounding at a tie (tests/nn/matmul_test.cpp counts it: 1 of 30 sums of 700 terms). The sums
 // are rounded once per k over the whole output through the vector path: about 30 times faster than
 // rounding a double sum per element, which is what makes training runs with it affordable.
+//
+// GemmContext::mma (policy key mma=MODEL): the products add as a matrix-unit model does instead, through
+// mma::gemm (mma_matmul below; docs/mma.md "In the training simulator").
 #pragma once
 
 #include <cstdint>
