@@ -135,3 +135,42 @@ TEST_CASE("resume under delayed scaling and nvfp4 equals the straight run bit fo
     for (const auto& d : {straight.out, first.out, second.out}) fs::remove_all(d);
   }
 }
+
+TEST_CASE("an lstm run under mixed-fp16:mma=h100 is finite and the same bits with 1 and 2 threads",
+          "[recipe_training]") {
+  // The GEMMs add as H100's fp16 tensor core does (nn/matmul.hpp mma_matmul); --threads reaches mma::gemm
+  // (trainer.cpp), whose outputs are each computed by one thread in one order (mma/dot.hpp).
+  auto one = config("lstm", "mixed-fp16:mma=h100", 2);
+  auto two = one;
+  two.out = scratch("two");
+  two.threads = 2;
+  auto plain = config("lstm", "mixed-fp16", 2);
+  const TrainSummary s1 = run_training(one, nn::make_model);
+  const TrainSummary s2 = run_training(two, nn::make_model);
+  const TrainSummary sp = run_training(plain, nn::make_model);
+  const auto r1 = read_lines(one.out / "steps.csv"), r2 = read_lines(two.out / "steps.csv");
+  const auto a = read_checkpoint(one.out / "checkpoint.safetensors"), b = read_checkpoint(two.out / "checkpoint.safetensors");
+  const auto p = read_checkpoint(plain.out / "checkpoint.safetensors");
+  REQUIRE(r1.size() == 3);
+  REQUIRE(a.tensors.size() == b.tensors.size());
+  int row_mismatches = 0;
+  for (std::size_t i = 0; i < r1.size(); ++i) row_mismatches += r1[i] != r2[i];
+  std::size_t tensor_mismatches = 0, differ_from_plain = 0;
+  for (std::size_t t = 0; t < a.tensors.size(); ++t) {
+    tensor_mismatches += std::memcmp(a.tensors[t].values.data(), b.tensors[t].values.data(),
+                                     a.tensors[t].values.size() * 4) != 0;
+    differ_from_plain += std::memcmp(a.tensors[t].values.data(), p.tensors[t].values.data(),
+                                     a.tensors[t].values.size() * 4) != 0;
+  }
+  std::printf("mixed-fp16:mma=h100: loss %.7f after 2 steps (mixed-fp16 %.7f); steps.csv rows differing between 1 and 2 "
+              "threads %d of %zu; checkpoint tensors differing %zu of %zu (from mixed-fp16's: %zu); %.2f s and %.2f s\n",
+              s1.final_loss, sp.final_loss, row_mismatches, r1.size(), tensor_mismatches, a.tensors.size(),
+              differ_from_plain, s1.wall_seconds, s2.wall_seconds);
+  CHECK(std::isfinite(s1.final_loss));
+  CHECK(!s1.diverged);
+  CHECK(row_mismatches == 0);
+  CHECK(tensor_mismatches == 0);
+  CHECK(read_checkpoint(one.out / "checkpoint.safetensors").header.at("policy") == "mixed-fp16:mma=h100");
+  CHECK(differ_from_plain > 0);  // the unit's truncation changed the weights
+  for (const auto& d : {one.out, two.out, plain.out}) fs::remove_all(d);
+}

@@ -3,6 +3,8 @@
 // turns, round after round, in one process, so that a load that changes over time falls on all of them; the
 // median of the rounds is reported with its ratio to mixed-fp16's.
 //   bench_recipes [steps_per_round=3] [rounds=7]   prints a table and writes out/bench/bench_recipes.csv
+// MPSIM_BENCH_POLICIES="mixed-fp16;mixed-fp16:mma=h100" and MPSIM_BENCH_MODELS="lstm" (';'-separated, the
+// first policy the base of the ratios) time other policies the same way: the matrix-unit option (docs/mma.md).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -11,6 +13,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "mpsim/nn/model.hpp"
@@ -45,7 +48,7 @@ struct Runner {
   }
 
   void round(int steps) {
-    const float scale = policy == "mixed-fp16" ? 1024.0f : 1.0f;
+    const float scale = policy.rfind("mixed-fp16", 0) == 0 ? 1024.0f : 1.0f;
     const auto t0 = std::chrono::steady_clock::now();
     for (int s = 0; s < steps; ++s) {
       for (auto& g : grads) std::fill(g.begin(), g.end(), 0.0f);
@@ -73,14 +76,27 @@ int main(int argc, char** argv) {
   auto number = [&](int i, int fallback) { return argc > i && std::atoi(argv[i]) > 0 ? std::atoi(argv[i]) : fallback; };
   const int steps = number(1, 3);
   const int rounds = number(2, 7);
-  const std::vector<std::string> policies{"mixed-fp16",    "fp8-none",        "fp8-tensorwise-delayed",
+  std::vector<std::string> policies{"mixed-fp16",    "fp8-none",        "fp8-tensorwise-delayed",
                                           "fp8-tensorwise-current", "fp8-rowwise", "fp8-rowwise-gw-hp",
                                           "fp8-blockwise", "mxfp8",           "mxfp6_e2m3",
                                           "mxfp4",         "nvfp4"};
+  auto list = [](const char* env, std::vector<std::string>& out) {
+    const char* v = std::getenv(env);
+    if (!v || !*v) return;
+    out.clear();
+    for (std::string_view rest = v; !rest.empty();) {
+      const auto semi = rest.find(';');
+      if (semi != 0) out.emplace_back(rest.substr(0, semi));
+      rest = semi == std::string_view::npos ? std::string_view{} : rest.substr(semi + 1);
+    }
+  };
+  list("MPSIM_BENCH_POLICIES", policies);
+  std::vector<std::string> models{"lstm", "ssd"};
+  list("MPSIM_BENCH_MODELS", models);
   std::filesystem::create_directories("out/bench");
   std::ofstream csv("out/bench/bench_recipes.csv");
   csv << "model,policy,median_ms_per_step,ratio_to_mixed_fp16,rounds,steps_per_round\n";
-  for (const std::string model : {"lstm", "ssd"}) {
+  for (const std::string& model : models) {
     std::vector<Runner> runners;
     for (const auto& p : policies) runners.emplace_back(model, p);
     for (auto& r : runners) r.round(1);  // warm-up, not counted
@@ -90,8 +106,9 @@ int main(int argc, char** argv) {
     const double base = runners.front().median();
     std::printf("%s: ms per training step (median of %d rounds of %d steps, policies alternating)\n", model.c_str(),
                 rounds, steps);
+    const std::string& base_name = runners.front().policy;
     for (const auto& r : runners) {
-      std::printf("  %-24s %8.2f ms  %5.2fx mixed-fp16\n", r.policy.c_str(), r.median(), r.median() / base);
+      std::printf("  %-40s %8.2f ms  %5.2fx %s\n", r.policy.c_str(), r.median(), r.median() / base, base_name.c_str());
       csv << model << ',' << r.policy << ',' << r.median() << ',' << r.median() / base << ',' << rounds << ',' << steps
           << '\n';
     }

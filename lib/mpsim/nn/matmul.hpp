@@ -12,6 +12,9 @@
 // double rounding at a tie (tests/nn/matmul_test.cpp counts it: 1 of 30 sums of 700 terms). The sums
 // are rounded once per k over the whole output through the vector path: about 30 times faster than
 // rounding a double sum per element, which is what makes training runs with it affordable.
+//
+// GemmContext::mma (policy key mma=MODEL): the products add as a matrix-unit model does instead, through
+// mma::gemm (mma_matmul below; docs/mma.md "In the training simulator").
 #pragma once
 
 #include <cstdint>
@@ -28,13 +31,40 @@
 
 namespace mpsim::nn {
 
+// The GEMMs added as a matrix unit adds (policy key mma=MODEL, docs/mma.md "In the training simulator"):
+// products through mma::gemm (lib/mpsim/mma/dot.hpp, the code `mpsim gemm` runs) with fp32 output.
+struct MmaOptions {
+  std::string model;      // "h100", ... (mma::model_names)
+  Format input;           // the unit's input format without a recipe (the policy's matmul_input)
+  int promote_fprop = 0;  // promote_every of the forward GEMMs (0: the unit's own chain along K)
+  int promote_grad = 0;   // the same for dgrad and wgrad
+  int threads = 1;        // mma::gemm's threads (the results do not depend on them)
+};
+
+// What a recipe's quantization of one operand gives the matrix unit: the element format and the scales
+// (recipe::QuantizedOperand::scales, scale_rows x scale_cols of them; empty: 1).
+struct OperandScales {
+  Format format;
+  std::vector<double> scales;
+  std::size_t scale_rows = 0, scale_cols = 0;
+};
+
+// The product of a (M, K) and b^T (N, K), both row-major floats, under the unit of `o`: the operands are
+// multiplied by their scales (q = value * scale, exact for fp8 values whose q / scale was a normal float),
+// rounded to their formats with round-to-nearest-even (a no-op for values already in them), multiplied and
+// added by mma::gemm, and the scales removed from each fp32 output: d / (scale_a(i) * scale_b(j)), in double,
+// rounded to float (TE's scale_inv in the GEMM epilogue). `grad`: the dgrad / wgrad promotion. mma_gemm.cpp.
+void mma_matmul(float* D, const float* A, const float* Bt, std::size_t M, std::size_t N, std::size_t K,
+                const MmaOptions& o, bool grad, const OperandScales& sa, const OperandScales& sb);
+
 // What quantizes a GEMM's operands under a scaling recipe (Precision, policy.hpp): `data` is the operand as
 // a row-major rows x cols matrix whose rows run along the reduction axis; it is replaced by the values the
 // recipe's GEMM multiplies (lib/mpsim/recipe).
 class GemmQuantizer {
  public:
+  // scales: if not null, receives the operand's element format and scales (for mma_matmul).
   virtual void quantize_operand(std::string_view layer, recipe::Role role, float* data, std::size_t rows,
-                                std::size_t cols) = 0;
+                                std::size_t cols, OperandScales* scales = nullptr) = 0;
 
  protected:
   ~GemmQuantizer() = default;
@@ -47,11 +77,12 @@ struct GemmContext {
   const Format* accumulate = nullptr;
   GemmQuantizer* quantizer = nullptr;
   std::string layer;
+  const MmaOptions* mma = nullptr;  // not null: the products add as this matrix unit does
   GemmContext(const Format* acc = nullptr) : accumulate(acc) {}  // NOLINT: implicit on purpose
-  GemmContext(const Format* acc, GemmQuantizer* q, std::string name)
-      : accumulate(acc), quantizer(q), layer(std::move(name)) {}
+  GemmContext(const Format* acc, GemmQuantizer* q, std::string name, const MmaOptions* unit = nullptr)
+      : accumulate(acc), quantizer(q), layer(std::move(name)), mma(unit) {}
   // The context of one of a layer's several weights ("lstm" -> "lstm/hh").
-  GemmContext sub(std::string_view part) const { return {accumulate, quantizer, layer + "/" + std::string(part)}; }
+  GemmContext sub(std::string_view part) const { return {accumulate, quantizer, layer + "/" + std::string(part), mma}; }
 };
 
 // dst (M, N) = a (M, K) · b (K, N); a and b are Eigen expressions (maps, transposes); dst is resized
@@ -93,6 +124,26 @@ template <class Dst, class A, class B>
 void matmul(Dst&& dst, const A& a, const B& b, const GemmContext& g, recipe::Role role_a, recipe::Role role_b) {
   using T = typename std::decay_t<Dst>::Scalar;
   if constexpr (std::is_same_v<T, float>) {
+    if (g.mma) {
+      Mat<float> qa = a;
+      Mat<float> qb = b.transpose();
+      OperandScales sa, sb;
+      if (g.quantizer) {
+        g.quantizer->quantize_operand(g.layer, role_a, qa.data(), static_cast<std::size_t>(qa.rows()),
+                                      static_cast<std::size_t>(qa.cols()), &sa);
+        g.quantizer->quantize_operand(g.layer, role_b, qb.data(), static_cast<std::size_t>(qb.rows()),
+                                      static_cast<std::size_t>(qb.cols()), &sb);
+      } else {
+        sa.format = sb.format = g.mma->input;
+      }
+      Mat<float> out(qa.rows(), qb.rows());
+      const bool grad = role_a != recipe::Role::fprop_x && role_a != recipe::Role::fprop_w;
+      mma_matmul(out.data(), qa.data(), qb.data(), static_cast<std::size_t>(qa.rows()),
+                 static_cast<std::size_t>(qb.rows()), static_cast<std::size_t>(qa.cols()), *g.mma, grad, sa, sb);
+      if constexpr (requires { dst.resize(out.rows(), out.cols()); }) dst.resize(out.rows(), out.cols());
+      dst = out;
+      return;
+    }
     if (g.quantizer) {
       Mat<float> aq = a;
       Mat<float> bt = b.transpose();

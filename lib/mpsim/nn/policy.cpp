@@ -6,6 +6,7 @@
 
 #include "mpsim/error.hpp"
 #include "mpsim/format/key_values.hpp"
+#include "mpsim/mma/unit.hpp"
 
 namespace mpsim::nn {
 
@@ -42,6 +43,9 @@ std::string PrecisionPolicy::describe() const {
   out += " rounding=" + std::string(short_name(rounding.mode));
   if (weight) out += " update_rounding=" + std::string(short_name(update_rounding.mode));
   if (recipe) out += " recipe=" + recipe->spec;
+  if (mma)
+    out += " mma=" + mma->model + " mma_promote_fprop=" + std::to_string(mma->promote_fprop) +
+           " mma_promote_grad=" + std::to_string(mma->promote_grad);
   return out;
 }
 
@@ -75,10 +79,96 @@ std::string recipe_list() {
   return out;
 }
 
+// The matrix-unit keys (policy.hpp); false if `key` is not one of them.
+bool take_mma_key(PrecisionPolicy& p, std::string_view key, std::string_view value, const std::string& context) {
+  if (key != "mma" && key != "mma_promote" && key != "mma_promote_fprop" && key != "mma_promote_grad") return false;
+  if (!p.mma) p.mma.emplace();
+  if (key == "mma") {
+    const auto& names = mma::model_names();
+    if (std::find(names.begin(), names.end(), value) == names.end()) {
+      std::string list;
+      for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+      throw Error(context + ": mma: unknown model '" + std::string(value) + "' (known: " + list + ")");
+    }
+    p.mma->model = std::string(value);
+    return true;
+  }
+  const int n = parse_integer<int>(value, context, key);
+  if (n < 0) throw Error(context + ": " + std::string(key) + " must be >= 0 (0: no promotion), got " + std::string(value));
+  if (key != "mma_promote_grad") p.mma->promote_fprop = n;
+  if (key != "mma_promote_fprop") p.mma->promote_grad = n;
+  return true;
+}
+
+// Checks the matrix-unit keys against the rest of the policy once it is parsed: the unit exists for the
+// operands' formats, and the promotions fit its block (mma::validate).
+void check_mma(PrecisionPolicy& p, const std::string& context) {
+  if (!p.mma) return;
+  if (p.mma->model.empty()) throw Error(context + ": mma_promote needs mma=MODEL");
+  if (p.accumulate) throw Error(context + ": mma and accumulate both say how the products add; give one");
+  std::vector<Format> inputs;
+  if (p.recipe) {
+    using recipe::Kind;
+    const Kind k = p.recipe->kind;
+    if (k == Kind::blockwise || k == Kind::mx || k == Kind::nvfp4 || k == Kind::rowwise_gw_hp)
+      throw Error(context + ": mma: recipe " + p.recipe->name +
+                  (k == Kind::rowwise_gw_hp ? " leaves wgrad in high precision"
+                                            : " scales blocks along the reduction axis (no block-scaled unit is modelled)") +
+                  "; mma takes fp8-none, fp8-tensorwise-delayed, fp8-tensorwise-current, fp8-rowwise");
+    // Same-format GEMMs run on the unit as recorded; e4m3 x e5m2 (HYBRID's dgrad, wgrad) on its e4m3 unit.
+    inputs = {p.recipe->forward};
+    if (!(p.recipe->backward == p.recipe->forward)) inputs.push_back(p.recipe->backward);
+  } else {
+    if (!p.matmul_input) throw Error(context + ": mma needs matmul_input set to the unit's input format (fp16, bf16, tf32)");
+    inputs = {*p.matmul_input};
+    p.mma->input = *p.matmul_input;
+  }
+  for (const Format& in : inputs) {
+    try {
+      mma::MatrixUnit u = mma::matrix_unit(p.mma->model, in, fp32());
+      for (auto [key, n] : {std::pair<const char*, int>{"mma_promote_fprop", p.mma->promote_fprop},
+                            std::pair<const char*, int>{"mma_promote_grad", p.mma->promote_grad}}) {
+        if (n % u.block.products != 0)
+          throw Error(std::string(key) + "=" + std::to_string(n) + " is not a multiple of the unit's block of " +
+                      std::to_string(u.block.products) + " products (" + u.name + ")");
+        u.promote_every = n;
+        mma::validate(u);
+      }
+    } catch (const Error& e) {
+      throw Error(context + ": mma=" + p.mma->model + " mma_promote_fprop=" + std::to_string(p.mma->promote_fprop) +
+                  " mma_promote_grad=" + std::to_string(p.mma->promote_grad) + ": " + e.what());
+    }
+  }
+}
+
 }  // namespace
 
 PrecisionPolicy parse_policy(std::string_view spec) {
-  const std::string s(trim_blanks(spec));
+  const std::string context = "precision policy '" + std::string(spec) + "'";
+  std::string s(trim_blanks(spec));
+  // "mixed-fp16:mma=h100" and the like: the named policies take the matrix-unit keys only.
+  std::string_view named_options;
+  bool named = false;
+  for (std::string_view base : {"mixed-fp16-acc16", "mixed-fp16", "mixed-bf16", "pure-fp16-sr", "pure-fp16", "fp32"}) {
+    if (s.size() > base.size() && s.compare(0, base.size(), base) == 0 && s[base.size()] == ':') {
+      named_options = std::string_view(spec).substr(std::string_view(spec).find(':') + 1);
+      s = std::string(base);
+      named = true;
+      break;
+    }
+  }
+  if (named) {
+    PrecisionPolicy p = parse_policy(s);
+    p.name = std::string(trim_blanks(spec));
+    if (trim_blanks(named_options).empty()) throw Error(context + ": nothing after ':' (expected mma=MODEL,...)");
+    for_each_key_value(named_options, context, [&](std::string_view key, std::string_view value) {
+      if (!take_mma_key(p, key, value, context))
+        throw Error(context + ": " + s + " takes only the keys mma, mma_promote, mma_promote_fprop, mma_promote_grad, "
+                    "got '" + std::string(key) + "' (use custom:... for the others)");
+    });
+    check_mma(p, context);
+    return p;
+  }
   if (s == "fp32") {
     PrecisionPolicy p;
     p.name = "fp32";
@@ -98,9 +188,27 @@ PrecisionPolicy parse_policy(std::string_view spec) {
     return p;
   }
   if (recipe::is_recipe_name(trim_blanks(std::string_view(s).substr(0, s.find(':'))))) {
+    // The matrix-unit keys come out of the recipe's options; the rest go to parse_recipe.
     PrecisionPolicy p;
-    p.recipe = recipe::parse_recipe(s);
+    const auto colon = s.find(':');
+    std::string recipe_spec = s.substr(0, colon);
+    if (colon != std::string::npos) {
+      std::string rest;
+      const std::string_view options = std::string_view(s).substr(colon + 1);
+      if (trim_blanks(options).empty()) throw Error(context + ": nothing after ':' (expected KEY=VALUE,...)");
+      for_each_key_value(options, context, [&](std::string_view key, std::string_view value) {
+        if (!take_mma_key(p, key, value, context))
+          rest += (rest.empty() ? "" : ",") + std::string(key) + "=" + std::string(value);
+      });
+      if (!rest.empty()) recipe_spec += ":" + rest;
+    }
+    p.recipe = recipe::parse_recipe(recipe_spec);
     p.name = p.recipe->spec;
+    check_mma(p, context);
+    if (p.mma)  // the canonical spec names every option, the unit's too
+      p.name += std::string(p.name.find(':') == std::string::npos ? ":" : ",") + "mma=" + p.mma->model +
+                ",mma_promote_fprop=" + std::to_string(p.mma->promote_fprop) +
+                ",mma_promote_grad=" + std::to_string(p.mma->promote_grad);
     return p;
   }
   constexpr std::string_view prefix = "custom:";
@@ -112,8 +220,8 @@ PrecisionPolicy parse_policy(std::string_view spec) {
   p.name = "custom";
   std::string_view rest = std::string_view(s).substr(prefix.size());
   if (trim_blanks(rest).empty()) throw Error("precision policy '" + std::string(spec) + "': custom policy has no KEY=VALUE");
-  const std::string context = "precision policy '" + std::string(spec) + "'";
   for_each_key_value(rest, context, [&](std::string_view key, std::string_view value) {
+    if (take_mma_key(p, key, value, context)) return;
     if (key == "rounding") {
       try {
         p.rounding.mode = parse_rounding_mode(value);
@@ -175,11 +283,20 @@ PrecisionPolicy parse_policy(std::string_view spec) {
     } else {
       throw Error("precision policy '" + std::string(spec) + "': unknown key '" + std::string(key) +
                   "' (expected matmul, matmul_input, matmul_output, accumulate, act_grad, weight_grad, weight, rounding, "
-                  "update_rounding, sr_seed, sr_bits)");
+                  "update_rounding, sr_seed, sr_bits, mma, mma_promote, mma_promote_fprop, mma_promote_grad)");
     }
   });
   validate(p.rounding);
+  check_mma(p, context);
   return p;
+}
+
+void Precision::fill_scales(const recipe::QuantizedOperand& q, recipe::Role role, OperandScales& out) const {
+  const recipe::Recipe& r = quantizer_->recipe();
+  out.format = recipe::operand_of(role) == recipe::Operand::dy ? r.backward : r.forward;
+  out.scales = q.scales;
+  out.scale_rows = q.scale_rows;
+  out.scale_cols = q.scale_cols;
 }
 
 Precision::Precision(PrecisionPolicy p) : policy_(std::move(p)) {
@@ -197,7 +314,7 @@ Precision Precision::evaluation_copy() const {
 }
 
 void Precision::quantize_operand(std::string_view layer, recipe::Role role, float* data, std::size_t rows,
-                                 std::size_t cols) {
+                                 std::size_t cols, OperandScales* scales) {
   const std::span<const float> in(data, rows * cols);
   const std::string site = std::string(layer) + "/" + std::string(recipe::to_string(role));
   const bool weight = recipe::operand_of(role) == recipe::Operand::w;
@@ -216,6 +333,7 @@ void Precision::quantize_operand(std::string_view layer, recipe::Role role, floa
       hit = &(weight_cache_[site] = std::move(fresh));
     } else {
       if (fresh.q.quantized) stats_[site].merge(fresh.q.stats);
+      if (scales) fill_scales(fresh.q, role, *scales);
       if (observer_) observer_(site, OpClass::matmul_input, in, fresh.q.values);
       std::copy(fresh.q.values.begin(), fresh.q.values.end(), data);
       return;
@@ -223,6 +341,7 @@ void Precision::quantize_operand(std::string_view layer, recipe::Role role, floa
   }
   const recipe::QuantizedOperand& q = hit->q;
   if (q.quantized) stats_[site].merge(q.stats);
+  if (scales) fill_scales(q, role, *scales);
   if (observer_) observer_(site, OpClass::matmul_input, in, q.values);
   std::copy(q.values.begin(), q.values.end(), data);
 }

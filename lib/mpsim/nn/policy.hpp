@@ -55,6 +55,9 @@ struct PrecisionPolicy {
   Rounding update_rounding;
   // A scaling recipe: the GEMM operands are quantized by it (matmul.hpp GemmContext); nullopt: none.
   std::optional<recipe::Recipe> recipe;
+  // The products add as a matrix unit does (keys mma, mma_promote, mma_promote_fprop, mma_promote_grad;
+  // docs/mma.md): nullopt = the accumulator above.
+  std::optional<MmaOptions> mma;
 
   const std::optional<Format>& format_of(OpClass) const;
   // "matmul_input=fp16 matmul_output=fp16 ..." for reports.
@@ -72,6 +75,11 @@ struct PrecisionPolicy {
 //   both roundings), sr_bits
 // or a scaling recipe, "<recipe>[:KEY=VALUE,...]" as recipe::parse_recipe takes it ("fp8-tensorwise-delayed",
 // "mxfp8:scaling_mode=rceil", ...).
+// The matrix-unit keys, in custom, after a recipe's options, or after "mixed-fp16:" / "mixed-bf16:" (the only
+// options those take): mma=MODEL (mma::model_names; the unit's input is matmul_input, or the recipe's fp8
+// formats), mma_promote=N (both promotions), mma_promote_fprop=N, mma_promote_grad=N (dgrad and wgrad):
+// split accumulation every N elements of K (0: none). Refused with accumulate, with recipes whose scales vary
+// along K (fp8-blockwise, MX, nvfp4) and fp8-rowwise-gw-hp (its wgrad is not fp8).
 // and values a format name parse_format takes, or "fp32" / "none" for no rounding. Unset keys are fp32.
 // Throws mpsim::Error naming the spec on anything else.
 PrecisionPolicy parse_policy(std::string_view spec);
@@ -97,10 +105,16 @@ class Precision final : public GemmQuantizer {
   // The products' accumulator for the layers (nullptr = fp32).
   const Format* accumulate_format() const { return policy_.accumulate ? &*policy_.accumulate : nullptr; }
   // The context of `layer`'s GEMMs: the accumulator and, under a recipe, this Precision as their quantizer.
-  GemmContext gemm(std::string layer) { return {accumulate_format(), quantizer_ ? this : nullptr, std::move(layer)}; }
+  GemmContext gemm(std::string layer) {
+    return {accumulate_format(), quantizer_ ? this : nullptr, std::move(layer), policy_.mma ? &*policy_.mma : nullptr};
+  }
+  // mma::gemm's threads under mma=MODEL (the trainer's thread count; the results do not depend on it).
+  void set_gemm_threads(int threads) {
+    if (policy_.mma) policy_.mma->threads = threads;
+  }
   // GemmQuantizer: quantizes under the recipe, adding the Stats at site "<layer>/<role>".
-  void quantize_operand(std::string_view layer, recipe::Role role, float* data, std::size_t rows,
-                        std::size_t cols) override;
+  void quantize_operand(std::string_view layer, recipe::Role role, float* data, std::size_t rows, std::size_t cols,
+                        OperandScales* scales = nullptr) override;
   // The recipe's state (delayed scaling's histories and scales, its stochastic-rounding offset); null without
   // a recipe. end_step() closes a training step (recipe::Quantizer::end_step).
   recipe::Quantizer* quantizer() { return quantizer_ ? &*quantizer_ : nullptr; }
@@ -150,6 +164,7 @@ class Precision final : public GemmQuantizer {
   };
   std::map<std::string, CachedOperand> weight_cache_;
   std::vector<float> observed_before_;
+  void fill_scales(const recipe::QuantizedOperand& q, recipe::Role role, OperandScales& out) const;
 };
 
 }  // namespace mpsim::nn

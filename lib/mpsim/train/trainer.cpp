@@ -206,6 +206,7 @@ struct Run {
         optimizer(optimizer_config, param_sizes(*model, params)),
         scaler(scaler_config),
         precision(policy) {
+    precision.set_gemm_threads(c.threads);  // under mma=MODEL; the bits do not depend on it (mma/dot.hpp)
     for (auto& p : params) {
       values.push_back(p.value);
       grads.push_back(p.grad);

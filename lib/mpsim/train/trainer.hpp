@@ -59,7 +59,7 @@ struct TrainConfig {
   int loss_divisor_log2 = 0;
   int eval_every = 0;             // metric every N steps (and at the last step); 0 = steps / 10
   int checkpoint_every = 0;       // 0 = only at the end
-  int threads = 1;                // threads for the optimiser update (results do not depend on it)
+  int threads = 1;                // threads for the optimiser update and mma::gemm under mma= (results do not depend on it)
   std::vector<int> hist_steps;    // steps that write histogram snapshots
   // At the histogram steps, also write the unscaled fp32 gradients of every parameter (what the optimiser
   // receives, before clipping) as grads/step_NNNNNN.safetensors: tensors for `mpsim underflow` and `hist`.
