@@ -378,8 +378,9 @@ def test_mass_lost_equals_numpy_per_site_and_for_the_update_direction(tmp_path):
     model = mlp()
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**-10)
     formats = ["fp16", "fp8_e5m2"]
-    monitor = mt.GradientMonitor(model, formats=formats, every=1, scaler=scaler, out=tmp_path)
+    monitor = mt.GradientMonitor(model, formats=formats, every=1, scaler=scaler, out=tmp_path, mass=True)
     captured = {}
+
     def capture(i):
         def hook(module, inputs, out):
             out.register_hook(lambda g: captured.__setitem__(f"{i}/out_grad", g.clone()))
@@ -430,3 +431,23 @@ def test_mass_lost_equals_numpy_per_site_and_for_the_update_direction(tmp_path):
     print(f"mass lost: {compared} site / total entries equal to numpy over torch's casts (worst relative error "
           f"{worst:.3g}); update direction (flushed, of, l1_lost, cosine): {flushed}")
     assert flushed["fp16"][0] > 0 and flushed["fp8_e5m2"][0] > flushed["fp16"][0]
+
+
+def test_mass_formats_default_and_bad_names():
+    """mass=None (the default) measures the first format only, mass=False none; a format outside formats is
+    refused by name."""
+    model = mlp()
+    x, y = torch.randn(8, 12), torch.randn(8, 3)
+    measured = {}
+    for mass in (None, False, True):
+        monitor = mt.GradientMonitor(model, formats=["bf16", "fp8_e4m3"], every=1, mass=mass)
+        F.mse_loss(model(x), y).backward()
+        report = monitor.step()
+        model.zero_grad()
+        monitor.close()
+        measured[mass] = [f for f in ("bf16", "fp8_e4m3")
+                          if "l1_lost" in report["formats"][f]["weight_grad"]["total"]]
+    print(f"formats with the mass lost: {measured}")
+    assert measured == {None: ["bf16"], False: [], True: ["bf16", "fp8_e4m3"]}
+    with pytest.raises(ValueError, match="fp16, not among formats bf16"):
+        mt.GradientMonitor(model, formats=["bf16"], mass=["fp16"])

@@ -75,8 +75,8 @@ def all_reduce_counts(counts, formats, mode, group=None):
         counts[kind][site] = SiteCounts(formats, mode, counters)
         states = [m[f"{kind}\0{site}"] for _, m in gathered if f"{kind}\0{site}" in m]
         if states:
-            folded = {f: mpsim.MassLostCounter(f, 0, mode) for f in formats}
+            folded = {f: mpsim.MassLostCounter(f, 0, mode) for f in states[0]}
             for state in states:
-                for f in formats:
+                for f in folded:
                     folded[f].merge(mpsim.MassLostCounter.from_json(state[f]))
             counts[kind][site].mass = folded

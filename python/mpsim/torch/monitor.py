@@ -27,7 +27,8 @@ subnormal or overflow (mpsim.UnderflowCounter: every power-of-two scale from one
 with no overflow and the fewest underflows, and the recommended scale (largest 2^k with amax*2^k*margin <=
 max finite); log2 histograms (mpsim.Histogram) per site. For activation and weight gradients (mass=True) also
 the gradient mass lost at the current loss scale (mpsim.MassLostCounter: l1_lost, l2sq_lost, cosine), per
-site and in total; the weight gradients' total is that of the whole step's update direction.
+site and in total, in the first format (mass=True: every format; mass=[F, ...]: those); the weight gradients'
+total is that of the whole step's update direction.
 
 Files under `out` (rank 0 only), in the schemas `mpsim train` writes, so the notebooks draw a PyTorch run
 with the simulator's drawing code; written on every `hist_every`-th sampled step (default 10: with
@@ -37,7 +38,7 @@ every=10, steps 1, 101, 201, ...), by flush() and by close():
                           format (fractions of the non-zero finite values), SITE:zero@F ... for the other
                           formats, and per format F the totals F:underflow, F:subnormal, F:overflow,
                           F:recommended_log2_scale, F:window_lo, F:window_hi (activation gradients) and
-                          F:w_underflow, F:w_subnormal, F:w_overflow (weight gradients); with mass=True
+                          F:w_underflow, F:w_subnormal, F:w_overflow (weight gradients); in the mass formats
                           SITE:l1_lost, SITE:l2sq_lost, SITE:cosine (@F for the other formats), F:l1_lost,
                           F:l2sq_lost, F:cosine and F:w_l1_lost, F:w_l2sq_lost, F:w_cosine
   hist/step_NNNNNN.json   schema mpsim-train-hist-1: activation_grad / weight_grad (and activation) per site
@@ -81,7 +82,7 @@ class SiteCounts:
     (mpsim.UnderflowCounter.add_many); with mass=True also the gradient mass lost per format
     (mpsim.MassLostCounter at the values as counted: a rounding of every value per format)."""
 
-    def __init__(self, formats, mode, counters=None, empty=None, mass=False):
+    def __init__(self, formats, mode, counters=None, empty=None, mass=()):
         if counters is None:
             # Copies of empty counters (the sum of an empty counter with itself) are about ten times quicker to
             # make than new ones, which first find the format's rounding thresholds.
@@ -90,7 +91,7 @@ class SiteCounts:
         self._counters = counters
         self._all = list(counters.values())
         self._pending = None  # tensors counted on their device, added to the counters when they are read
-        self.mass = {f: mpsim.MassLostCounter(f, 0, mode) for f in formats} if mass else None
+        self.mass = {f: mpsim.MassLostCounter(f, 0, mode) for f in mass} if mass else None
 
     @property
     def counters(self):
@@ -216,7 +217,7 @@ class GradientMonitor:
 
     def __init__(self, model, formats=DEFAULT_FORMATS, *, every=10, scaler=None, out=None, activations=False,
                  activation_grads=True, weight_grads=True, modules=None, hist_every=10, mode="rne", margin=2.0,
-                 policy=None, reduce="auto", group=None, emulation=None, counting="auto", mass=True):
+                 policy=None, reduce="auto", group=None, emulation=None, counting="auto", mass=None):
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"GradientMonitor: expected a torch.nn.Module, got {type(model).__name__}")
         if isinstance(formats, str):
@@ -236,8 +237,20 @@ class GradientMonitor:
         # "auto": CPU tensors in C++ (the quickest there), others by torch operations on their device
         # (_device_counts.py); "torch": every tensor by torch operations (the device path, on any device).
         self.counting = counting
-        # The gradient mass lost (mpsim.MassLostCounter) of the activation and weight gradients, per format.
-        self.mass = bool(mass)
+        # The gradient mass lost (mpsim.MassLostCounter) of the activation and weight gradients, in the formats
+        # `mass` names: None (the default) the first format only, True every format, False none. Each format
+        # is a rounding of every value: scripts/bench_torch_monitor.py measured all four formats at 4-6 times
+        # the counting's cost per sampled step (docs/torch.md, Cost).
+        if mass is None:
+            self.mass_formats = self.formats[:1]
+        elif mass is True or mass is False:
+            self.mass_formats = self.formats if mass else ()
+        else:
+            self.mass_formats = tuple(mpsim.Format(f).name for f in ((mass,) if isinstance(mass, str) else mass))
+            unknown = [f for f in self.mass_formats if f not in self.formats]
+            if unknown:
+                raise ValueError(f"GradientMonitor: mass={mass!r} names {', '.join(unknown)}, not among formats "
+                                 f"{', '.join(self.formats)}")
         self.model = model
         self.every = int(every)
         self.hist_every = int(hist_every)
@@ -343,7 +356,7 @@ class GradientMonitor:
         counts = self._counts[kind].get(site)
         if counts is None:
             counts = self._counts[kind][site] = SiteCounts(self.formats, self.mode, empty=self._empty,
-                                                           mass=self.mass and kind != "activation")
+                                                           mass=self.mass_formats if kind != "activation" else ())
         counts.add(values)
 
     @property
@@ -411,7 +424,7 @@ class GradientMonitor:
                 mass_total = None
                 for site in sorted(sites):
                     c = sites[site].counters[f]
-                    mass = sites[site].mass[f] if sites[site].mass is not None else None
+                    mass = sites[site].mass.get(f) if sites[site].mass is not None else None
                     if kind in detail_kinds:
                         rows[site] = _stats(c, mass)
                     if total is None:
@@ -462,7 +475,7 @@ class GradientMonitor:
             suffix = "" if i == 0 else f"@{f}"
             for site in self._activation_sites:
                 st = act["sites"].get(site) if act else None
-                for key in ("zero", "subnormal", "overflow") + (MASS_COLUMNS if self.mass else ()):
+                for key in ("zero", "subnormal", "overflow") + (MASS_COLUMNS if f in self.mass_formats else ()):
                     cols[f"{site}:{key}{suffix}"] = None if st is None else st.get(key)
         for f in self.formats:
             act = result["formats"][f].get("activation_grad")
@@ -472,13 +485,13 @@ class GradientMonitor:
             window = act["window"] if act else None
             cols[f"{f}:window_lo"] = window[0] if window else None
             cols[f"{f}:window_hi"] = window[1] if window else None
-            if self.mass:
+            if f in self.mass_formats:
                 for key in MASS_COLUMNS:
                     cols[f"{f}:{key}"] = act["total"].get(key) if act else None
             wg = result["formats"][f].get("weight_grad")
             for key, name in (("zero", "w_underflow"), ("subnormal", "w_subnormal"), ("overflow", "w_overflow")):
                 cols[f"{f}:{name}"] = wg["total"][key] if wg else None
-            if self.mass:  # the whole step's update direction: every parameter's gradient as one vector
+            if f in self.mass_formats:  # the whole step's update direction: every parameter's gradient as one vector
                 for key in MASS_COLUMNS:
                     cols[f"{f}:w_{key}"] = wg["total"].get(key) if wg else None
         return cols
@@ -556,7 +569,7 @@ class GradientMonitor:
                     continue
                 r = json.loads(mpsim.underflow_report_json({site: c.counters[f] for site, c in sorted(sites.items())},
                                                            margin=self.margin, sweep=True))
-                masses = [c.mass[f] for _, c in sorted(sites.items()) if c.mass is not None]
+                masses = [c.mass[f] for _, c in sorted(sites.items()) if c.mass is not None and f in c.mass]
                 if len(masses) == len(sites):
                     # The sites' sums added in the report's order, as `mpsim underflow` adds its tensors' into
                     # its total (tools/mpsim/underflow.cpp).
