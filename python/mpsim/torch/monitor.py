@@ -25,7 +25,7 @@ recommendations are given as absolute log2 loss scales (relative shifts + log2 S
 For each format it reports the share of non-zero finite values that would underflow to zero, become
 subnormal or overflow (mpsim.UnderflowCounter: every power-of-two scale from one pass), the scale window
 with no overflow and the fewest underflows, and the recommended scale (largest 2^k with amax*2^k*margin <=
-max finite); log2 histograms (mpsim.Histogram) per site. For activation and weight gradients (mass=True) also
+max finite); log2 histograms (mpsim.Histogram) per site. For activation and weight gradients also
 the gradient mass lost at the current loss scale (mpsim.MassLostCounter: l1_lost, l2sq_lost, cosine), per
 site and in total, in the first format (mass=True: every format; mass=[F, ...]: those); the weight gradients'
 total is that of the whole step's update direction.
@@ -79,7 +79,7 @@ SWEEP_LOG2 = 128
 class SiteCounts:
     """Everything counted at one site: one underflow counter per format (each also holds the site's log2
     histogram, so no histogram pass is added), all filled by one pass over the values
-    (mpsim.UnderflowCounter.add_many); with mass=True also the gradient mass lost per format
+    (mpsim.UnderflowCounter.add_many); for each format of `mass` also the gradient mass lost
     (mpsim.MassLostCounter at the values as counted: a rounding of every value per format)."""
 
     def __init__(self, formats, mode, counters=None, empty=None, mass=()):
