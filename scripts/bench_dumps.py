@@ -4,8 +4,10 @@
 Two trees of log-uniform float32 values (magnitudes 2^-30..2^20, random signs): a few large files and many small
 ones (the per-file cost of a task). Jobs, interleaved, the median of --repeats (files in the page cache):
   mpsim underflow DIR --json            the command line (one process, its memory-mapped streaming reader)
-  loop: np.load + UnderflowCounter.add  the Python path without Dask (the floor of a task's work)
-  dumps.analyse(scheduler="sync")       the Dask graph on one thread (default partitioning)
+  loop: np.load + UnderflowCounter.add  the Python path without Dask (the floor of a task's work), with
+                                        MassLostCounter.add (the gradient mass lost)
+  dumps.analyse(scheduler="sync")       the Dask graph on one thread (default partitioning); also without the
+                                        gradient mass lost (mass_log2_scales=(), its hist report)
   dumps.analyse(scheduler="threads")    the Dask graph on the local thread pool (the default scheduler): one file
                                         per task, the default partitioning (DEFAULT_TASKS tasks), 32 files per task
 Each job's underflow report is checked against the command line's (equal, tensor labels apart) before it is timed.
@@ -40,12 +42,20 @@ def cli_report(binary, root, out):
 
 
 def loop_report(root):
-    counters = {}
+    counters, masses, total = {}, [], mpsim.MassLostCounter("fp16")
     for f in sorted(os.listdir(root)):
-        c = mpsim.UnderflowCounter("fp16")
-        c.add(np.load(os.path.join(root, f), mmap_mode="r"))
+        c, m = mpsim.UnderflowCounter("fp16"), mpsim.MassLostCounter("fp16")
+        x = np.load(os.path.join(root, f), mmap_mode="r")
+        c.add(x)
+        m.add(x)
         counters[f] = c
-    return json.loads(mpsim.underflow_report_json(counters))
+        masses.append(m)
+        total.merge(m)
+    report = json.loads(mpsim.underflow_report_json(counters))
+    for t, m in zip(report["tensors"], masses):
+        t.update(m.stats())
+    report["total"].update(total.stats())
+    return report
 
 
 def comparable(report):
@@ -71,6 +81,9 @@ def main():
                 "mpsim underflow (command line)": lambda: cli_report(a.mpsim, root, out),
                 "loop: np.load + UnderflowCounter.add": lambda: loop_report(root),
                 "dumps.analyse, sync": lambda: dumps.analyse(root, "fp16", scheduler="sync", by=()).underflow(),
+                # Without the gradient mass lost (its rounding pass): hist() needs no mass, and is not compared.
+                "dumps.analyse, sync, no mass lost (hist)":
+                    lambda: dumps.analyse(root, "fp16", scheduler="sync", by=(), mass_log2_scales=()).hist(),
                 "dumps.analyse, threads, 1 file per task":
                     lambda: dumps.analyse(root, "fp16", by=(), files_per_task=1).underflow(),
                 f"dumps.analyse, threads, default ({dumps.DEFAULT_TASKS} tasks)":
@@ -80,6 +93,8 @@ def main():
             }
             want = comparable(jobs["mpsim underflow (command line)"]())
             for name, job in jobs.items():
+                if "(hist)" in name:
+                    continue
                 got = comparable(job())
                 if got != want:
                     sys.exit(f"{name}: the report differs from the command line's")

@@ -4,7 +4,8 @@
 
 Trains small models (a CNN on 16x16 images, batch 64; an MLP 784-512-512-10, batch 128) with SGD, plain
 and with a monitor (every format: fp16, bf16, fp8_e4m3, fp8_e5m2; writing steps.csv, hist/ and run.json
-into a temporary folder) sampling every 10th step and every step, and with the fp16 emulation hooks. The
+into a temporary folder) sampling every 10th step and every step, and with the fp16 emulation hooks; each monitor (the gradient mass lost in the first format, the default)
+also with mass=False (none) and mass=True (every format): what the mass lost costs. The
 configurations run in alternating blocks of --block steps, --rounds times, so that a machine's load
 changes hit them alike; the table gives each one's median time per step and its ratio to plain. --clock cpu
 times the process's CPU time (time.process_time) instead of the wall clock: with one torch thread on a machine
@@ -36,11 +37,12 @@ MODELS = {"cnn 16x16, batch 64": (cnn, (64, 1, 16, 16), 4), "mlp 784-512-512-10,
 
 
 class Run:
-    def __init__(self, make, shape, classes, monitor_every=None, emulate=False, out=None):
+    def __init__(self, make, shape, classes, monitor_every=None, emulate=False, out=None, mass=None):
         torch.manual_seed(0)
         self.model = make()
         self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01)
-        self.monitor = mt.GradientMonitor(self.model, every=monitor_every, out=out) if monitor_every else None
+        self.monitor = (mt.GradientMonitor(self.model, every=monitor_every, out=out, mass=mass)
+                        if monitor_every else None)
         self.emulation = mt.emulate(self.model, "fp16") if emulate else None
         g = torch.Generator().manual_seed(1)
         self.x = torch.randn(*shape, generator=g)
@@ -76,7 +78,11 @@ def main():
         with tempfile.TemporaryDirectory() as tmp:
             runs = {"plain": Run(make, shape, classes),
                     "monitor every 10 steps": Run(make, shape, classes, monitor_every=10, out=f"{tmp}/m10"),
+                    "  mass=False": Run(make, shape, classes, monitor_every=10, out=f"{tmp}/n10", mass=False),
+                    "  mass=True": Run(make, shape, classes, monitor_every=10, out=f"{tmp}/a10", mass=True),
                     "monitor every step": Run(make, shape, classes, monitor_every=1, out=f"{tmp}/m1"),
+                    "  mass=False ": Run(make, shape, classes, monitor_every=1, out=f"{tmp}/n1", mass=False),
+                    "  mass=True ": Run(make, shape, classes, monitor_every=1, out=f"{tmp}/a1", mass=True),
                     "fp16 emulation hooks": Run(make, shape, classes, emulate=True)}
             times = {k: [] for k in runs}
             for r in runs.values():

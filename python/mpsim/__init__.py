@@ -43,13 +43,13 @@ __version__ = _core.__version__
 
 from ._mma import matmul, matmul_models  # noqa: E402,F401  (matrix-unit models, docs/mma.md)
 from ._core import Recipe, recipe_names  # noqa: E402,F401  (the scaling recipes, docs/recipes.md)
-from ._core import mass_lost  # noqa: E402,F401  (the gradient mass a format flushes, docs/analysis.md)
+from ._core import MassLostCounter, mass_lost  # noqa: E402,F401  (the gradient mass a format flushes, docs/analysis.md)
 
 __all__ = [
     "Format", "Histogram", "UnderflowCounter", "round", "encode", "decode", "decode_blocks", "formats",
     "block_formats", "is_block_format", "rounding_modes", "hist_report_json", "underflow_report_json",
     "RequiresGradError", "UnsupportedDeviceError", "UnsupportedDtypeError", "UnsupportedLayoutError",
-    "matmul", "matmul_models", "Recipe", "recipe_names", "mass_lost",
+    "matmul", "matmul_models", "Recipe", "recipe_names", "mass_lost", "MassLostCounter",
 ]
 
 _FLOAT_DTYPES = (_np.float32, _np.float64)

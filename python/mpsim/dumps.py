@@ -2,7 +2,7 @@
 (docs/dumps.md).
 
     >>> from mpsim import dumps
-    >>> report = dumps.analyse("run42/tensor_dumps", "fp8_e4m3")        # Dask's local threads
+    >>> report = dumps.analyse("run42/tensor_dumps", "fp8_e4m3", mass_log2_scales=(10,))   # Dask's local threads
     >>> report.underflow(log2_scale=10)                # the JSON `mpsim underflow --scale 1024 --json` writes
     >>> report.hist(by="layer")                        # one entry per layer, merged over ranks and steps
     >>> report.failed, report.skipped                  # the files that could not be read, and how many
@@ -11,6 +11,13 @@ Each file is read and counted by one task (mpsim.UnderflowCounter, the counter o
 counters are merged in a tree (dask.bag's reduction). The counts are integers and the moments exact sums
 (lib/mpsim/analysis/moments.hpp), so any order of merging gives the same bits: the result equals the command
 line's on the same files, whatever the scheduler, the number of workers or the partitioning.
+
+The gradient mass lost (l1_lost, l2sq_lost, cosine: lib/mpsim/analysis/mass_lost.hpp) needs every value rounded at
+the loss scale, so it is measured while the files are read, at the scales given as mass_log2_scales, one
+mpsim.MassLostCounter per tensor and scale. Its counts are integers but its sums are doubles, whose merge depends
+on the order: the groups and the total are not merged in the Dask tree but folded on the client, tensor by tensor
+in the order of the files, which is the order `mpsim underflow` adds its tensors' sums in
+(tools/mpsim/underflow.cpp, `total_mass += res.mass`), so they equal the command line's bits.
 """
 import dataclasses
 import functools
@@ -236,6 +243,7 @@ class Entry:
     label: str
     dtype: str
     counter: "_core.UnderflowCounter"
+    mass: dict = dataclasses.field(default_factory=dict)  # {log2_scale: MassLostCounter}
 
 
 @dataclasses.dataclass
@@ -245,11 +253,12 @@ class FileResult:
     error: Optional[str] = None
 
 
-def count_file(file, fmt="fp16", mode="rne"):
+def count_file(file, fmt="fp16", mode="rne", mass_log2_scales=()):
     """Reads one dump file and counts each of its floating-point tensors into its own UnderflowCounter. A file
     that cannot be read gives no entries and its error, naming it (the rest of a tree goes on). As the command
     line does, a file of several tensors leaves out those that are not floating point (a step counter); a file
-    of one such tensor is an error."""
+    of one such tensor is an error. Each tensor's gradient mass lost is measured at every scale of
+    mass_log2_scales (one MassLostCounter each)."""
     try:
         entries, dtypes = [], []
         for key, x, dtype_name in _READERS[file.kind](file.path):
@@ -257,8 +266,13 @@ def count_file(file, fmt="fp16", mode="rne"):
             if not _floating(dtype_name):
                 continue
             counter = _core.UnderflowCounter(fmt, mode)
-            counter.add(_countable(x, dtype_name))
-            entries.append(Entry(file, key, f"{file.name}:{key}" if key else file.name, dtype_name, counter))
+            values = _countable(x, dtype_name)
+            counter.add(values)
+            mass = {}
+            for k in mass_log2_scales:
+                mass[k] = _core.MassLostCounter(fmt, k, mode)
+                mass[k].add(values)
+            entries.append(Entry(file, key, f"{file.name}:{key}" if key else file.name, dtype_name, counter, mass))
         if not entries:
             raise ValueError(f"holds {', '.join(dtypes)} values, not floating point" if dtypes else "holds no tensors")
         return FileResult(file, entries)
@@ -318,9 +332,10 @@ class DumpReport:
     failed, the counters merged per group (by columns) and in total. hist() and underflow() give the reports of
     the command line."""
 
-    def __init__(self, fmt, mode, files, results, groups, by, unlisted=()):
+    def __init__(self, fmt, mode, files, results, groups, by, unlisted=(), mass_log2_scales=()):
         self.format = fmt
         self.mode = mode
+        self.mass_log2_scales = tuple(mass_log2_scales)
         self.files = files
         self.entries = [e for r in results for e in r.entries]
         # The directories that could not be listed, then the files that could not be read.
@@ -344,6 +359,28 @@ class DumpReport:
         groups = self.groups[columns]
         return {"/".join(map(_group_label, v)): groups[v]
                 for v in sorted(groups, key=lambda values: tuple(map(_group_order, values)))}
+
+    def _mass(self, log2_scale, by):
+        """{label: MassLostCounter} as _counters(by) names them, and the total: each group's and the total's
+        counters folded entry by entry in the order of the files (the command line's order, so its bits)."""
+        if log2_scale not in self.mass_log2_scales:
+            raise ValueError(f"the gradient mass lost was measured at log2 scales {list(self.mass_log2_scales)} only, "
+                             f"not at {log2_scale}: it needs every value rounded at the scale; pass "
+                             f"analyse(..., mass_log2_scales=({log2_scale},))")
+        def fold(entries):
+            out = _core.MassLostCounter(self.format, log2_scale, self.mode)
+            for e in entries:
+                out.merge(e.mass[log2_scale])
+            return out
+        total = fold(self.entries)
+        if by is None:
+            return {e.label: e.mass[log2_scale] for e in self.entries}, total
+        columns = grouping(by)
+        members = {}
+        for e in self.entries:
+            members.setdefault(tuple(getattr(e.file, c) for c in columns), []).append(e)
+        return {"/".join(map(_group_label, v)): fold(members[v])
+                for v in sorted(members, key=lambda values: tuple(map(_group_order, values)))}, total
 
     def _finish(self, text, by):
         report = json.loads(text)
@@ -369,8 +406,19 @@ class DumpReport:
 
     def underflow(self, log2_scale=0, margin=2.0, sweep=False, by=None):
         """The report `mpsim underflow --scale 2^log2_scale [--margin] [--sweep] --json` writes for the same files;
-        entries as hist()."""
-        return self._finish(_core.underflow_report_json(self._counters(by), log2_scale, margin, sweep), by)
+        entries as hist(). The gradient mass lost (l1_lost, l2sq_lost, cosine and their counts) is there as the
+        command line writes it; ValueError when analyse() did not measure it at log2_scale (mass_log2_scales)."""
+        counters = self._counters(by)
+        per_entry, total = self._mass(log2_scale, by)
+        report = self._finish(_core.underflow_report_json(counters, log2_scale, margin, sweep), by)
+        if by is None:
+            for t, e in zip(report["tensors"], self.entries):
+                t.update(e.mass[log2_scale].stats())
+        else:
+            for t in report["tensors"]:
+                t.update(per_entry[t["tensor"]].stats())
+        report["total"].update(total.stats())
+        return report
 
     def rows(self, log2_scale=0, by=None):
         """One dict per tensor: the columns (file, key, rank, step, layer, tensor), dtype, shape and the counts of
@@ -378,6 +426,8 @@ class DumpReport:
         table (pandas.DataFrame(report.rows())). With by (a grouping analyse() computed), one dict per group: its
         columns' values and the same counts of the group's merged counter."""
         out = []
+        # The mass columns where analyse() measured them at this scale (rows are a table of what was measured).
+        mass = self._mass(log2_scale, by)[0] if log2_scale in self.mass_log2_scales and self.entries else None
         if by is not None:
             columns = grouping(by)
             self._counters(columns)  # the checks: tensors read, the grouping computed
@@ -385,12 +435,16 @@ class DumpReport:
                                           key=lambda kv: tuple(map(_group_order, kv[0]))):
                 row = dict(zip(columns, values))
                 row.update(counter.underflow(log2_scale))
+                if mass is not None:
+                    row.update(mass["/".join(map(_group_label, values))].stats())
                 out.append(row)
             return out
         for e in self.entries:
             row = {"file": e.file.name, "key": e.key, **{c: getattr(e.file, c) for c in COLUMNS},
                    "dtype": e.dtype, "shape": e.counter.shape}
             row.update(e.counter.underflow(log2_scale))
+            if mass is not None:
+                row.update(e.mass[log2_scale].stats())
             out.append(row)
         return out
 
@@ -410,7 +464,8 @@ def _group_order(value):
 DEFAULT_TASKS = 128
 
 
-def graph(files, fmt="fp16", mode="rne", *, by=("layer", "step"), files_per_task=None, split_every=8):
+def graph(files, fmt="fp16", mode="rne", *, by=("layer", "step"), files_per_task=None, split_every=8,
+          mass_log2_scales=(0,)):
     """The Dask graph of analyse() over a list of DumpFile: (the per-file results, the merged groups) as two
     dask.bag objects (a Bag and an Item) sharing their reading tasks."""
     import dask.bag as db
@@ -418,7 +473,7 @@ def graph(files, fmt="fp16", mode="rne", *, by=("layer", "step"), files_per_task
     if files_per_task is None:
         files_per_task = -(-len(files) // DEFAULT_TASKS)
     bag = db.from_sequence(files, partition_size=max(1, int(files_per_task)))
-    counted = bag.map(count_file, fmt, mode)
+    counted = bag.map(count_file, fmt, mode, tuple(mass_log2_scales))
     by = tuple(grouping(g) for g in by)
     groups = counted.reduction(functools.partial(_groups_of, by=by, fmt=fmt, mode=mode), _merge_groups,
                                split_every=split_every)
@@ -426,11 +481,12 @@ def graph(files, fmt="fp16", mode="rne", *, by=("layer", "step"), files_per_task
 
 
 def analyse(root, fmt="fp16", mode="rne", *, client=None, scheduler="threads", by=("layer", "step"),
-            files_per_task=None, split_every=8):
+            files_per_task=None, split_every=8, mass_log2_scales=(0,)):
     """Counts every tensor of every dump file under root (find()) for fmt and mode, as `mpsim hist` / `mpsim
     underflow` do, as a Dask graph: one task reads and counts `files_per_task` files (default: the files split into
     DEFAULT_TASKS tasks, one file per task for a tree of fewer files), a tree of `split_every`-way
-    merges sums the counters of each group and the total. by: groupings, each a column among 'layer', 'step',
+    merges sums the counters of each group and the total. mass_log2_scales: the loss scales (log2) at which the
+    gradient mass lost is measured, each a rounding of every value (underflow() reports it at those). by: groupings, each a column among 'layer', 'step',
     'rank', 'tensor' or several together (('layer', 'step'), or 'layer,step': a group per pair of values).
 
     client: a dask.distributed Client to run on (its workers must import mpsim and see root at the same path);
@@ -438,6 +494,7 @@ def analyse(root, fmt="fp16", mode="rne", *, client=None, scheduler="threads", b
     cannot be read is named in its `failed` list and the others are counted.
     """
     _core.UnderflowCounter(fmt, mode)  # a bad format or mode is the caller's error, not every file's
+    mass_log2_scales = tuple(dict.fromkeys(int(k) for k in mass_log2_scales))
     by = tuple(grouping(g) for g in by)
     if (files_per_task is not None and int(files_per_task) < 1) or int(split_every) < 2:
         raise ValueError("files_per_task must be at least 1 and split_every at least 2")
@@ -446,15 +503,16 @@ def analyse(root, fmt="fp16", mode="rne", *, client=None, scheduler="threads", b
     if not files and not unlisted:
         raise ValueError(f"{os.fspath(root)}: no dump files (.pt, .pth, .npy, .npz, .safetensors)")
     if not files:  # every directory below root unlisted: a report of failures only
-        return DumpReport(fmt, mode, files, [], {}, by, unlisted)
-    counted, groups = graph(files, fmt, mode, by=by, files_per_task=files_per_task, split_every=split_every)
+        return DumpReport(fmt, mode, files, [], {}, by, unlisted, mass_log2_scales)
+    counted, groups = graph(files, fmt, mode, by=by, files_per_task=files_per_task, split_every=split_every,
+                            mass_log2_scales=mass_log2_scales)
     if client is not None:
         results, merged = client.compute([counted, groups], sync=True)
     else:
         import dask
 
         results, merged = dask.compute(counted, groups, scheduler=scheduler)
-    return DumpReport(fmt, mode, files, results, merged, by, unlisted)
+    return DumpReport(fmt, mode, files, results, merged, by, unlisted, mass_log2_scales)
 
 
 def write_json(path, report):
@@ -548,7 +606,8 @@ def main(argv=None):
         elif a.scheduler not in ("threads", "processes", "sync"):
             p.error(f"--scheduler {a.scheduler}: not threads, processes, sync or an address such as tcp://host:8786")
         report = analyse(a.root, a.format, a.mode, client=client, scheduler=a.scheduler,
-                         by=(a.by,) if a.by is not None else (), files_per_task=a.files_per_task)
+                         by=(a.by,) if a.by is not None else (), files_per_task=a.files_per_task,
+                         mass_log2_scales=(a.scale,))
         if a.report == "hist":
             out = report.hist(a.scale, by=a.by)
         else:

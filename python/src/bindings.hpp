@@ -58,6 +58,7 @@ void bind_analysis(nb::module_& m);
 void bind_mma(nb::module_& m);  // mma.cpp
 
 void bind_recipe(nb::module_& m);  // recipe.cpp
+void bind_mass(nb::module_& m);    // mass.cpp
 // A Stats as a dict under `mpsim round --stats-json`'s names (arrays.cpp); flipped: the soft errors added.
 nb::dict stats_dict(const Stats& s, std::uint64_t flipped);
 

@@ -191,4 +191,5 @@ NB_MODULE(_core, m) {
   mpsim::python::bind_mma(m);
 
   mpsim::python::bind_recipe(m);
+  mpsim::python::bind_mass(m);
 }

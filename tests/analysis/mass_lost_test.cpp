@@ -8,9 +8,12 @@
 #include <cstdio>
 #include <limits>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "mpsim/analysis/mass_lost.hpp"
+#include "mpsim/error.hpp"
 #include "mpsim/format/format.hpp"
 
 using namespace mpsim;
@@ -105,4 +108,17 @@ TEST_CASE("mass lost: merging, state, scale invariance, float and double paths",
   CHECK(a.l1_lost > 0);
   CHECK(a.l1_lost < 1);
   CHECK_THROWS(MassLost::from_state(nlohmann::json{{"nonzero", 1}}));
+  // States add() cannot produce are refused, naming the field (a negative count would wrap to 2^64 - k).
+  const nlohmann::json good = MassLost().state();
+  int refused = 0;
+  for (const auto& [key, bad] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"nonzero", -5}, {"flushed", 2.5}, {"flushed", 3}, {"overflowed", 1}, {"sum_abs", -1.5}, {"dot", -2.0},
+           {"sum_sq_q", std::numeric_limits<double>::infinity()}}) {
+    nlohmann::json j = good;
+    j[key] = bad;
+    CHECK_THROWS_AS(MassLost::from_state(j), mpsim::Error);
+    refused += 1;
+  }
+  CHECK_NOTHROW(MassLost::from_state(good));
+  std::printf("MassLost::from_state: %d malformed states refused by name\n", refused);
 }

@@ -119,11 +119,6 @@ def cli_report(mpsim_bin, command, twins, names, options, out):
     report = json.load(open(out))
     for t in report["tensors"]:
         t["tensor"] = labels[t["tensor"]]
-    # The gradient mass lost (`mpsim underflow`'s l1_lost, l2sq_lost, cosine and their counts) needs every
-    # value rounded, which the counters the dumps merge do not keep: mpsim.dumps does not report it (yet).
-    for entry in report["tensors"] + [report["total"]]:
-        for key in MASS_LOST_KEYS:
-            entry.pop(key, None)
     return report
 
 
@@ -154,7 +149,7 @@ def cluster_report(tree):
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
                                   silence_logs=logging.ERROR) as cluster, distributed.Client(cluster) as client:
         with distributed.get_task_stream(client) as stream:
-            report = dumps.analyse(root, FORMAT, MODE, client=client,
+            report = dumps.analyse(root, FORMAT, MODE, client=client, mass_log2_scales=(LOG2_SCALE,),
                                    by=("layer", "step", "rank", "tensor", ("layer", "step")))
         workers = {}
         for task in stream.data:
@@ -176,6 +171,11 @@ def test_cluster_equals_cli(tree, cluster_report, mpsim_bin, tmp_path):
         want = cli_report(mpsim_bin, command, twins, names, OPTIONS[command], str(tmp_path / f"{command}.json"))
         assert want.pop("failed") == []  # the command line was given the readable files only
         assert without_dump_fields(got) == want
+        if command == "underflow":  # the gradient mass lost compared too, and something to compare
+            assert all(k in got["total"] for k in MASS_LOST_KEYS) and got["total"]["mass_flushed_num"] > 0
+            print(f"underflow: the mass lost compared per tensor and in total: {got['total']['mass_flushed_num']} "
+                  f"of {got['total']['mass_nonzero_num']} values flushed, l1_lost {got['total']['l1_lost']:.6g}, "
+                  f"l2sq_lost {got['total']['l2sq_lost']:.6g}, cosine {got['total']['cosine']!r}")
         assert got["skipped_files"] == 3 and got["files"] == len(names) + 3
         print(f"{command}: {len(got['tensors'])} tensors of {len(names)} files, per tensor and total equal to "
               f"`mpsim {command} --json` field for field ({sum(t['numel'] for t in got['tensors'])} values)")
@@ -219,7 +219,7 @@ def test_local_schedulers_give_the_same(tree, cluster_report):
     want = {**reports(cluster_report[0]), **{f"{k}-layer": v for k, v in reports(cluster_report[0], "layer").items()}}
     for scheduler, files_per_task, split_every in [("threads", 1, 2), ("sync", 3, 4)]:
         r = dumps.analyse(root, FORMAT, MODE, scheduler=scheduler, files_per_task=files_per_task,
-                          split_every=split_every, by=("layer",))
+                          split_every=split_every, by=("layer",), mass_log2_scales=(LOG2_SCALE,))
         got = {**reports(r), **{f"{k}-layer": v for k, v in reports(r, "layer").items()}}
         assert got == want
         print(f"scheduler {scheduler}, {files_per_task} file(s) per task, {split_every}-way merges: the reports equal "
@@ -268,7 +268,8 @@ def test_written_reports(tree, cluster_report, tmp_path):
     # Per group: the merged counter's counts, which the group's tensors' counts add up to.
     for row in report.rows(LOG2_SCALE, by="layer,step"):
         members = [r for r in report.rows(LOG2_SCALE) if (r["layer"], r["step"]) == (row["layer"], row["step"])]
-        for key in ("numel", "underflows_num", "overflows_num", "zero_num", "nan_num"):
+        for key in ("numel", "underflows_num", "overflows_num", "zero_num", "nan_num", "mass_nonzero_num",
+                    "mass_flushed_num"):
             assert row[key] == sum(r[key] for r in members), (row, key)
         assert row["cur_amax"] == max(r["cur_amax"] for r in members)
     assert sorted(os.listdir(tmp_path)) == ["u.csv", "u.json"]
@@ -288,6 +289,8 @@ def test_bad_input(tmp_path):
         dumps.analyse(tmp_path, by=()).hist(by="layer")
     with pytest.raises(ValueError, match="twice"):
         dumps.analyse(tmp_path, by=("step,step",))
+    with pytest.raises(ValueError, match=r"mass lost was measured at log2 scales \[0\] only, not at 3"):
+        dumps.analyse(tmp_path, scheduler="sync").underflow(3)
     (tmp_path / "b.npy").write_bytes(b"garbage")
     (tmp_path / "a.npy").unlink()
     r = dumps.analyse(tmp_path, scheduler="sync")

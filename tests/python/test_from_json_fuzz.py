@@ -1,4 +1,4 @@
-"""The Python `from_json` entry points (mpsim.Histogram.from_json, mpsim.UnderflowCounter.from_json) on random
+"""The Python `from_json` entry points (mpsim.Histogram, UnderflowCounter and MassLostCounter .from_json) on random
 inputs, hypothesis-style but seeded and dependency-free: valid states are mutated (bytes flipped, cut, keys
 dropped, values replaced by other JSON types, huge, negative or fractional numbers, long arrays) and every
 mutant must either load or raise ValueError with a message; a crash, a hang or any other exception is a bug.
@@ -30,8 +30,13 @@ def seeds():
     c.add(x)
     sat = mpsim.UnderflowCounter("fp8_e4m3", "rtz")
     sat.add(x * 1e6)
+    m = mpsim.MassLostCounter("fp16", 10)
+    m.add(x)
+    over = mpsim.MassLostCounter("fp8_e4m3", 20, "rtz")
+    over.add(x)
     return {"Histogram": (mpsim.Histogram.from_json, [h.to_json(), mpsim.Histogram().to_json()]),
-            "UnderflowCounter": (mpsim.UnderflowCounter.from_json, [c.to_json(), sat.to_json()])}
+            "UnderflowCounter": (mpsim.UnderflowCounter.from_json, [c.to_json(), sat.to_json()]),
+            "MassLostCounter": (mpsim.MassLostCounter.from_json, [m.to_json(), over.to_json()])}
 
 
 def mutate_value(rng, value, depth=0):
@@ -89,7 +94,7 @@ def mutate_text(rng, text):
     return b.decode("utf-8", errors="replace")
 
 
-@pytest.mark.parametrize("entry", ["Histogram", "UnderflowCounter"])
+@pytest.mark.parametrize("entry", ["Histogram", "UnderflowCounter", "MassLostCounter"])
 def test_from_json_random_inputs(entry):
     from_json, valid = seeds()[entry]
     rng = random.Random(20261128)

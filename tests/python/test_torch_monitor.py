@@ -349,10 +349,105 @@ def test_one_pass_counts_write_the_files_separate_counters_write(tmp_path, monke
 
     one_pass = run(tmp_path / "one_pass")
     monkeypatch.setattr(mt.monitor.SiteCounts, "add",
-                        lambda self, values: [c.add(values) for c in self.counters.values()])
+                        lambda self, values: [c.add(values) for c in [*self.counters.values(),
+                                                                       *(self.mass or {}).values()]])
     separate = run(tmp_path / "separate")
     assert sorted(one_pass) == sorted(separate)
     assert one_pass == separate
     sites = json.loads(one_pass["underflow.json"])["formats"]["fp8_e4m3"]["weight_grad"]["tensors"]
     print(f"one pass vs a counter per format: {len(one_pass)} files identical ({', '.join(sorted(one_pass))}); "
           f"{len(sites)} weight-gradient sites")
+
+
+def numpy_mass(values, fmt):
+    """(non-zero finite, flushed, share of sum |g| flushed, share of sum g^2 flushed, cosine of g and its rounding)
+    from torch's own cast into fmt, in numpy double precision (lib/mpsim/analysis/mass_lost.hpp's definitions)."""
+    g = values.detach().double().flatten()
+    q = g.float().to(TORCH_DTYPE[fmt]).double().numpy()
+    g = g.numpy()
+    nz = np.isfinite(g) & (g != 0)
+    lost = nz & (q == 0)
+    a = np.abs(g[nz])
+    cos = float(np.dot(g[nz], q[nz]) / (np.linalg.norm(g[nz]) * np.linalg.norm(q[nz])))
+    return (int(nz.sum()), int(lost.sum()), float(np.abs(g[lost]).sum() / a.sum()),
+            float((g[lost] ** 2).sum() / (a ** 2).sum()), cos)
+
+
+def test_mass_lost_equals_numpy_per_site_and_for_the_update_direction(tmp_path):
+    # A GradScaler at 2^-10 pushes the gradients down to where fp16 flushes some and fp8_e5m2 many.
+    model = mlp()
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**-10)
+    formats = ["fp16", "fp8_e5m2"]
+    monitor = mt.GradientMonitor(model, formats=formats, every=1, scaler=scaler, out=tmp_path, mass=True)
+    captured = {}
+
+    def capture(i):
+        def hook(module, inputs, out):
+            out.register_hook(lambda g: captured.__setitem__(f"{i}/out_grad", g.clone()))
+        return hook
+
+    for i in (0, 2, 4):
+        model[i].register_forward_hook(capture(i))
+    g = torch.Generator().manual_seed(5)
+    x, y = torch.randn(32, 12, generator=g), torch.randn(32, 3, generator=g)
+    scaler.scale(F.mse_loss(model(x), y)).backward()
+    report = monitor.step()
+    monitor.close()
+    weights = {f"{n.rpartition('.')[0]}/{n.rpartition('.')[2]}_grad": p.grad.clone() for n, p in model.named_parameters()}
+    row = next(csv.DictReader(open(tmp_path / "steps.csv")))
+    underflow = json.loads((tmp_path / "underflow.json").read_text())
+    keys = ("mass_nonzero_num", "mass_flushed_num", "l1_lost", "l2sq_lost", "cosine")
+    compared, worst = 0, 0.0
+
+    def check(got, want, what):
+        nonlocal compared, worst
+        assert (got["mass_nonzero_num"], got["mass_flushed_num"]) == want[:2], what
+        for k, w in zip(keys[2:], want[2:]):
+            err = abs(got[k] - w) / max(abs(w), 1e-300)
+            worst = max(worst, err)
+            assert err < 1e-12, (what, k, got[k], w)
+        compared += 1
+
+    flushed = {}
+    for fmt in formats:
+        act = report["formats"][fmt]["activation_grad"]
+        for site, t in captured.items():
+            want = numpy_mass(t, fmt)
+            check(act["sites"][site], want, f"{fmt} {site}")
+            for k, w in zip(("l1_lost", "l2sq_lost", "cosine"), want[2:]):
+                col = f"{site}:{k}" + ("" if fmt == formats[0] else f"@{fmt}")
+                assert float(row[col]) == act["sites"][site][k], col  # steps.csv holds the same numbers
+            u = next(e for e in underflow["formats"][fmt]["activation_grad"]["tensors"] if e["tensor"] == site)
+            check(u, want, f"underflow.json {fmt} {site}")
+        check(act["total"], numpy_mass(torch.cat([t.flatten() for t in captured.values()]), fmt), f"{fmt} total")
+        # The whole step's update direction: every parameter's gradient as one vector.
+        update = numpy_mass(torch.cat([t.flatten() for t in weights.values()]), fmt)
+        wg = report["formats"][fmt]["weight_grad"]["total"]
+        check(wg, update, f"{fmt} update direction")
+        check(underflow["formats"][fmt]["weight_grad"]["total"], update, f"underflow.json {fmt} weight_grad total")
+        for k, w in zip(("l1_lost", "l2sq_lost", "cosine"), update[2:]):
+            assert float(row[f"{fmt}:w_{k}"]) == wg[k]
+        flushed[fmt] = (wg["mass_flushed_num"], wg["mass_nonzero_num"], wg["l1_lost"], wg["cosine"])
+    print(f"mass lost: {compared} site / total entries equal to numpy over torch's casts (worst relative error "
+          f"{worst:.3g}); update direction (flushed, of, l1_lost, cosine): {flushed}")
+    assert flushed["fp16"][0] > 0 and flushed["fp8_e5m2"][0] > flushed["fp16"][0]
+
+
+def test_mass_formats_default_and_bad_names():
+    """mass=None (the default) measures the first format only, mass=False none; a format outside formats is
+    refused by name."""
+    model = mlp()
+    x, y = torch.randn(8, 12), torch.randn(8, 3)
+    measured = {}
+    for mass in (None, False, True):
+        monitor = mt.GradientMonitor(model, formats=["bf16", "fp8_e4m3"], every=1, mass=mass)
+        F.mse_loss(model(x), y).backward()
+        report = monitor.step()
+        model.zero_grad()
+        monitor.close()
+        measured[mass] = [f for f in ("bf16", "fp8_e4m3")
+                          if "l1_lost" in report["formats"][f]["weight_grad"]["total"]]
+    print(f"formats with the mass lost: {measured}")
+    assert measured == {None: ["bf16"], False: [], True: ["bf16", "fp8_e4m3"]}
+    with pytest.raises(ValueError, match="fp16, not among formats bf16"):
+        mt.GradientMonitor(model, formats=["bf16"], mass=["fp16"])

@@ -96,6 +96,20 @@ MassLost MassLost::from_state(const nlohmann::json& j) {
     m.flushed_sq_ = j.at("flushed_sq").get<double>();
     m.dot_ = j.at("dot").get<double>();
     m.sum_sq_q_ = j.at("sum_sq_q").get<double>();
+    // get<std::uint64_t> wraps a negative integer and get<double> takes any number: a state is checked for
+    // what add() can produce (counts that are non-negative integers, flushed and overflowed among the
+    // counted, sums that are finite and non-negative: <g, q> too, as a rounding keeps the sign or gives 0).
+    for (const char* key : {"nonzero", "flushed", "overflowed"})
+      if (!j.at(key).is_number_unsigned())
+        throw Error(fmt::format("gradient mass state: \"{}\" is {}, not a count", key, j.at(key).dump()));
+    if (m.flushed_ > m.nonzero_ || m.overflowed_ > m.nonzero_)
+      throw Error(fmt::format("gradient mass state: {} flushed and {} overflowed of {} values", m.flushed_,
+                              m.overflowed_, m.nonzero_));
+    for (const char* key : {"sum_abs", "sum_sq", "flushed_abs", "flushed_sq", "dot", "sum_sq_q"}) {
+      const double v = j.at(key).get<double>();
+      if (!std::isfinite(v) || v < 0)
+        throw Error(fmt::format("gradient mass state: \"{}\" is {}, not a finite sum", key, j.at(key).dump()));
+    }
   } catch (const nlohmann::json::exception& e) {
     throw Error(fmt::format("gradient mass state: {}", e.what()));
   }

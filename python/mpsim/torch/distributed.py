@@ -36,9 +36,13 @@ def all_reduce_counts(counts, formats, mode, group=None):
     from .monitor import SiteCounts
 
     keys = sorted((kind, site) for kind, sites in counts.items() for site in sites)
+    # The gradient mass lost (SiteCounts.mass) travels as its counters' states: its sums are doubles, whose
+    # all_reduce SUM would add them in an order the backend picks; gathered, they are added in rank order.
+    mass = {f"{kind}\0{site}": {f: m.to_json() for f, m in counts[kind][site].mass.items()}
+            for kind, site in keys if counts[kind][site].mass is not None}
     gathered = [None] * dist.get_world_size(group)
-    dist.all_gather_object(gathered, keys, group=group)
-    union = sorted({tuple(k) for ks in gathered for k in ks})
+    dist.all_gather_object(gathered, (keys, mass), group=group)
+    union = sorted({tuple(k) for ks, _ in gathered for k in ks})
     for kind, site in union:
         if site not in counts[kind]:
             counts[kind][site] = SiteCounts(formats, mode)
@@ -69,3 +73,10 @@ def all_reduce_counts(counts, formats, mode, group=None):
                 f, mode, merged[i], amax=amax, amin_nonzero=(-neg_amin if neg_amin != -np.inf else 0.0))
             i += 1
         counts[kind][site] = SiteCounts(formats, mode, counters)
+        states = [m[f"{kind}\0{site}"] for _, m in gathered if f"{kind}\0{site}" in m]
+        if states:
+            folded = {f: mpsim.MassLostCounter(f, 0, mode) for f in states[0]}
+            for state in states:
+                for f in folded:
+                    folded[f].merge(mpsim.MassLostCounter.from_json(state[f]))
+            counts[kind][site].mass = folded

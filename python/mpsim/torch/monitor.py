@@ -25,7 +25,10 @@ recommendations are given as absolute log2 loss scales (relative shifts + log2 S
 For each format it reports the share of non-zero finite values that would underflow to zero, become
 subnormal or overflow (mpsim.UnderflowCounter: every power-of-two scale from one pass), the scale window
 with no overflow and the fewest underflows, and the recommended scale (largest 2^k with amax*2^k*margin <=
-max finite); log2 histograms (mpsim.Histogram) per site.
+max finite); log2 histograms (mpsim.Histogram) per site. For activation and weight gradients also
+the gradient mass lost at the current loss scale (mpsim.MassLostCounter: l1_lost, l2sq_lost, cosine), per
+site and in total, in the first format (mass=True: every format; mass=[F, ...]: those); the weight gradients'
+total is that of the whole step's update direction.
 
 Files under `out` (rank 0 only), in the schemas `mpsim train` writes, so the notebooks draw a PyTorch run
 with the simulator's drawing code; written on every `hist_every`-th sampled step (default 10: with
@@ -35,7 +38,9 @@ every=10, steps 1, 101, 201, ...), by flush() and by close():
                           format (fractions of the non-zero finite values), SITE:zero@F ... for the other
                           formats, and per format F the totals F:underflow, F:subnormal, F:overflow,
                           F:recommended_log2_scale, F:window_lo, F:window_hi (activation gradients) and
-                          F:w_underflow, F:w_subnormal, F:w_overflow (weight gradients)
+                          F:w_underflow, F:w_subnormal, F:w_overflow (weight gradients); in the mass formats
+                          SITE:l1_lost, SITE:l2sq_lost, SITE:cosine (@F for the other formats), F:l1_lost,
+                          F:l2sq_lost, F:cosine and F:w_l1_lost, F:w_l2sq_lost, F:w_cosine
   hist/step_NNNNNN.json   schema mpsim-train-hist-1: activation_grad / weight_grad (and activation) per site
   run.json                schema mpsim-train-run-1 (configuration, sites, histogram steps)
   underflow.json          per format and kind, the `mpsim underflow` report of every site over every
@@ -64,6 +69,8 @@ from ._tensors import values_to_count
 
 DEFAULT_FORMATS = ("fp16", "bf16", "fp8_e4m3", "fp8_e5m2")
 KINDS = ("activation_grad", "weight_grad", "activation")
+# The gradient mass lost's columns (lib/mpsim/analysis/mass_lost.hpp; `mpsim underflow` writes the same names).
+MASS_COLUMNS = ("l1_lost", "l2sq_lost", "cosine")
 # The scale windows are searched over loss scales 2^-128 .. 2^128: beyond them the scale itself is not a
 # finite float32 (what GradScaler keeps it in).
 SWEEP_LOG2 = 128
@@ -72,9 +79,10 @@ SWEEP_LOG2 = 128
 class SiteCounts:
     """Everything counted at one site: one underflow counter per format (each also holds the site's log2
     histogram, so no histogram pass is added), all filled by one pass over the values
-    (mpsim.UnderflowCounter.add_many)."""
+    (mpsim.UnderflowCounter.add_many); for each format of `mass` also the gradient mass lost
+    (mpsim.MassLostCounter at the values as counted: a rounding of every value per format)."""
 
-    def __init__(self, formats, mode, counters=None, empty=None):
+    def __init__(self, formats, mode, counters=None, empty=None, mass=()):
         if counters is None:
             # Copies of empty counters (the sum of an empty counter with itself) are about ten times quicker to
             # make than new ones, which first find the format's rounding thresholds.
@@ -83,6 +91,7 @@ class SiteCounts:
         self._counters = counters
         self._all = list(counters.values())
         self._pending = None  # tensors counted on their device, added to the counters when they are read
+        self.mass = {f: mpsim.MassLostCounter(f, 0, mode) for f in mass} if mass else None
 
     @property
     def counters(self):
@@ -105,10 +114,19 @@ class SiteCounts:
             self._pending.add(values)
         else:
             mpsim.UnderflowCounter.add_many(self._all, values)
+        if self.mass is not None:
+            # The rounding runs in C++ on host memory: a tensor on another device is copied over once for all
+            # the formats (the one cost here a step on an accelerator pays per site).
+            host = values if not isinstance(values, torch.Tensor) else values.detach().cpu().contiguous().numpy()
+            for m in self.mass.values():
+                m.add(host)
 
     def merge(self, other):
         for f, c in self.counters.items():
             c.merge(other.counters[f])
+        if self.mass is not None and other.mass is not None:
+            for f, m in self.mass.items():
+                m.merge(other.mass[f])
 
 
 def _atomic_write(path, text):
@@ -199,7 +217,7 @@ class GradientMonitor:
 
     def __init__(self, model, formats=DEFAULT_FORMATS, *, every=10, scaler=None, out=None, activations=False,
                  activation_grads=True, weight_grads=True, modules=None, hist_every=10, mode="rne", margin=2.0,
-                 policy=None, reduce="auto", group=None, emulation=None, counting="auto"):
+                 policy=None, reduce="auto", group=None, emulation=None, counting="auto", mass=None):
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"GradientMonitor: expected a torch.nn.Module, got {type(model).__name__}")
         if isinstance(formats, str):
@@ -219,6 +237,20 @@ class GradientMonitor:
         # "auto": CPU tensors in C++ (the quickest there), others by torch operations on their device
         # (_device_counts.py); "torch": every tensor by torch operations (the device path, on any device).
         self.counting = counting
+        # The gradient mass lost (mpsim.MassLostCounter) of the activation and weight gradients, in the formats
+        # `mass` names: None (the default) the first format only, True every format, False none. Each format
+        # is a rounding of every value: scripts/bench_torch_monitor.py measured all four formats at 4-6 times
+        # the counting's cost per sampled step (docs/torch.md, Cost).
+        if mass is None:
+            self.mass_formats = self.formats[:1]
+        elif mass is True or mass is False:
+            self.mass_formats = self.formats if mass else ()
+        else:
+            self.mass_formats = tuple(mpsim.Format(f).name for f in ((mass,) if isinstance(mass, str) else mass))
+            unknown = [f for f in self.mass_formats if f not in self.formats]
+            if unknown:
+                raise ValueError(f"GradientMonitor: mass={mass!r} names {', '.join(unknown)}, not among formats "
+                                 f"{', '.join(self.formats)}")
         self.model = model
         self.every = int(every)
         self.hist_every = int(hist_every)
@@ -323,7 +355,8 @@ class GradientMonitor:
         values = values_to_count(tensor, f"{kind} {site}", on_device=self.counting == "torch")
         counts = self._counts[kind].get(site)
         if counts is None:
-            counts = self._counts[kind][site] = SiteCounts(self.formats, self.mode, empty=self._empty)
+            counts = self._counts[kind][site] = SiteCounts(self.formats, self.mode, empty=self._empty,
+                                                           mass=self.mass_formats if kind != "activation" else ())
         counts.add(values)
 
     @property
@@ -386,17 +419,24 @@ class GradientMonitor:
                     continue
                 total = None
                 rows = {}
+                # The mass lost over every site, the sites' sums added in sorted site order (fixed bits): for
+                # the weight gradients, that of the whole step's update direction.
+                mass_total = None
                 for site in sorted(sites):
                     c = sites[site].counters[f]
+                    mass = sites[site].mass.get(f) if sites[site].mass is not None else None
                     if kind in detail_kinds:
-                        rows[site] = _stats(c)
+                        rows[site] = _stats(c, mass)
                     if total is None:
                         # A copy (the sum with an empty counter): a new counter would find its format's
                         # thresholds again, about seventy times the cost.
                         total = self._empty[f] + c
                     else:
                         total.merge(c)
-                entry = {"sites": rows, "total": _stats(total)}
+                    if mass is not None:
+                        mass_total = mass + mpsim.MassLostCounter(f, 0, self.mode) if mass_total is None \
+                            else mass_total.merge(mass)
+                entry = {"sites": rows, "total": _stats(total, mass_total)}
                 if kind not in detail_kinds:
                     per_kind[kind] = entry
                     continue
@@ -435,8 +475,8 @@ class GradientMonitor:
             suffix = "" if i == 0 else f"@{f}"
             for site in self._activation_sites:
                 st = act["sites"].get(site) if act else None
-                for key in ("zero", "subnormal", "overflow"):
-                    cols[f"{site}:{key}{suffix}"] = None if st is None else st[key]
+                for key in ("zero", "subnormal", "overflow") + (MASS_COLUMNS if f in self.mass_formats else ()):
+                    cols[f"{site}:{key}{suffix}"] = None if st is None else st.get(key)
         for f in self.formats:
             act = result["formats"][f].get("activation_grad")
             for key, name in (("zero", "underflow"), ("subnormal", "subnormal"), ("overflow", "overflow")):
@@ -445,9 +485,15 @@ class GradientMonitor:
             window = act["window"] if act else None
             cols[f"{f}:window_lo"] = window[0] if window else None
             cols[f"{f}:window_hi"] = window[1] if window else None
+            if f in self.mass_formats:
+                for key in MASS_COLUMNS:
+                    cols[f"{f}:{key}"] = act["total"].get(key) if act else None
             wg = result["formats"][f].get("weight_grad")
             for key, name in (("zero", "w_underflow"), ("subnormal", "w_subnormal"), ("overflow", "w_overflow")):
                 cols[f"{f}:{name}"] = wg["total"][key] if wg else None
+            if f in self.mass_formats:  # the whole step's update direction: every parameter's gradient as one vector
+                for key in MASS_COLUMNS:
+                    cols[f"{f}:w_{key}"] = wg["total"].get(key) if wg else None
         return cols
 
     def _write_step(self, result):
@@ -517,10 +563,22 @@ class GradientMonitor:
         totals = self.merged_totals if self.merged_totals is not None else self.totals
         rep = {"schema": "mpsim-torch-underflow-1", "formats": {}}
         for f in self.formats:
-            rep["formats"][f] = {
-                kind: json.loads(mpsim.underflow_report_json({site: c.counters[f] for site, c in sorted(sites.items())},
-                                                             margin=self.margin, sweep=True))
-                for kind, sites in totals.items() if sites}
+            rep["formats"][f] = {}
+            for kind, sites in totals.items():
+                if not sites:
+                    continue
+                r = json.loads(mpsim.underflow_report_json({site: c.counters[f] for site, c in sorted(sites.items())},
+                                                           margin=self.margin, sweep=True))
+                masses = [c.mass[f] for _, c in sorted(sites.items()) if c.mass is not None and f in c.mass]
+                if len(masses) == len(sites):
+                    # The sites' sums added in the report's order, as `mpsim underflow` adds its tensors' into
+                    # its total (tools/mpsim/underflow.cpp).
+                    total = mpsim.MassLostCounter(f, 0, self.mode)
+                    for t, m in zip(r["tensors"], masses):
+                        t.update(m.stats())
+                        total.merge(m)
+                    r["total"].update(total.stats())
+                rep["formats"][f][kind] = r
         return rep
 
     def all_reduce(self, group=None):
@@ -619,11 +677,14 @@ def best_window(counter, lo, hi):
     return _last_true(lambda k: at(k)[1] > least, lo, k_hi, guess_lo) + 1, k_hi
 
 
-def _stats(counter):
+def _stats(counter, mass=None):
     """UnderflowCounter.underflow(0) (the TE-named statistics), with zero / subnormal / overflow beside: the
-    fractions of the non-zero finite values, from the counts (the simulator's steps.csv columns)."""
+    fractions of the non-zero finite values, from the counts (the simulator's steps.csv columns); with the
+    gradient mass lost (MassLostCounter.stats(): l1_lost, l2sq_lost, cosine and their counts) when given."""
     st = dict(counter.underflow(0))
     nonzero_finite = st["nonzero_finite_num"]
     for key, num in (("zero", "underflows_num"), ("subnormal", "subnormals_num"), ("overflow", "overflows_num")):
         st[key] = st[num] / nonzero_finite if nonzero_finite else 0.0
+    if mass is not None:
+        st.update(mass.stats())
     return st
