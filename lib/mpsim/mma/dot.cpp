@@ -65,9 +65,10 @@ std::uint64_t align_term(std::uint64_t mag, int shift, bool sticky) {
   return kept;
 }
 
-// S * 2^ue rounded to `result_bits` fraction bits within out's exponent range; ±inf beyond it.
 // S * 2^ue rounded to `result_bits` fraction bits within out's exponent range: |value| = R * 2^q, or inf
-// beyond the range; a subnormal result is zero when out_subnormals is false.
+// beyond the range; a subnormal result is zero when out_subnormals is false. Not round_bits: S holds up to 63
+// significant bits (a double would round it first), and result_bits is the unit's internal width (e.g. the 25
+// bits of the fp16 path), which no Format names.
 struct Rounded {
   std::uint64_t R = 0;
   int q = 0;
