@@ -18,17 +18,13 @@
 
 #include "mpsim/error.hpp"
 #include "mpsim/format/block.hpp"
+#include "sanitized.hpp"
 
 using namespace mpsim;
 
 namespace {
 
-// Under AddressSanitizer (-O0) the thread-count test takes fewer modes and thread counts.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
+// Under AddressSanitizer (-O0, tests/sanitized.hpp) the thread-count test takes fewer modes and thread counts.
 
 std::vector<float> sample(std::size_t n, std::uint64_t seed) {
   std::mt19937_64 g(seed);
