@@ -76,6 +76,13 @@ TEST_CASE("reports onto /dev/null, /dev/full, a symlink and a full standard outp
     const auto full_stdout = run_shell(dir, "formats", quote(full_dev));
     CHECK(full_stdout.status == 2);
     CHECK(has(full_stdout.output, "standard output: write failed"));
+    // --help and --version are written by CLI11 before the command runs: the same rule (they exited 0).
+    for (const char* flag : {"--help", "--version", "round --help"}) {
+      const auto help = run_shell(dir, flag, quote(full_dev));
+      std::printf("%s > full device: exit %d: %s", flag, help.status, help.output.c_str());
+      CHECK(help.status == 2);
+      CHECK(has(help.output, "standard output: write failed"));
+    }
   } else {
     WARN("no device node can be made here (root without CAP_MKNOD): devices skipped");
   }

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <iostream>
 #include <string_view>
 #include <system_error>
 
@@ -112,8 +113,14 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    // Usage errors exit with 2 like every other bad input (CLI11 would use 105-ish codes).
+    // Usage errors exit with 2 like every other bad input (CLI11 would use 105-ish codes). --help and
+    // --version print to std::cout and exit 0 only if that text was written (`--help > /dev/full`: 2).
     const int rc = app.exit(e);
+    std::cout.flush();
+    if (!std::cout || std::fflush(stdout) != 0 || std::ferror(stdout)) {
+      fmt::print(stderr, "mpsim: error: standard output: write failed ({})\n", std::strerror(errno ? errno : EIO));
+      return 2;
+    }
     return rc == 0 ? 0 : 2;
   } catch (const mpsim::Error& e) {
     std::fflush(stdout);
