@@ -306,3 +306,94 @@ def test_mass_lost_per_role(spec):
         assert abs(got["0/fprop_x"]["l1_lost"] - want["l1_lost"]) < 1e-14
         assert abs(got["0/fprop_x"]["cosine"] - want["cosine"]) < 1e-14
         assert got["0/fprop_x"]["mass_flushed_num"] == want["mass_flushed_num"]
+
+
+class _RefGemm(torch.autograd.Function):
+    """The reference of one linear GEMM under a recipe, written out: y = q(x) q(w)^T; dx = q(dy) q(w^T)^T,
+    dw = q(dy^T) q(x^T)^T, each operand laid out rows x reduction axis and quantized by `q` (docs/recipes.md)."""
+
+    @staticmethod
+    def forward(ctx, x, w, q, name):
+        ctx.save_for_backward(x, w)
+        ctx.q, ctx.name = q, name
+        return q(x, "fprop_x", name) @ q(w, "fprop_w", name).t()
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w = ctx.saved_tensors
+        q, name = ctx.q, ctx.name
+        dx = q(dy, "dgrad_dy", name) @ q(w.t(), "dgrad_w", name).t()
+        dw = q(dy.t(), "wgrad_dy", name) @ q(x.t(), "wgrad_x", name).t()
+        return dx, dw, None, None
+
+
+def reference_encoder_layer_under_recipe(layer, x, q):
+    """nn.TransformerEncoderLayer (batch_first, post-norm, ReLU, no dropout) as its slow path computes it
+    (torch/nn/modules/transformer.py, F.multi_head_attention_forward): the four linear GEMMs (in_proj,
+    out_proj, linear1, linear2) through _RefGemm with the bias added in fp32 after the product; attention's two
+    products in fp32 (the recipes define no quantization of them: TE and torchao quantize the linear layers)."""
+    attn = layer.self_attn
+    B, T, E = x.shape
+    H = attn.num_heads
+
+    def linear(t, w, b, name):
+        y = _RefGemm.apply(t.reshape(-1, t.shape[-1]), w, q, name)
+        return y.reshape(*t.shape[:-1], w.shape[0]) + b
+
+    xt = x.transpose(0, 1)
+    proj = linear(xt, attn.in_proj_weight, attn.in_proj_bias, "self_attn/in_proj")
+    proj = proj.unflatten(-1, (3, E)).unsqueeze(0).transpose(0, -2).squeeze(-2).contiguous()
+    qh, kh, vh = (t.view(T, B * H, E // H).transpose(0, 1).view(B, H, T, E // H) for t in (proj[0], proj[1], proj[2]))
+    a = nn.functional.scaled_dot_product_attention(qh, kh, vh)
+    a = a.permute(2, 0, 1, 3).contiguous().view(B * T, E)
+    a = linear(a, attn.out_proj.weight, attn.out_proj.bias, "self_attn.out_proj").view(T, B, E).transpose(0, 1)
+    h = layer.norm1(x + a)
+    f = linear(h, layer.linear1.weight, layer.linear1.bias, "linear1")
+    f = linear(torch.relu(f), layer.linear2.weight, layer.linear2.bias, "linear2")
+    return layer.norm2(h + f)
+
+
+@pytest.mark.parametrize("spec", ["fp8-tensorwise-current", "mxfp8", "nvfp4:sr=0"])
+def test_transformer_layer_under_a_recipe_equals_a_hand_unroll(spec):
+    """Item 2 of issue 35: MultiheadAttention's projections (the packed in_proj, out_proj) and the MLP's Linear
+    layers are quantized by role as any Linear; attention's two products (q k^T, p v) run in fp32 with one
+    NotEmulatedWarning naming the module and scaled_dot_product_attention. Output, input gradient and all 12
+    parameter gradients against the unroll, bit for bit, and the same operands quantized."""
+    torch.manual_seed(7)
+    layer = nn.TransformerEncoderLayer(16, 2, 48, dropout=0.0, batch_first=True)
+    gen = torch.Generator().manual_seed(8)
+    x = torch.randn(3, 5, 16, generator=gen)
+    g = torch.randn(3, 5, 16, generator=gen)
+    r = mpsim.Recipe(spec)
+    want_q = {}
+
+    def q(a, role, name):
+        v = torch.from_numpy(r.quantize(np.ascontiguousarray(a.detach().numpy()), role, name)["values"])
+        want_q[f"{name}/{role}"] = want_q.get(f"{name}/{role}", 0) + v.numel()
+        return v
+
+    def run(forward):
+        for p in layer.parameters():
+            p.grad = None
+        xx = x.clone().requires_grad_()
+        y = forward(xx)
+        y.backward(g)
+        return y.detach(), xx.grad, {n: p.grad.clone() for n, p in layer.named_parameters()}
+
+    want_y, want_dx, want_g = run(lambda t: reference_encoder_layer_under_recipe(layer, t, q))
+    e = mt.emulate(layer, recipe=spec)
+    with pytest.warns(mt.NotEmulatedWarning, match=r"self_attn .*scaled_dot_product_attention under a recipe") as w:
+        got_y, got_dx, got_g = run(layer)
+    sdpa_warnings = [str(m.message) for m in w if issubclass(m.category, mt.NotEmulatedWarning)]
+    e.remove()
+    differ = {"output": bits_differ(got_y, want_y), "input gradient": bits_differ(got_dx, want_dx)}
+    differ.update({n: bits_differ(got_g[n], want_g[n]) for n in want_g})
+    counts = {k: v["count"] for k, v in e.stats().items()}
+    print(f"{spec} TransformerEncoderLayer(16, 2, 48): {len(differ)} tensors compared "
+          f"({got_y.numel() + got_dx.numel() + sum(t.numel() for t in got_g.values())} values), "
+          f"{sum(differ.values())} bits differ; {len(counts)} operands quantized; warning: {sdpa_warnings}")
+    assert not any(differ.values()), differ
+    assert counts == want_q and len(counts) == 4 * 6
+    assert len(sdpa_warnings) == 1
+    plain_y = layer(x)
+    assert not torch.equal(plain_y, got_y)

@@ -771,6 +771,10 @@ class Emulation:
         # Callables (LAYER/ROLE, the operand as given, the values the GEMM multiplies) shown every operand a
         # recipe quantizes; not part of the model (a copy has none).
         self.operand_observers = []
+        # Callables (LAYER/ROLE, the operand as quantized (contiguous float32), Recipe.quantize's dict with
+        # "record" added: False in a forward under no_grad) shown every quantization: what GradientMonitor
+        # counts under a recipe (monitor.py, RecipeCounts). Not part of the model either.
+        self.quantize_observers = []
 
     @staticmethod
     def of(module):
@@ -786,6 +790,7 @@ class Emulation:
         state = dict(self.__dict__)
         del state["_mode"], state["_stack"]
         state["operand_observers"] = []
+        state["quantize_observers"] = []
         r = state.pop("_recipe", None)
         # A Recipe is a C++ object: it travels as its spec, delayed scaling's state and the stochastic-rounding
         # counter, which rebuild an equal one.
@@ -893,6 +898,10 @@ class Emulation:
         values = torch.from_numpy(got["values"])
         for observe in self.operand_observers:
             observe(f"{name}/{role}", t, values)
+        if self.quantize_observers:
+            got["record"] = record
+            for observe in self.quantize_observers:
+                observe(key, a, got)
         return values
 
     def _warn_not_emulated(self, op):
