@@ -505,6 +505,18 @@ def _recipe_gemm(emulation, x, w, name):
     return y.reshape(*x.shape[:-1], w.shape[0])
 
 
+def _attention_probs(scores, mask, dropout_p, causal):
+    """Attention's fp32 step between its two products (autocast's fp32 list): the causal and given masks, the
+    softmax over the keys, dropout; scores (..., L, S)."""
+    if causal:
+        keep = torch.ones(scores.size(-2), scores.size(-1), dtype=torch.bool, device=scores.device).tril()
+        scores = scores.masked_fill(keep.logical_not(), float("-inf"))
+    if mask is not None:
+        scores = scores.masked_fill(mask.logical_not(), float("-inf")) if mask.dtype == torch.bool else scores + mask
+    probs = torch.softmax(scores, dim=-1)
+    return F.dropout(probs, dropout_p, training=True) if dropout_p else probs
+
+
 class _RecipeBatchedGemm(torch.autograd.Function):
     """y[g] = q(x[g]) q(w[g])^T for G groups at once (attention's batch x heads), x (G, N, K), w (G, M, K)
     float32: _RecipeGemm's roles, each role's operand being the groups' matrices stacked along the rows (fprop_x:
@@ -570,14 +582,7 @@ def _recipe_sdpa(emulation, q, k, v, mask, dropout_p, causal, scale, prefix):
     record = torch.is_grad_enabled()
     x = (q * scale).reshape(g, L, E)
     scores = _RecipeBatchedGemm.apply(x, k.reshape(g, S, E), emulation, f"{prefix}/qk", record).reshape(*lead, L, S)
-    if causal:
-        keep = torch.ones(L, S, dtype=torch.bool, device=q.device).tril()
-        scores = scores.masked_fill(keep.logical_not(), float("-inf"))
-    if mask is not None:
-        scores = scores.masked_fill(mask.logical_not(), float("-inf")) if mask.dtype == torch.bool else scores + mask
-    probs = torch.softmax(scores, dim=-1)
-    if dropout_p:
-        probs = F.dropout(probs, dropout_p, training=True)
+    probs = _attention_probs(scores, mask, dropout_p, causal)
     vt = v.transpose(-2, -1).reshape(g, Ev, S)
     out = _RecipeBatchedGemm.apply(probs.reshape(g, L, S), vt, emulation, f"{prefix}/pv", record)
     return out.reshape(*lead, L, Ev)
@@ -717,14 +722,7 @@ def _emulated_sdpa(emulation, func, args, kwargs):
     qr = emulation._operand(q * scale, s["q"], s["q_grad"])
     kr = emulation._operand(k, s["k"], s["k_grad"])
     scores = emulation._operand(torch.matmul(qr, kr.transpose(-2, -1)), s["scores"], s["scores_grad"])
-    if causal:
-        keep = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()
-        scores = scores.masked_fill(keep.logical_not(), float("-inf"))
-    if mask is not None:
-        scores = scores.masked_fill(mask.logical_not(), float("-inf")) if mask.dtype == torch.bool else scores + mask
-    probs = torch.softmax(scores, dim=-1)
-    if dropout_p:
-        probs = F.dropout(probs, dropout_p, training=True)
+    probs = _attention_probs(scores, mask, dropout_p, causal)
     pr = emulation._operand(probs, s["probs"], s["probs_grad"])
     vr = emulation._operand(v, s["v"], s["v_grad"])
     return emulation._operand(torch.matmul(pr, vr), s["out"], s["out_grad"])
