@@ -10,10 +10,18 @@ GEMMs (docs/torch.md#recipes).
   * Emulation.mass_lost() per role against numpy's shares and mpsim._core.mass_lost;
   * delayed scaling advances with Emulation.step() and not within a step or under no_grad; a deepcopy continues;
   * the refusals: an unknown recipe (the known ones listed), a bad option, recipe= with a format, a Conv3d, a
-    grouped Conv2d, an LSTM, float64 parameters.
+    grouped Conv2d, an LSTM, float64 parameters;
+  * nn.TransformerEncoderLayer, attention included, against a hand unroll by role, bit for bit;
+  * GradientMonitor under a recipe (below, "the monitor"): its counts per LAYER/ROLE against the scaled operands
+    rounded independently by ml_dtypes.
 
 torchao's own float8 training is compared in test_torch_emulate_recipe_torchao.py."""
 import copy
+import csv
+import json
+import math
+import re
+import warnings
 
 import numpy as np
 import pytest
@@ -306,3 +314,332 @@ def test_mass_lost_per_role(spec):
         assert abs(got["0/fprop_x"]["l1_lost"] - want["l1_lost"]) < 1e-14
         assert abs(got["0/fprop_x"]["cosine"] - want["cosine"]) < 1e-14
         assert got["0/fprop_x"]["mass_flushed_num"] == want["mass_flushed_num"]
+
+
+class _RefGemm(torch.autograd.Function):
+    """The reference of one linear GEMM under a recipe, written out: y = q(x) q(w)^T; dx = q(dy) q(w^T)^T,
+    dw = q(dy^T) q(x^T)^T, each operand laid out rows x reduction axis and quantized by `q` (docs/recipes.md)."""
+
+    @staticmethod
+    def forward(ctx, x, w, q, name):
+        ctx.save_for_backward(x, w)
+        ctx.q, ctx.name = q, name
+        return q(x, "fprop_x", name) @ q(w, "fprop_w", name).t()
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w = ctx.saved_tensors
+        q, name = ctx.q, ctx.name
+        dx = q(dy, "dgrad_dy", name) @ q(w.t(), "dgrad_w", name).t()
+        dw = q(dy.t(), "wgrad_dy", name) @ q(x.t(), "wgrad_x", name).t()
+        return dx, dw, None, None
+
+
+class _RefBatchedGemm(torch.autograd.Function):
+    """Attention's products under a recipe, written out: _RefGemm's roles over G groups, each role's operand the
+    groups' matrices stacked along the rows (x (G, N, K), w (G, M, K); docs/torch.md#recipes)."""
+
+    @staticmethod
+    def forward(ctx, x, w, q, name):
+        ctx.save_for_backward(x, w)
+        ctx.q, ctx.name = q, name
+        g, n, k = x.shape
+        m = w.shape[1]
+        return q(x.reshape(g * n, k), "fprop_x", name).reshape(g, n, k) @ \
+            q(w.reshape(g * m, k), "fprop_w", name).reshape(g, m, k).transpose(1, 2)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w = ctx.saved_tensors
+        q, name = ctx.q, ctx.name
+        g, n, k = x.shape
+        m = w.shape[1]
+        dx = q(dy.reshape(g * n, m), "dgrad_dy", name).reshape(g, n, m) @ \
+            q(w.transpose(1, 2).reshape(g * k, m), "dgrad_w", name).reshape(g, k, m).transpose(1, 2)
+        dw = q(dy.transpose(1, 2).reshape(g * m, n), "wgrad_dy", name).reshape(g, m, n) @ \
+            q(x.transpose(1, 2).reshape(g * k, n), "wgrad_x", name).reshape(g, k, n).transpose(1, 2)
+        return dx, dw, None, None
+
+
+def reference_attention_under_recipe(q, k, v, quant, prefix):
+    """scores = (q / sqrt(E)) k^T and out = softmax(scores) v, each product by role through _RefBatchedGemm."""
+    B, H, L, E = q.shape
+    S = k.shape[2]
+    scores = _RefBatchedGemm.apply((q * (1.0 / math.sqrt(E))).reshape(B * H, L, E), k.reshape(B * H, S, E), quant,
+                                   f"{prefix}/qk")
+    p = torch.softmax(scores, dim=-1)
+    out = _RefBatchedGemm.apply(p, v.transpose(-2, -1).reshape(B * H, E, S), quant, f"{prefix}/pv")
+    return out.reshape(B, H, L, E)
+
+
+def reference_encoder_layer_under_recipe(layer, x, q, attention=True):
+    """nn.TransformerEncoderLayer (batch_first, post-norm, ReLU, no dropout) as its slow path computes it
+    (torch/nn/modules/transformer.py, F.multi_head_attention_forward): the four linear GEMMs (in_proj,
+    out_proj, linear1, linear2) through _RefGemm with the bias added in fp32 after the product; attention's two
+    products through _RefBatchedGemm, or (attention=False) in fp32."""
+    attn = layer.self_attn
+    B, T, E = x.shape
+    H = attn.num_heads
+
+    def linear(t, w, b, name):
+        y = _RefGemm.apply(t.reshape(-1, t.shape[-1]), w, q, name)
+        return y.reshape(*t.shape[:-1], w.shape[0]) + b
+
+    xt = x.transpose(0, 1)
+    proj = linear(xt, attn.in_proj_weight, attn.in_proj_bias, "self_attn/in_proj")
+    proj = proj.unflatten(-1, (3, E)).unsqueeze(0).transpose(0, -2).squeeze(-2).contiguous()
+    qh, kh, vh = (t.view(T, B * H, E // H).transpose(0, 1).view(B, H, T, E // H) for t in (proj[0], proj[1], proj[2]))
+    if attention:
+        a = reference_attention_under_recipe(qh, kh, vh, q, "self_attn/sdpa")
+    else:
+        a = nn.functional.scaled_dot_product_attention(qh, kh, vh)
+    a = a.permute(2, 0, 1, 3).contiguous().view(B * T, E)
+    a = linear(a, attn.out_proj.weight, attn.out_proj.bias, "self_attn.out_proj").view(T, B, E).transpose(0, 1)
+    h = layer.norm1(x + a)
+    f = linear(h, layer.linear1.weight, layer.linear1.bias, "linear1")
+    f = linear(torch.relu(f), layer.linear2.weight, layer.linear2.bias, "linear2")
+    return layer.norm2(h + f)
+
+
+@pytest.mark.parametrize("spec, width, tokens", [("fp8-tensorwise-current", 16, 5), ("mxfp8", 16, 5),
+                                                  ("nvfp4:sr=0", 16, 5), ("nvfp4:sr=0", 32, 16)])
+def test_transformer_layer_under_a_recipe_equals_a_hand_unroll(spec, width, tokens):
+    """Item 2 of issue 35: MultiheadAttention's projections (the packed in_proj, out_proj) and the MLP's Linear
+    layers are quantized by role as any Linear, and so are attention's two products (q k^T as self_attn/sdpa/qk,
+    p v as self_attn/sdpa/pv); nvfp4's 16x16 weight tiles do not fit 5 keys per head, so there attention runs in
+    fp32 with one NotEmulatedWarning naming the module and scaled_dot_product_attention (with 16 keys and heads of
+    16 they fit, and attention is quantized). Output, input gradient and all 12 parameter gradients against the
+    unroll, bit for bit, and the same operands quantized."""
+    torch.manual_seed(7)
+    layer = nn.TransformerEncoderLayer(width, 2, 48, dropout=0.0, batch_first=True)
+    gen = torch.Generator().manual_seed(8)
+    x = torch.randn(3, tokens, width, generator=gen)
+    g = torch.randn(3, tokens, width, generator=gen)
+    r = mpsim.Recipe(spec)
+    attention = not spec.startswith("nvfp4") or tokens % 16 == 0 and width // 2 % 16 == 0
+    want_q = {}
+
+    def q(a, role, name):
+        v = torch.from_numpy(r.quantize(np.ascontiguousarray(a.detach().numpy()), role, name)["values"])
+        want_q[f"{name}/{role}"] = want_q.get(f"{name}/{role}", 0) + v.numel()
+        return v
+
+    def run(forward):
+        for p in layer.parameters():
+            p.grad = None
+        xx = x.clone().requires_grad_()
+        y = forward(xx)
+        y.backward(g)
+        return y.detach(), xx.grad, {n: p.grad.clone() for n, p in layer.named_parameters()}
+
+    want_y, want_dx, want_g = run(lambda t: reference_encoder_layer_under_recipe(layer, t, q, attention))
+    e = mt.emulate(layer, recipe=spec)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        got_y, got_dx, got_g = run(layer)
+    sdpa_warnings = [str(m.message) for m in w if issubclass(m.category, mt.NotEmulatedWarning)]
+    e.remove()
+    differ = {"output": bits_differ(got_y, want_y), "input gradient": bits_differ(got_dx, want_dx)}
+    differ.update({n: bits_differ(got_g[n], want_g[n]) for n in want_g})
+    counts = {k: v["count"] for k, v in e.stats().items()}
+    print(f"{spec} TransformerEncoderLayer({width}, 2, 48), {tokens} tokens: {len(differ)} tensors compared "
+          f"({got_y.numel() + got_dx.numel() + sum(t.numel() for t in got_g.values())} values), "
+          f"{sum(differ.values())} bits differ; {len(counts)} operands quantized "
+          f"({sum(1 for k in counts if '/sdpa/' in k)} of attention's); warnings: {sdpa_warnings}")
+    assert not any(differ.values()), differ
+    assert counts == want_q and len(counts) == (6 if attention else 4) * 6
+    if attention:
+        assert sdpa_warnings == []
+    else:
+        assert len(sdpa_warnings) == 1
+        assert re.search(r"self_attn .*scaled_dot_product_attention under nvfp4 .*16x16", sdpa_warnings[0])
+    plain_y = layer(x)
+    assert not torch.equal(plain_y, got_y)
+
+
+# ---- the monitor under a recipe ----------------------------------------------------------------------------
+# GradientMonitor under emulate(model, recipe=...): per LAYER/ROLE, what the recipe flushed, made subnormal and
+# saturated in its own formats, and the gradient mass it lost (docs/torch.md#recipes), against an independent count.
+#
+# The reference takes each operand the recipe quantized and the scales it chose (Recipe.quantize's "scales",
+# captured by an observer of the test's own), applies the scale with numpy (fp8 recipes: x * scale, torchao's
+# float8_training_tensor.py 153-154; MX: x / 2^k; nvfp4: x / (T * S) in float32, torchao's nvfp4 arithmetic,
+# docs/recipes.md), rounds the scaled operand to the element format with ml_dtypes' casts (round to nearest even,
+# an implementation of its own) and counts: the non-zero finite values, those that became 0, those that became
+# subnormal, those beyond the element's largest finite value. The monitor's integer counts must equal these bit for
+# bit, on the sampled steps only; its l1_lost / l2sq_lost against numpy's shares of the operand and the values the
+# GEMM multiplied.
+
+
+def elements(ml_dtypes):
+    """The element formats per recipe at its default options, (x and w, dy): docs/recipes.md's table (HYBRID: dy in
+    e5m2 for the tensorwise recipes; torchao's rowwise and TE's blockwise and MXFP8 keep e4m3 everywhere)."""
+    E4M3, E5M2 = ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2
+    return {
+        "fp8-none": (E4M3, E5M2),
+        "fp8-tensorwise-current": (E4M3, E5M2),
+        "fp8-tensorwise-delayed": (E4M3, E5M2),
+        "fp8-rowwise": (E4M3, E4M3),
+        "fp8-blockwise": (E4M3, E4M3),
+        "mxfp8": (E4M3, E4M3),
+        "mxfp6_e2m3": (ml_dtypes.float6_e2m3fn, ml_dtypes.float6_e2m3fn),
+        "mxfp4": (ml_dtypes.float4_e2m1fn, ml_dtypes.float4_e2m1fn),
+        "nvfp4": (ml_dtypes.float4_e2m1fn, ml_dtypes.float4_e2m1fn),
+    }
+
+
+# The block length along the reduction axis (and of a 2-D tile's side): docs/recipes.md.
+BLOCK = {"fp8-blockwise": 128, "mxfp8": 32, "mxfp6_e2m3": 32, "mxfp4": 32, "nvfp4": 16}
+# One recipe per scale rule (per tensor from the history, per row, per 1x128 tile / 128x128 block, per MX block,
+# nvfp4's two levels with its Hadamard-transformed wgrad); nvfp4's stochastic rounding has no independent count.
+MONITOR_SPECS = ["fp8-tensorwise-delayed", "fp8-rowwise", "fp8-blockwise", "mxfp6_e2m3", "nvfp4:sr=0"]
+
+
+def monitor_batch(step, n=36):
+    """Inputs spread over 2^-24 .. 2^4 so that every recipe flushes some elements of x and of the gradients."""
+    g = torch.Generator().manual_seed(100 + step)
+    x = torch.randn(n, 48, generator=g) * torch.exp2(torch.empty(n, 48).uniform_(-24, 4, generator=g))
+    return x, torch.randn(n, 24, generator=g)
+
+
+def expand(scales, rows, cols, tile):
+    """The (rows, cols) array of each element's scale from Recipe.quantize's (scale_rows, scale_cols) grid: one
+    per tensor, per row, per 1 x tile block along the row, or per tile x tile square (nvfp4's and blockwise's w)."""
+    sr, sc = scales.shape
+    br = 1 if sr == rows else (rows if sr == 1 else tile)
+    bc = cols if sc == 1 else tile
+    return np.repeat(np.repeat(scales, br, axis=0)[:rows], bc, axis=1)[:, :cols]
+
+
+def independent_counts(ml_dtypes, name, role, operand, got):
+    """(nonzero finite, underflow, subnormal, overflow) of the scaled operand rounded by ml_dtypes."""
+    a = operand.numpy().astype(np.float32)
+    rows, cols = a.shape
+    if got["hadamard"]:  # nvfp4's wgrad operands are quantized after the transform (docs/recipes.md)
+        a = mpsim._core.hadamard16(np.ascontiguousarray(a))
+    s = expand(np.asarray(got["scales"]), rows, cols, BLOCK.get(name, 1)).astype(np.float32)
+    scaled = a * s if name.startswith("fp8") else a / s  # float32 arithmetic, as the C++ (block.cpp 243-265)
+    element = elements(ml_dtypes)[name][1 if role.endswith("_dy") else 0]
+    info = ml_dtypes.finfo(element)
+    finite = np.isfinite(scaled) & (scaled != 0)
+    v = scaled[finite]
+    r = v.astype(element).astype(np.float32)
+    under = int((r == 0).sum())
+    sub = int(((r != 0) & (np.abs(r) < float(info.smallest_normal))).sum())
+    over = int((np.abs(v) > float(info.max)).sum())
+    return int(finite.sum()), under, sub, over
+
+
+@pytest.mark.parametrize("spec", MONITOR_SPECS)
+def test_monitor_counts_equal_the_scaled_operands_rounded_independently(spec, tmp_path):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    name = spec.split(":")[0]
+    model = mlp()
+    e = mt.emulate(model, recipe=spec)
+    monitor = mt.GradientMonitor(model, formats=["fp16"], every=2, emulation=e, out=tmp_path, hist_every=1)
+    captured = []  # (step, LAYER/ROLE, operand, got) of every quantization
+    step = [1]
+    e.quantize_observers.append(lambda site, a, got: captured.append((step[0], site, a.clone(), dict(got))))
+    results = []
+    for k in range(1, 4):  # steps 1 and 3 sampled (every=2)
+        step[0] = k
+        x, t = monitor_batch(k)
+        loss = nn.functional.mse_loss(model(x), t)
+        loss.backward()
+        if k == 1:
+            with torch.no_grad():
+                model(x * 1000)  # an evaluation forward on a sampled step: not a training step's, not counted
+        e.step()
+        results.append(monitor.step(loss))
+        with torch.no_grad():  # SGD written out: torch.optim's first step imports torch._dynamo (seconds)
+            for p in model.parameters():
+                p -= 0.01 * p.grad
+                p.grad = None
+    monitor.close()
+    assert results[1] is None and results[0]["recipe"]["spec"] == e.recipe.spec
+
+    want = {}  # (step, site) -> counts
+    for k, site, a, got in captured:
+        if not got["record"] or k == 2:
+            continue
+        role = site.rpartition("/")[2]
+        c = independent_counts(ml_dtypes, name, role, a, got)
+        old = want.get((k, site), (0, 0, 0, 0))
+        want[(k, site)] = tuple(u + v for u, v in zip(old, c))
+    keys = ("nonzero_finite_num", "underflows_num", "subnormals_num", "overflows_num")
+    mismatches, compared, flushed, saturated = [], 0, 0, 0
+    for (k, site), c in sorted(want.items()):
+        st = results[0 if k == 1 else 2]["recipe"]["sites"][site]
+        got = tuple(st[key] for key in keys)
+        compared += c[0]
+        flushed += c[1]
+        saturated += c[3]
+        if got != c:
+            mismatches.append((k, site, got, c))
+    sites = sorted({s for _, s in want})
+    print(f"{spec}: {len(sites)} operands x 2 sampled steps, {compared} non-zero values; flushed {flushed}, "
+          f"saturated {saturated}; "
+          f"{len(mismatches)} mismatches {mismatches[:3]}")
+    assert not mismatches and flushed > 0
+    assert sorted(results[0]["recipe"]["sites"]) == sites
+
+    # The mass lost of the run totals against numpy's shares over both sampled steps.
+    report = json.loads((tmp_path / "underflow.json").read_text())["recipe"]
+    worst = 0.0
+    for site in sites:
+        calls = [(a.numpy().astype(np.float64).ravel(), got["values"].astype(np.float64).ravel())
+                 for k, s, a, got in captured if s == site and k != 2 and got["record"]]
+        st = report["sites"][site]
+        if not captured_quantized(captured, site):
+            assert "l1_lost" not in st
+            continue
+        g = np.concatenate([c[0] for c in calls])
+        q = np.concatenate([c[1] for c in calls])
+        nz = np.isfinite(g) & (g != 0)
+        lost = nz & (q == 0)
+        l1 = np.abs(g[lost]).sum() / np.abs(g[nz]).sum()
+        l2 = (g[lost] ** 2).sum() / (g[nz] ** 2).sum()
+        worst = max(worst, abs(l1 - st["l1_lost"]), abs(l2 - st["l2sq_lost"]))
+        assert st["mass_flushed_num"] == int(lost.sum()) and st["mass_nonzero_num"] == int(nz.sum())
+        assert st["underflows_num"] == sum(want[(k, site)][1] for k in (1, 3))
+    print(f"{spec}: mass lost of {len(sites)} operands over the run, worst difference to numpy {worst:.3g}; "
+          f"total l1_lost {report['total'].get('l1_lost')}, gradients' {report['dy_total'].get('l1_lost')}")
+    assert worst < 1e-12
+
+    # steps.csv: the per-operand shares and the totals of each sampled step, as step() returned them.
+    rows = list(csv.DictReader(open(tmp_path / "steps.csv")))
+    assert [r["step"] for r in rows] == ["1", "3"]
+    for row, res in zip(rows, (results[0], results[2])):
+        rec = res["recipe"]
+        for site in sites:
+            assert float(row[f"{site}:zero@recipe"]) == rec["sites"][site]["zero"]
+        assert float(row["recipe:underflow"]) == rec["total"]["zero"]
+        assert float(row["recipe:dy_underflow"]) == rec["dy_total"]["zero"]
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert run["config"]["recipe"] == e.recipe.spec
+
+
+def captured_quantized(captured, site):
+    return any(s == site and got["quantized"] and not got["hadamard"] for _, s, _, got in captured)
+
+
+def test_monitor_totals_and_remove():
+    """The total is the sum of the operands' counts (sorted order), dy_total that of dgrad_dy and wgrad_dy; after
+    remove() the emulation has no observer of the monitor's and nothing more is counted."""
+    model = mlp()
+    e = mt.emulate(model, recipe="mxfp4")
+    monitor = mt.GradientMonitor(model, formats=["fp8_e5m2"], every=1, emulation=e)
+    x, t = monitor_batch(1)
+    nn.functional.mse_loss(model(x), t).backward()
+    res = monitor.step()["recipe"]
+    sites = res["sites"]
+    for total, pick in (("total", lambda s: True), ("dy_total", lambda s: s.endswith("_dy"))):
+        for key in ("count", "nonzero_finite_num", "underflows_num", "subnormals_num", "overflows_num"):
+            assert res[total][key] == sum(st[key] for s, st in sites.items() if pick(s))
+    print(f"mxfp4: {len(sites)} operands, total underflow {res['total']['underflows_num']} of "
+          f"{res['total']['nonzero_finite_num']}, gradients' {res['dy_total']['underflows_num']}")
+    assert len(e.quantize_observers) == 1
+    monitor.remove()
+    assert e.quantize_observers == []
+    nn.functional.mse_loss(model(x), t).backward()
+    assert monitor._recipe_counts == {}

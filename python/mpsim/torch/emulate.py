@@ -505,12 +505,95 @@ def _recipe_gemm(emulation, x, w, name):
     return y.reshape(*x.shape[:-1], w.shape[0])
 
 
+def _attention_probs(scores, mask, dropout_p, causal):
+    """Attention's fp32 step between its two products (autocast's fp32 list): the causal and given masks, the
+    softmax over the keys, dropout; scores (..., L, S)."""
+    if causal:
+        keep = torch.ones(scores.size(-2), scores.size(-1), dtype=torch.bool, device=scores.device).tril()
+        scores = scores.masked_fill(keep.logical_not(), float("-inf"))
+    if mask is not None:
+        scores = scores.masked_fill(mask.logical_not(), float("-inf")) if mask.dtype == torch.bool else scores + mask
+    probs = torch.softmax(scores, dim=-1)
+    return F.dropout(probs, dropout_p, training=True) if dropout_p else probs
+
+
+class _RecipeBatchedGemm(torch.autograd.Function):
+    """y[g] = q(x[g]) q(w[g])^T for G groups at once (attention's batch x heads), x (G, N, K), w (G, M, K)
+    float32: _RecipeGemm's roles, each role's operand being the groups' matrices stacked along the rows (fprop_x:
+    x as (G N, K), fprop_w: w as (G M, K); dgrad_dy: dy as (G N, M), dgrad_w: the w^T as (G K, M); wgrad_dy: the
+    dy^T as (G M, N), wgrad_x: the x^T as (G K, N)), so that a per-tensor scale is one scale for the whole tensor
+    (Transformer Engine's FP8 attention keeps one scale per tensor for q, k, v and the softmax output) and a
+    row's or a 1-D block's scale stays within its group. The products are torch's fp32 batched products."""
+
+    @staticmethod
+    def forward(ctx, x, w, emulation, name, record):
+        ctx.emulation, ctx.name = emulation, name
+        ctx.save_for_backward(x, w)
+        g, n, k = x.shape
+        m = w.shape[1]
+        qx = emulation._quantize(x.reshape(g * n, k), "fprop_x", name, record).reshape(g, n, k)
+        qw = emulation._quantize(w.reshape(g * m, k), "fprop_w", name, record).reshape(g, m, k)
+        return torch.matmul(qx, qw.transpose(1, 2))
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w = ctx.saved_tensors
+        e, name = ctx.emulation, ctx.name
+        g, n, k = x.shape
+        m = w.shape[1]
+        dx = dw = None
+        if ctx.needs_input_grad[0]:
+            qdy = e._quantize(dy.reshape(g * n, m), "dgrad_dy", name).reshape(g, n, m)
+            qwt = e._quantize(w.transpose(1, 2).reshape(g * k, m), "dgrad_w", name).reshape(g, k, m)
+            dx = torch.matmul(qdy, qwt.transpose(1, 2))
+        if ctx.needs_input_grad[1]:
+            qdyt = e._quantize(dy.transpose(1, 2).reshape(g * m, n), "wgrad_dy", name).reshape(g, m, n)
+            qxt = e._quantize(x.transpose(1, 2).reshape(g * k, n), "wgrad_x", name).reshape(g, k, n)
+            dw = torch.matmul(qdyt, qxt.transpose(1, 2))
+        return dx, dw, None, None, None
+
+
+def _recipe_2d_tile(recipe):
+    """The side of the square tiles a recipe scales its weight operands by (fp8-blockwise's block, nvfp4's 16 with
+    2d=1), None for the recipes without them (docs/recipes.md)."""
+    opts = dict(kv.split("=", 1) for kv in recipe.spec.partition(":")[2].split(",") if "=" in kv)
+    if recipe.name == "fp8-blockwise":
+        return int(opts.get("block", 128))
+    if recipe.name == "nvfp4" and opts.get("2d", "1") == "1":
+        return 16  # lib/mpsim/recipe/recipe.cpp, kTile2d
+    return None
+
+
+def _recipe_sdpa(emulation, q, k, v, mask, dropout_p, causal, scale, prefix):
+    """Attention's two products under a recipe, as GEMMs by role (_RecipeBatchedGemm): scores = (q * scale) k^T
+    (layer PREFIX/qk: x = q * scale, w = k) and out = p v (layer PREFIX/pv: x = the softmax's output p, w = v^T),
+    the mask, the softmax and dropout in fp32 between them, as _emulated_sdpa places them. Returns None where the
+    recipe's 2-D weight tiles would straddle two heads' rows (their rows per head not a multiple of the tile)."""
+    lead = q.shape[:-2]
+    g = math.prod(lead)
+    L, E, S, Ev = q.size(-2), q.size(-1), k.size(-2), v.size(-1)
+    tile = _recipe_2d_tile(emulation._recipe)
+    if tile is not None and any(rows % tile for rows in (S, E, Ev)):
+        return None
+    for t in (q, k, v):
+        if t.dtype != torch.float32:
+            raise mpsim.UnsupportedDtypeError(f"emulate(recipe={emulation._recipe.spec!r}): {prefix}: attention's "
+                                              f"operand is {t.dtype}; a recipe quantizes float32 operands")
+    record = torch.is_grad_enabled()
+    x = (q * scale).reshape(g, L, E)
+    scores = _RecipeBatchedGemm.apply(x, k.reshape(g, S, E), emulation, f"{prefix}/qk", record).reshape(*lead, L, S)
+    probs = _attention_probs(scores, mask, dropout_p, causal)
+    vt = v.transpose(-2, -1).reshape(g, Ev, S)
+    out = _RecipeBatchedGemm.apply(probs.reshape(g, L, S), vt, emulation, f"{prefix}/pv", record)
+    return out.reshape(*lead, L, Ev)
+
+
 def _recipe_product(emulation, func, args, kwargs, label, vals, a_at, b_at, bias_at):
     """A product under a scaling recipe (emulate(recipe=...)): F.linear, matmul / mm / addmm with a 2-D second
     operand, or a 2-D parameter times a 2-D activation, as _RecipeGemm; the bias is added in fp32 after the
     product, as torchao's Float8Linear adds it (torchao/float8/float8_linear.py); conv1d / conv2d as the GEMM of
-    their im2col (_recipe_conv). Products of more than two dimensions on both sides (bmm, attention) are not
-    quantized by TE's or torchao's recipes either: they run in fp32 with a NotEmulatedWarning."""
+    their im2col (_recipe_conv). Batched products of more than two dimensions on both sides (bmm, baddbmm, 3-D
+    matmul) run in fp32 with a NotEmulatedWarning; attention's two products are quantized by _recipe_sdpa."""
     a, b = vals[a_at], vals[b_at]
     bias = vals[bias_at] if bias_at is not None else None
     if kwargs.get("alpha", 1) != 1 or kwargs.get("beta", 1) != 1:
@@ -617,30 +700,29 @@ def _emulated_sdpa(emulation, func, args, kwargs):
         args, kwargs, ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa"))
     if not all(isinstance(t, torch.Tensor) and t.is_floating_point() for t in (q, k, v)):
         return func(*args, **kwargs)
-    if emulation._recipe is not None:
-        # TE and torchao quantize the linear layers' GEMMs, not attention's two products (TE's DotProductAttention
-        # runs them in the model's dtype unless told otherwise): under a recipe they stay fp32, named once.
-        emulation._warn_not_emulated("scaled_dot_product_attention under a recipe")
-        return func(*args, **kwargs)
     prefix = emulation._activation_prefix("sdpa")
     if prefix is None:
         return func(*args, **kwargs)
-    s = emulation._sites_for(prefix, _SDPA_SITES)
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
     if gqa:  # grouped-query attention: each key / value head serves q.size(-3) // k.size(-3) query heads
         k = k.repeat_interleave(q.size(-3) // k.size(-3), -3)
         v = v.repeat_interleave(q.size(-3) // v.size(-3), -3)
+    if emulation._recipe is not None:
+        # Both products quantized by role as a Linear's GEMM (docs/torch.md#recipes); where the recipe's 2-D weight
+        # tiles do not fit the heads, they stay fp32, named once.
+        out = _recipe_sdpa(emulation, q, k, v, mask, dropout_p, causal, scale, prefix)
+        if out is None:
+            emulation._warn_not_emulated(f"scaled_dot_product_attention under {emulation._recipe.name} (its "
+                                         f"{_recipe_2d_tile(emulation._recipe)}x{_recipe_2d_tile(emulation._recipe)} "
+                                         f"weight tiles do not divide {k.size(-2)} keys, head size {q.size(-1)} "
+                                         f"into whole tiles per head)")
+            return func(*args, **kwargs)
+        return out
+    s = emulation._sites_for(prefix, _SDPA_SITES)
     qr = emulation._operand(q * scale, s["q"], s["q_grad"])
     kr = emulation._operand(k, s["k"], s["k_grad"])
     scores = emulation._operand(torch.matmul(qr, kr.transpose(-2, -1)), s["scores"], s["scores_grad"])
-    if causal:
-        keep = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()
-        scores = scores.masked_fill(keep.logical_not(), float("-inf"))
-    if mask is not None:
-        scores = scores.masked_fill(mask.logical_not(), float("-inf")) if mask.dtype == torch.bool else scores + mask
-    probs = torch.softmax(scores, dim=-1)
-    if dropout_p:
-        probs = F.dropout(probs, dropout_p, training=True)
+    probs = _attention_probs(scores, mask, dropout_p, causal)
     pr = emulation._operand(probs, s["probs"], s["probs_grad"])
     vr = emulation._operand(v, s["v"], s["v_grad"])
     return emulation._operand(torch.matmul(pr, vr), s["out"], s["out_grad"])
@@ -771,6 +853,10 @@ class Emulation:
         # Callables (LAYER/ROLE, the operand as given, the values the GEMM multiplies) shown every operand a
         # recipe quantizes; not part of the model (a copy has none).
         self.operand_observers = []
+        # Callables (LAYER/ROLE, the operand as quantized (contiguous float32), Recipe.quantize's dict with
+        # "record" added: False in a forward under no_grad) shown every quantization: what GradientMonitor
+        # counts under a recipe (monitor.py, RecipeCounts). Not part of the model either.
+        self.quantize_observers = []
 
     @staticmethod
     def of(module):
@@ -786,6 +872,7 @@ class Emulation:
         state = dict(self.__dict__)
         del state["_mode"], state["_stack"]
         state["operand_observers"] = []
+        state["quantize_observers"] = []
         r = state.pop("_recipe", None)
         # A Recipe is a C++ object: it travels as its spec, delayed scaling's state and the stochastic-rounding
         # counter, which rebuild an equal one.
@@ -893,6 +980,10 @@ class Emulation:
         values = torch.from_numpy(got["values"])
         for observe in self.operand_observers:
             observe(f"{name}/{role}", t, values)
+        if self.quantize_observers:
+            got["record"] = record
+            for observe in self.quantize_observers:
+                observe(key, a, got)
         return values
 
     def _warn_not_emulated(self, op):
@@ -1033,7 +1124,8 @@ def emulate(model, format=None, mode=None, *, grad_format=None, grad_mode=None, 
     with proj_size > 0 is refused (ValueError).
 
     recipe (a name of mpsim.recipe_names() with its options, "mxfp8:scaling_mode=rceil", or an mpsim.Recipe)
-    quantizes every linear and convolution GEMM's operands by role instead (fprop x and w, dgrad dy and w, wgrad dy and x; fp32
+    quantizes every linear and convolution GEMM's operands, and attention's two products, by role instead (fprop x
+    and w, dgrad dy and w, wgrad dy and x; fp32
     products, outputs and gradients kept in fp32; docs/torch.md#recipes); it sets every operand's format, so
     format, mode, grad_format, grad_mode and weights=False are refused with it. Emulation.step() closes a
     training step (delayed scaling). Conv1d / Conv2d run as their im2col GEMM; other convolutions and the

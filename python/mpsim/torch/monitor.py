@@ -30,6 +30,11 @@ the gradient mass lost at the current loss scale (mpsim.MassLostCounter: l1_lost
 site and in total, in the first format (mass=True: every format; mass=[F, ...]: those); the weight gradients'
 total is that of the whole step's update direction.
 
+Under a scaling recipe (emulation=emulate(model, recipe=...)) it also counts, per LAYER/ROLE, what the recipe
+did to each GEMM operand in its own formats (Recipe.quantize's counts: flushed, subnormal, saturated after the
+scale) and the mass lost between the operand and the values the GEMM multiplied (RecipeCounts): step()'s
+"recipe", steps.csv's SITE:KEY@recipe and recipe:* columns, underflow.json's "recipe".
+
 Files under `out` (rank 0 only), in the schemas `mpsim train` writes, so the notebooks draw a PyTorch run
 with the simulator's drawing code; written on every `hist_every`-th sampled step (default 10: with
 every=10, steps 1, 101, 201, ...), by flush() and by close():
@@ -74,6 +79,74 @@ MASS_COLUMNS = ("l1_lost", "l2sq_lost", "cosine")
 # The scale windows are searched over loss scales 2^-128 .. 2^128: beyond them the scale itself is not a
 # finite float32 (what GradScaler keeps it in).
 SWEEP_LOG2 = 128
+# Recipe.quantize's integer stats (the bulk engine's Stats, lib/mpsim/format/bulk.hpp; for MX and nvfp4 made
+# from BlockStats), summed per LAYER/ROLE under emulate(recipe=...).
+RECIPE_COUNT_KEYS = ("count", "zero_in", "nan", "inf_in", "exact", "rounded", "underflow", "subnormal", "overflow_num")
+# The gradient operands of a layer's GEMMs (docs/recipes.md): the recipe's dy, the totals' "dy_" columns.
+RECIPE_GRAD_ROLES = ("dgrad_dy", "wgrad_dy")
+
+
+def _mass_merge(a, b):
+    """The sum of two MassLost states (the JSON text mpsim._core.mass_lost_add returns; None: empty), field by
+    field as MassLost::operator+= adds them (lib/mpsim/analysis/mass_lost.cpp lines 55-66): integers exactly,
+    the sums as IEEE doubles, which Python's floats are, and the JSON text carries them exactly both ways."""
+    if a is None or b is None:
+        return a if b is None else b
+    x, y = json.loads(a), json.loads(b)
+    return json.dumps({k: x[k] + y[k] for k in x})
+
+
+class RecipeCounts:
+    """What a scaling recipe did to one GEMM operand (LAYER/ROLE) over the quantizations counted, in the recipe's
+    own formats: the sums of Recipe.quantize's integer stats (each element after its scale, rounded to the
+    element format: e4m3 / e5m2, the MX element, nvfp4's e2m1), so `underflow` is what the recipe flushed to
+    zero; and the gradient mass lost between the operand and the values the GEMM multiplied (the state of
+    mpsim._core.mass_lost_add, as Emulation.mass_lost() measures it; None while nothing was quantized element
+    by element: nvfp4's Hadamard-transformed wgrad operands, fp8-rowwise-gw-hp's unquantized wgrad)."""
+
+    def __init__(self):
+        self.counts = dict.fromkeys(RECIPE_COUNT_KEYS, 0)
+        self.mass = None
+
+    def add(self, operand, got):
+        """operand: the float32 tensor quantized; got: Recipe.quantize's dict for it."""
+        st = got["stats"]
+        for k in RECIPE_COUNT_KEYS:
+            self.counts[k] += st.get(k, 0)
+        if got["quantized"] and not got["hadamard"]:
+            self.mass = mpsim._core.mass_lost_add(self.mass, operand.numpy(), got["values"])
+
+    def merge(self, other):
+        for k in RECIPE_COUNT_KEYS:
+            self.counts[k] += other.counts[k]
+        self.mass = _mass_merge(self.mass, other.mass)
+        return self
+
+    def stats(self):
+        """The counts under the monitor's names (nonzero_finite_num, underflows_num, subnormals_num,
+        overflows_num), the shares zero / subnormal / overflow of the non-zero finite values, and the mass lost's
+        l1_lost, l2sq_lost, cosine, mass_nonzero_num, mass_flushed_num when measured."""
+        c = self.counts
+        nonzero = c["exact"] + c["rounded"]
+        st = {"count": c["count"], "nonzero_finite_num": nonzero, "underflows_num": c["underflow"],
+              "subnormals_num": c["subnormal"], "overflows_num": c["overflow_num"]}
+        for key, num in (("zero", "underflow"), ("subnormal", "subnormal"), ("overflow", "overflow_num")):
+            st[key] = c[num] / nonzero if nonzero else 0.0
+        if self.mass is not None:
+            st.update(mpsim._core.mass_lost_report(self.mass))
+        return st
+
+
+def _recipe_summary(spec, counts):
+    """{"spec", "sites": {LAYER/ROLE: stats}, "total": stats, "dy_total": stats}: per operand, over every operand
+    and over the gradient operands (dgrad_dy, wgrad_dy), the sums taken in sorted site order (fixed bits)."""
+    total, dy = RecipeCounts(), RecipeCounts()
+    for site in sorted(counts):
+        total.merge(counts[site])
+        if site.rpartition("/")[2] in RECIPE_GRAD_ROLES:
+            dy.merge(counts[site])
+    return {"spec": spec, "sites": {site: counts[site].stats() for site in sorted(counts)},
+            "total": total.stats(), "dy_total": dy.stats()}
 
 
 class SiteCounts:
@@ -169,6 +242,20 @@ def _site_observer(ref):
     return observe
 
 
+def _recipe_observer(ref):
+    """(LAYER/ROLE, operand, Recipe.quantize's dict) -> counted by the monitor behind ref on its sampled steps;
+    an evaluation forward under no_grad (record False) is not a training step's and is left out."""
+    def observe(site, operand, got):
+        mon = ref()
+        if mon is not None and mon._sampling and got.get("record", True):
+            counts = mon._recipe_counts.get(site)
+            if counts is None:
+                counts = mon._recipe_counts[site] = RecipeCounts()
+            counts.add(operand, got)
+    observe.monitor = ref
+    return observe
+
+
 def _grad_hook(ref, site):
     observe = _site_observer(ref)
     return lambda grad: observe(site, grad)
@@ -258,7 +345,11 @@ class GradientMonitor:
         self.out = Path(out) if out is not None else None
         self.mode = mode
         self.margin = float(margin)
-        self.policy = policy or ("pytorch, emulated (mpsim.torch.emulate)" if emulation else "pytorch")
+        recipe = emulation.recipe if emulation is not None else None
+        # The scaling recipe's spec under emulate(recipe=...): its quantized operands are counted per LAYER/ROLE.
+        self.recipe = recipe.spec if recipe is not None else None
+        self.policy = policy or (f"pytorch, emulated (mpsim.torch.emulate, recipe {self.recipe})" if recipe is not None
+                                 else "pytorch, emulated (mpsim.torch.emulate)" if emulation else "pytorch")
         self.reduce = reduce
         self.group = group
         self.step_number = 1
@@ -277,6 +368,10 @@ class GradientMonitor:
         self._observed_sites = []  # emulation sites this monitor observes
         self._ref = weakref.ref(self)
         self._activation_sites = []  # as seen, sorted (a module with several outputs: SITE/out.I_grad)
+        self._recipe_counts = {}     # LAYER/ROLE -> RecipeCounts of this step (under a recipe)
+        self.recipe_totals = {}      # LAYER/ROLE -> RecipeCounts of every sampled step so far
+        self._recipe_sites = []      # as seen, sorted
+        self._recipe_emulation = None
 
         if modules is None:  # leaf modules with parameters of their own: the layers
             modules = [(n, m) for n, m in model.named_modules()
@@ -295,6 +390,11 @@ class GradientMonitor:
             # below would see the out_grad values once more.
             emulated = {id(m) for m in emulation.modules}
             ref = self._ref
+            if recipe is not None:
+                # The recipe's operands as it quantized them, on sampled steps (RecipeCounts): counted in C++ by
+                # the quantization itself, so a sampled step adds only the mass lost's pass over each operand.
+                emulation.quantize_observers.append(_recipe_observer(ref))
+                self._recipe_emulation = emulation
             for site in emulation.sites.values():
                 if activation_grads and site.kind == "activation_grad":
                     site.observers.append(_site_observer(ref))
@@ -389,10 +489,19 @@ class GradientMonitor:
                         self.totals[kind][site] = counts
             if self.reduce == "never":
                 self.merged_totals = None  # stale: all_reduce() again for the merge of every rank
+            if self.recipe is not None:
+                # This rank's: the recipe counts are not merged over ranks (docs/torch.md#recipes).
+                result["recipe"] = _recipe_summary(self.recipe, self._recipe_counts)
+                for site, counts in self._recipe_counts.items():
+                    if site in self.recipe_totals:
+                        self.recipe_totals[site].merge(counts)
+                    else:
+                        self.recipe_totals[site] = counts
             self.last = result
             if self.out is not None and _dist.rank(self.group) == 0:
                 self._write_step(result)
         self._counts = {k: {} for k in KINDS}
+        self._recipe_counts = {}
         self._scale = None
         self._grad_norms = {}
         self.step_number += 1
@@ -494,6 +603,19 @@ class GradientMonitor:
             if f in self.mass_formats:  # the whole step's update direction: every parameter's gradient as one vector
                 for key in MASS_COLUMNS:
                     cols[f"{f}:w_{key}"] = wg["total"].get(key) if wg else None
+        rec = result.get("recipe")
+        if rec is not None:
+            # The recipe's operands, in its formats: SITE:KEY@recipe per LAYER/ROLE, then the totals over every
+            # operand (recipe:underflow, ...) and over the gradient operands (recipe:dy_underflow, ...).
+            self._recipe_sites = sorted(set(self._recipe_sites) | set(rec["sites"]))
+            keys = ("zero", "subnormal", "overflow") + MASS_COLUMNS
+            for site in self._recipe_sites:
+                st = rec["sites"].get(site)
+                for key in keys:
+                    cols[f"{site}:{key}@recipe"] = None if st is None else st.get(key)
+            for prefix, st in (("", rec["total"]), ("dy_", rec["dy_total"])):
+                for key, name in zip(keys, ("underflow", "subnormal", "overflow") + MASS_COLUMNS):
+                    cols[f"recipe:{prefix}{name}"] = st.get(key)
         return cols
 
     def _write_step(self, result):
@@ -550,7 +672,7 @@ class GradientMonitor:
         run = {"schema": "mpsim-train-run-1", "mpsim_version": getattr(mpsim, "__version__", ""),
                "config": {"model": type(self.model).__name__, "policy": self.policy, "formats": list(self.formats),
                           "mode": self.mode, "every": self.every, "hist_every": self.hist_every,
-                          "margin": self.margin, "source": "mpsim.torch.GradientMonitor"},
+                          "margin": self.margin, "recipe": self.recipe, "source": "mpsim.torch.GradientMonitor"},
                "activation_grad_sites": self._activation_sites, "histogram_steps": self._hist_steps,
                "steps_seen": self.step_number, "files": {"steps": "steps.csv", "histograms": "hist/step_NNNNNN.json",
                                                          "underflow": "underflow.json"}}
@@ -579,6 +701,8 @@ class GradientMonitor:
                         total.merge(m)
                     r["total"].update(total.stats())
                 rep["formats"][f][kind] = r
+        if self.recipe is not None:
+            rep["recipe"] = _recipe_summary(self.recipe, self.recipe_totals)
         return rep
 
     def all_reduce(self, group=None):
@@ -605,6 +729,10 @@ class GradientMonitor:
         for site in self._observed_sites:
             site.observers[:] = [o for o in site.observers if getattr(o, "monitor", None) is not self._ref]
         self._observed_sites = []
+        if self._recipe_emulation is not None:
+            obs = self._recipe_emulation.quantize_observers
+            obs[:] = [o for o in obs if getattr(o, "monitor", None) is not self._ref]
+            self._recipe_emulation = None
 
     def close(self):
         """Removes the hooks and writes underflow.json, steps.csv and run.json (rank 0)."""
