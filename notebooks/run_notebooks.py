@@ -27,6 +27,7 @@ EXPECTED = {
     "04_underflow": ["04_underflow_ssd", "04_underflow_lstm", "04_block_scaling"],
     "05_rounding": ["05_rounding_error", "05_swallowed_updates"],
     "06_pytorch": ["06_pytorch_histogram", "06_pytorch_underflow"],
+    "07_matrix_units": ["07_accumulation_error"],
 }
 
 
