@@ -243,6 +243,24 @@ double dot_split(const MatrixUnit& u, const Operand* a, const Operand* b, std::s
 // An element of A or B; a value outside the input format is refused (the callers that take arbitrary values,
 // `mpsim gemm` and mpsim.matmul, round them first with round_to_format).
 Operand split_input(const MatrixUnit& u, double x) {
+  // A value of the format held as a normal double (every one, but for subnormals read as zero): its fields read
+  // from the bits, what split() computes with frexp and ldexp (the decoding of gemm's A at every call).
+  const auto bits = std::bit_cast<std::uint64_t>(x);
+  const int be = static_cast<int>((bits >> 52) & 0x7ff);
+  const int e2 = be - 1023;
+  if (be != 0 && be != 0x7ff && (e2 >= u.input.emin || u.input_subnormals)) {
+    const std::uint64_t sig = (bits & ((std::uint64_t{1} << 52) - 1)) | (std::uint64_t{1} << 52);
+    const int e = std::max(e2, u.input.emin);
+    const int drop = 52 - u.input.man_bits + (e - e2);  // bits below the format's last one: zero if x is a value
+    if (drop < 53 && (sig & ((std::uint64_t{1} << drop) - 1)) == 0 && std::fabs(x) <= u.input.max_finite) {
+      Operand o;
+      o.neg = (bits >> 63) != 0;
+      o.kind = Kind::finite;
+      o.exp = e;
+      o.mag = sig >> drop;
+      return o;
+    }
+  }
   const Operand o = split(x, u.input.emin, u.input.man_bits, u.input_subnormals);
   const bool exact = o.kind != Kind::finite ||
                      (std::ldexp(static_cast<double>(o.mag), o.exp - u.input.man_bits) == std::fabs(x) &&
