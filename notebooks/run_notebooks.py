@@ -28,6 +28,8 @@ EXPECTED = {
     "05_rounding": ["05_rounding_error", "05_swallowed_updates"],
     "06_pytorch": ["06_pytorch_histogram", "06_pytorch_underflow"],
     "07_pytorch_recipes": ["07_pytorch_recipes"],
+
+    "08_matrix_units": ["08_accumulation_error"],
 }
 
 

@@ -275,3 +275,58 @@ TEST_CASE("conv2d's im2col GEMM under mma=a100 equals mma::gemm bit for bit", "[
   std::printf("conv2d under mixed-bf16:mma=a100: %zu outputs, %d bit mismatches\n", out.size(), m);
   CHECK(m == 0);
 }
+
+TEST_CASE("a reused B decoding gives the bits of a fresh one, and a changed B is decoded again", "[mma_policy_test]") {
+  // mma_matmul keeps the decoding of recent B operands (the lstm's recurrent weight at every time step, keyed by
+  // the bits). Time steps: the same Bt with a new A each call; then Bt changed in place (an optimiser step on the
+  // same buffer), then the promotion changed. Every output against mma::gemm on the same operands, with the reuse
+  // on and off.
+  const std::size_t M = 16, N = 64, K = 48;
+  MmaOptions o;
+  o.model = "h100";
+  o.input = fp16();
+  o.promote_grad = 16;
+  OperandScales s;
+  s.format = fp16();
+  std::vector<float> Bt = random_in(fp16(), N * K, 7);
+  int calls = 0, mismatches = 0;
+  for (const bool reuse : {true, false}) {
+    set_mma_operand_reuse(reuse);
+    for (int step = 0; step < 3; ++step) {
+      if (step == 1) Bt[5] = -Bt[5];                      // the weight changes where it lies
+      const bool grad = step == 2;                        // a unit with promotion every 16: another decoding key
+      mma::MatrixUnit u = mma::matrix_unit("h100", fp16(), fp32());
+      u.promote_every = grad ? 16 : 0;
+      for (int t = 0; t < 4; ++t) {
+        const auto A = random_in(fp16(), M * K, static_cast<std::uint32_t>(100 + 10 * step + t));
+        std::vector<float> D(M * N);
+        mma_matmul(D.data(), A.data(), Bt.data(), M, N, K, o, grad, s, s);
+        mismatches += bit_mismatches(D, unit_gemm(u, A, Bt, M, N, K));
+        ++calls;
+      }
+    }
+  }
+  set_mma_operand_reuse(true);
+  std::printf("reused and fresh B decodings: %d calls of %zu outputs, %d mismatches against mma::gemm\n", calls, M * N,
+              mismatches);
+  CHECK(mismatches == 0);
+  // Operands not in the format are rounded to nearest-even first (the bulk engine inside mma_matmul): the same
+  // bits as mma::gemm on values rounded one by one with the scalar round().
+  std::mt19937 gen(3);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  std::vector<float> A(M * K), Braw(N * K), Ar(M * K), Br(N * K);
+  int changed = 0;
+  for (std::size_t i = 0; i < A.size(); ++i) {
+    A[i] = nd(gen);
+    Ar[i] = static_cast<float>(round(static_cast<double>(A[i]), fp16(), Rounding{}));
+    changed += Ar[i] != A[i];
+  }
+  for (std::size_t i = 0; i < Braw.size(); ++i) Br[i] = static_cast<float>(round(static_cast<double>(Braw[i] = nd(gen)), fp16(), Rounding{}));
+  std::vector<float> D(M * N);
+  mma_matmul(D.data(), A.data(), Braw.data(), M, N, K, o, false, s, s);
+  const int raw_miss = bit_mismatches(D, unit_gemm(mma::matrix_unit("h100", fp16(), fp32()), Ar, Br, M, N, K));
+  std::printf("operands rounded inside mma_matmul (%d of %zu A values changed): %d mismatches of %zu outputs\n", changed,
+              A.size(), raw_miss, M * N);
+  CHECK(changed > 0);
+  CHECK(raw_miss == 0);
+}

@@ -5,6 +5,8 @@
 //   bench_recipes [steps_per_round=3] [rounds=7]   prints a table and writes out/bench/bench_recipes.csv
 // MPSIM_BENCH_POLICIES="mixed-fp16;mixed-fp16:mma=h100" and MPSIM_BENCH_MODELS="lstm" (';'-separated, the
 // first policy the base of the ratios) time other policies the same way: the matrix-unit option (docs/mma.md).
+// A policy written "fresh:POLICY" runs with every matrix-unit B operand decoded afresh at each GEMM
+// (nn::set_mma_operand_reuse(false)), the cost before the decoded recurrent weight was reused.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -16,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "mpsim/nn/matmul.hpp"
 #include "mpsim/nn/model.hpp"
 #include "mpsim/nn/policy.hpp"
 #include "mpsim/train/optimizer.hpp"
@@ -33,7 +36,11 @@ struct Runner {
   std::uint64_t batch = 0;
   std::vector<double> ms;  // per step, one entry per round
 
+  bool reuse = true;
+
   Runner(const std::string& model_name, std::string p) : policy(std::move(p)) {
+    if (policy.rfind("fresh:", 0) == 0) reuse = false;
+    const std::string spec = reuse ? policy : policy.substr(6);
     model = mpsim::nn::make_model(model_name, {}, 1);
     params = model->params();
     std::vector<std::size_t> sizes;
@@ -44,11 +51,12 @@ struct Runner {
     }
     opt = std::make_unique<mpsim::train::Optimizer>(
         mpsim::train::resolve_optimizer(mpsim::train::model_default_optimizer(), model->hints()), sizes);
-    prec = std::make_unique<mpsim::nn::Precision>(mpsim::nn::parse_policy(policy));
+    prec = std::make_unique<mpsim::nn::Precision>(mpsim::nn::parse_policy(spec));
   }
 
   void round(int steps) {
-    const float scale = policy.rfind("mixed-fp16", 0) == 0 ? 1024.0f : 1.0f;
+    const float scale = policy.find("mixed-fp16") != std::string::npos ? 1024.0f : 1.0f;
+    mpsim::nn::set_mma_operand_reuse(reuse);
     const auto t0 = std::chrono::steady_clock::now();
     for (int s = 0; s < steps; ++s) {
       for (auto& g : grads) std::fill(g.begin(), g.end(), 0.0f);

@@ -243,6 +243,24 @@ double dot_split(const MatrixUnit& u, const Operand* a, const Operand* b, std::s
 // An element of A or B; a value outside the input format is refused (the callers that take arbitrary values,
 // `mpsim gemm` and mpsim.matmul, round them first with round_to_format).
 Operand split_input(const MatrixUnit& u, double x) {
+  // A value of the format held as a normal double (every one, but for subnormals read as zero): its fields read
+  // from the bits, what split() computes with frexp and ldexp (the decoding of gemm's A at every call).
+  const auto bits = std::bit_cast<std::uint64_t>(x);
+  const int be = static_cast<int>((bits >> 52) & 0x7ff);
+  const int e2 = be - 1023;
+  if (be != 0 && be != 0x7ff && (e2 >= u.input.emin || u.input_subnormals)) {
+    const std::uint64_t sig = (bits & ((std::uint64_t{1} << 52) - 1)) | (std::uint64_t{1} << 52);
+    const int e = std::max(e2, u.input.emin);
+    const int drop = 52 - u.input.man_bits + (e - e2);  // bits below the format's last one: zero if x is a value
+    if (drop < 53 && (sig & ((std::uint64_t{1} << drop) - 1)) == 0 && std::fabs(x) <= u.input.max_finite) {
+      Operand o;
+      o.neg = (bits >> 63) != 0;
+      o.kind = Kind::finite;
+      o.exp = e;
+      o.mag = sig >> drop;
+      return o;
+    }
+  }
   const Operand o = split(x, u.input.emin, u.input.man_bits, u.input_subnormals);
   const bool exact = o.kind != Kind::finite ||
                      (std::ldexp(static_cast<double>(o.mag), o.exp - u.input.man_bits) == std::fabs(x) &&
@@ -415,18 +433,76 @@ void gemm_scalar(const MatrixUnit& unit, std::size_t M, std::size_t N, std::size
                });
 }
 
+// What a PreparedB holds: B as given (the scalar path's) and, where the integer path holds the unit, its
+// columns decoded as gemm() decodes them.
+struct PreparedB::Data {
+  MatrixUnit unit;
+  std::vector<double> raw;  // K×N, row-major
+  bool fast = false;
+  std::size_t Kp = 0;
+  Decoded dec;
+};
+
+namespace {
+
+std::size_t decode_period(const MatrixUnit& u) {
+  return static_cast<std::size_t>(u.instruction.k ? u.instruction.k : u.block.products);
+}
+
+std::vector<int> decode_order(const MatrixUnit& u) {  // slot -> position inside an instruction, groups contiguous
+  std::vector<int> order;
+  if (u.instruction.k)
+    for (int g = 0; g < u.instruction.groups; ++g)
+      for (int k = 0; k < u.instruction.k; ++k)
+        if ((k / u.instruction.interleave) % u.instruction.groups == g) order.push_back(k);
+  return order;
+}
+
+// Whether operands decoded under `a` are what `b` would decode (and whether b's integer path is a's).
+bool same_decoding(const MatrixUnit& a, const MatrixUnit& b) {
+  return a.input == b.input && a.input_subnormals == b.input_subnormals && a.block.products == b.block.products &&
+         a.instruction.k == b.instruction.k && a.instruction.groups == b.instruction.groups &&
+         a.instruction.interleave == b.instruction.interleave && fast_path_fits(a) == fast_path_fits(b);
+}
+
+}  // namespace
+
+PreparedB::PreparedB(const MatrixUnit& unit, std::size_t K, std::size_t N, const double* B) : k_(K), n_(N) {
+  auto d = std::make_shared<Data>();
+  d->unit = unit;
+  d->raw.assign(B, B + K * N);
+  d->fast = fast_path_fits(unit);
+  if (d->fast) {
+    const std::size_t period = decode_period(unit);
+    d->Kp = (K + period - 1) / period * period;
+    d->dec = decode_rows(unit, N, K, d->Kp, decode_order(unit), period,
+                         [&](std::size_t r, std::size_t k) { return B[k * N + r]; });
+  } else {
+    for (const double x : d->raw) split_input(unit, x);  // refused here, as gemm() refuses it
+  }
+  data_ = std::move(d);
+}
+
 void gemm(const MatrixUnit& unit, std::size_t M, std::size_t N, std::size_t K, const double* A, const double* B,
           const double* C, double* D, int threads) {
   if (!fast_path_fits(unit)) return gemm_scalar(unit, M, N, K, A, B, C, D, threads);
-  const std::size_t period = static_cast<std::size_t>(unit.instruction.k ? unit.instruction.k : unit.block.products);
-  const std::size_t Kp = (K + period - 1) / period * period;
-  std::vector<int> order;  // slot -> position inside an instruction, groups contiguous
-  if (unit.instruction.k)
-    for (int g = 0; g < unit.instruction.groups; ++g)
-      for (int k = 0; k < unit.instruction.k; ++k)
-        if ((k / unit.instruction.interleave) % unit.instruction.groups == g) order.push_back(k);
+  gemm(unit, M, A, PreparedB(unit, K, N, B), C, D, threads);
+}
+
+void gemm(const MatrixUnit& unit, std::size_t M, const double* A, const PreparedB& prepared, const double* C, double* D,
+          int threads) {
+  const PreparedB::Data& pd = *prepared.data_;
+  if (!same_decoding(unit, pd.unit))
+    throw Error(fmt::format("mma::gemm: B was prepared under {}, which decodes its inputs unlike {}", pd.unit.name,
+                            unit.name));
+  const std::size_t N = prepared.n(), K = prepared.k();
+  const double* B = pd.raw.data();
+  if (!pd.fast) return gemm_scalar(unit, M, N, K, A, B, C, D, threads);
+  const std::size_t period = decode_period(unit);
+  const std::size_t Kp = pd.Kp;
+  const std::vector<int> order = decode_order(unit);
   const Decoded dA = decode_rows(unit, M, K, Kp, order, period, [&](std::size_t r, std::size_t k) { return A[r * K + k]; });
-  const Decoded dB = decode_rows(unit, N, K, Kp, order, period, [&](std::size_t r, std::size_t k) { return B[k * N + r]; });
+  const Decoded& dB = pd.dec;
   const int lshift = unit.block.align_bits - 2 * unit.input.man_bits;
   const std::size_t chunk = unit.promote_every > 0 ? static_cast<std::size_t>(unit.promote_every) : Kp;
   const int workers = threads > 0 ? threads : hardware_threads();

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 
 #include "mpsim/mma/unit.hpp"
@@ -27,6 +28,28 @@ double dot(const MatrixUnit& unit, std::span<const double> a, std::span<const do
 // the library's default (parallel_for). Every D(i, j) equals dot(unit, row i of A, column j of B, C(i, j)).
 void gemm(const MatrixUnit& unit, std::size_t M, std::size_t N, std::size_t K, const double* A, const double* B,
           const double* C, double* D, int threads = 0);
+
+// B (K×N, row-major) decoded once under `unit` for many products with different A: the simulator's recurrent
+// weight, which multiplies a new state at every time step (lib/mpsim/nn/mma_gemm.cpp). Validates B as gemm()
+// does (an element not in unit.input is an mpsim::Error naming it) and keeps a copy of it for the scalar path.
+class PreparedB {
+ public:
+  PreparedB(const MatrixUnit& unit, std::size_t K, std::size_t N, const double* B);
+  std::size_t k() const { return k_; }
+  std::size_t n() const { return n_; }
+  struct Data;  // dot.cpp
+
+ private:
+  friend void gemm(const MatrixUnit&, std::size_t, const double*, const PreparedB&, const double*, double*, int);
+  std::size_t k_ = 0, n_ = 0;
+  std::shared_ptr<const Data> data_;
+};
+
+// gemm() with B prepared: equal to gemm(unit, M, B.n(), B.k(), A, B's values, C, D) bit for bit. `unit` must
+// decode its inputs as the unit B was prepared under did (the same input format, block and instruction
+// split; the promotion and the rounding may differ), else mpsim::Error.
+void gemm(const MatrixUnit& unit, std::size_t M, const double* A, const PreparedB& B, const double* C, double* D,
+          int threads = 0);
 
 // The same through the scalar specification path (dot for every element); gemm() takes it for units the
 // integer path does not hold (sticky bits, promotion with split instructions) and for rows or columns

@@ -57,6 +57,11 @@ struct OperandScales {
 void mma_matmul(float* D, const float* A, const float* Bt, std::size_t M, std::size_t N, std::size_t K,
                 const MmaOptions& o, bool grad, const OperandScales& sa, const OperandScales& sb);
 
+// mma_matmul keeps the decoding of the last few B operands (per thread, keyed by their bits) and reuses it when
+// the same B comes again: the lstm's recurrent weight at every time step. Off: every call decodes B afresh (the
+// same bits; for the benchmark and the test that compare the two).
+void set_mma_operand_reuse(bool on);
+
 // What quantizes a GEMM's operands under a scaling recipe (Precision, policy.hpp): `data` is the operand as
 // a row-major rows x cols matrix whose rows run along the reduction axis; it is replaced by the values the
 // recipe's GEMM multiplies (lib/mpsim/recipe).

@@ -36,6 +36,7 @@ import types
 import warnings
 import weakref
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -464,7 +465,69 @@ def _emulated_product(emulation, func, args, kwargs, label, names, a_at, b_at, b
         # emulation did, rounded at the weight's site and its gradient at the weight gradient's.
         vals[bias_at] = emulation._operand(vals[bias_at], bias_site, bias_grad)
     args, kwargs = _with_args(args, kwargs, names, vals)
+    if emulation._mma is not None:
+        return emulation._operand(_mma_product(emulation, func, label, vals, a_at, b_at, bias_at, args, kwargs),
+                                  out_site, out_grad)
     return emulation._operand(func(*args, **kwargs), out_site, out_grad)
+
+
+# emulate(mma=MODEL): the products add as a matrix unit does (docs/mma.md), through mpsim.matmul, forward and
+# backward; everything around the product (rounding sites, bias, softmax) stays as without it.
+class _MmaBmm(torch.autograd.Function):
+    """a (B, M, K) @ b (B, K, N) under the unit (model, input format, promote_every): each of the B products
+    through mpsim.matmul with fp32 output; backward da = dy b^T and db = a^T dy under the same unit, as the
+    simulator runs dgrad and wgrad (lib/mpsim/nn/matmul.hpp, GemmContext::mma)."""
+
+    @staticmethod
+    def forward(ctx, a, b, unit):
+        ctx.unit = unit
+        ctx.save_for_backward(a, b)
+        return _mma_bmm(a, b, unit)
+
+    @staticmethod
+    def backward(ctx, dy):
+        a, b = ctx.saved_tensors
+        da = _mma_bmm(dy, b.transpose(1, 2), ctx.unit) if ctx.needs_input_grad[0] else None
+        db = _mma_bmm(a.transpose(1, 2), dy, ctx.unit) if ctx.needs_input_grad[1] else None
+        return da, db, None
+
+
+def _mma_bmm(a, b, unit):
+    model, fmt, promote = unit
+    out = torch.empty(a.shape[0], a.shape[1], b.shape[2], dtype=a.dtype)
+    for i in range(a.shape[0]):
+        out[i] = torch.from_numpy(mpsim.matmul(a[i], b[i], model=model, input=fmt, promote_every=promote))
+    return out.to(a.device)
+
+
+def _mma_matmul(unit, a, b):
+    """torch.matmul(a, b) (1-D operands and broadcast batch axes included) under the unit."""
+    a1, b1 = a.dim() == 1, b.dim() == 1
+    a = a.unsqueeze(0) if a1 else a
+    b = b.unsqueeze(-1) if b1 else b
+    batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    y = _MmaBmm.apply(a.expand(*batch, *a.shape[-2:]).reshape(-1, *a.shape[-2:]),
+                      b.expand(*batch, *b.shape[-2:]).reshape(-1, *b.shape[-2:]), unit)
+    y = y.reshape(*batch, a.shape[-2], b.shape[-1])
+    y = y.squeeze(-2) if a1 else y
+    return y.squeeze(-1) if b1 else y
+
+
+def _mma_product(emulation, func, label, vals, a_at, b_at, bias_at, args, kwargs):
+    """The product of the rounded operands under emulate(mma=...): linear as x W^T, matmul / mm / bmm as they
+    are, addmm / baddbmm as beta input + alpha (mat1 mat2); the bias (addmm's input) added in fp32 after the
+    unit's fp32 output, as a GEMM epilogue adds it. Convolutions are not run on the unit: fp32, named once."""
+    if label in ("conv", "conv_transpose"):
+        emulation._warn_not_emulated(f"{getattr(func, '__name__', label)} under mma=")
+        return func(*args, **kwargs)
+    a, b = vals[a_at], vals[b_at]
+    y = _mma_matmul(emulation._mma, a, b.t() if label == "linear" else b)
+    if label in ("addmm", "baddbmm"):
+        alpha, beta = kwargs.get("alpha", 1), kwargs.get("beta", 1)
+        y = y if alpha == 1 else alpha * y
+        return y if beta == 0 else y + (vals[bias_at] if beta == 1 else beta * vals[bias_at])
+    bias = vals[bias_at] if bias_at is not None else None
+    return y + bias if isinstance(bias, torch.Tensor) else y
 
 
 class _RecipeGemm(torch.autograd.Function):
@@ -721,11 +784,11 @@ def _emulated_sdpa(emulation, func, args, kwargs):
     s = emulation._sites_for(prefix, _SDPA_SITES)
     qr = emulation._operand(q * scale, s["q"], s["q_grad"])
     kr = emulation._operand(k, s["k"], s["k_grad"])
-    scores = emulation._operand(torch.matmul(qr, kr.transpose(-2, -1)), s["scores"], s["scores_grad"])
+    scores = emulation._operand(emulation._matmul(qr, kr.transpose(-2, -1)), s["scores"], s["scores_grad"])
     probs = _attention_probs(scores, mask, dropout_p, causal)
     pr = emulation._operand(probs, s["probs"], s["probs_grad"])
     vr = emulation._operand(v, s["v"], s["v_grad"])
-    return emulation._operand(torch.matmul(pr, vr), s["out"], s["out_grad"])
+    return emulation._operand(emulation._matmul(pr, vr), s["out"], s["out_grad"])
 
 
 def _without_torch_function_check(f):
@@ -848,6 +911,7 @@ class Emulation:
         self._replaced = []   # LSTM / LSTMCell modules whose forward is the unroll
         self._handles = []
         self._recipe = None         # an mpsim.Recipe: emulate(recipe=...) quantizes the products' operands by role
+        self._mma = None            # (model, input format, promote_every): emulate(mma=...) adds as that unit does
         self._recipe_totals = {}    # LAYER/ROLE -> the summed integer stats of its quantizations
         self._recipe_mass = {}      # LAYER/ROLE -> the gradient-mass-lost sums (MassLost state, JSON text)
         # Callables (LAYER/ROLE, the operand as given, the values the GEMM multiplies) shown every operand a
@@ -952,6 +1016,10 @@ class Emulation:
         """The one place a product's operand or output is rounded (site: forward, grad_site: its gradient in
         backward; either None to keep it). A scaling recipe replaces this step."""
         return _round(x, site, grad_site)
+
+    def _matmul(self, a, b):
+        """torch.matmul, or under mma= the matrix unit's product (_mma_matmul)."""
+        return torch.matmul(a, b) if self._mma is None else _mma_matmul(self._mma, a, b)
 
     def _quantize(self, t, role, name, record=True):
         """t (rows x the GEMM's reduction axis) quantized by the recipe as `role` of layer `name`: the fp32 values
@@ -1108,8 +1176,24 @@ class _SiteFactory:
         return site
 
 
+def _check_mma(mma, promote, format, grad_format, recipe):
+    """emulate(mma=...)'s refusals, each naming the argument."""
+    if recipe is not None:
+        raise ValueError("emulate: mma= with recipe= is not modelled here (mpsim train --policy RECIPE:mma=MODEL "
+                         "runs the recipes' fp8 GEMMs on a unit)")
+    if grad_format != format:
+        raise ValueError(f"emulate: mma={mma!r} takes one input format; grad_format={grad_format!r} differs from "
+                         f"format={format!r}")
+    if isinstance(promote, bool) or not isinstance(promote, int) or promote < 0:
+        raise ValueError(f"emulate: mma_promote must be a non-negative int, got {promote!r}")
+    # An unknown model, a format the unit does not take or a promotion that is not a multiple of its block:
+    # mpsim.matmul's own ValueError, which names them.
+    mpsim.matmul(np.zeros((1, 1)), np.zeros((1, 1)), model=mma, input=format, promote_every=promote)
+
+
 def emulate(model, format=None, mode=None, *, grad_format=None, grad_mode=None, weights=True,
-            module_types=None, seed=0, sr_bits=32, subnormals="keep", overflow="inf", recipe=None):
+            module_types=None, seed=0, sr_bits=32, subnormals="keep", overflow="inf", recipe=None, mma=None,
+            mma_promote=0):
     """Makes `model` compute as under autocast to `format` (default "fp16", `mode` default "rne"; None stands for
     the defaults, so that a format given alongside recipe= is seen): every product its forward computes (F.linear, the
     convolutions, matmul / mm / bmm / addmm / baddbmm, scaled_dot_product_attention, MultiheadAttention's)
@@ -1129,7 +1213,14 @@ def emulate(model, format=None, mode=None, *, grad_format=None, grad_mode=None, 
     products, outputs and gradients kept in fp32; docs/torch.md#recipes); it sets every operand's format, so
     format, mode, grad_format, grad_mode and weights=False are refused with it. Emulation.step() closes a
     training step (delayed scaling). Conv1d / Conv2d run as their im2col GEMM; other convolutions and the
-    recurrent modules are refused under a recipe."""
+    recurrent modules are refused under a recipe.
+
+    mma (a model of mpsim.matmul_models(), "h100", ...) makes the products of Linear, matmul / mm / bmm / addmm /
+    baddbmm and attention add as that matrix unit does, forward and backward: the rounded operands go through
+    mpsim.matmul(model=mma, input=format) with fp32 output, then the output is rounded as without it
+    (docs/torch.md#matrix-units). mma_promote=N adds the unit's partial sums into fp32 every N elements of K.
+    The unit takes one input format, so grad_format must equal format; convolutions, recurrent modules and
+    recipe= are refused with it (ValueError)."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"emulate: expected a torch.nn.Module, got {type(model).__name__}")
     if recipe is not None:
@@ -1150,6 +1241,8 @@ def emulate(model, format=None, mode=None, *, grad_format=None, grad_mode=None, 
     grad_format = grad_format or format
     grad_mode = grad_mode or mode
     mpsim.Format(grad_format)
+    if mma is not None:
+        _check_mma(mma, mma_promote, format, grad_format, recipe)
     module_types = tuple(module_types) if module_types is not None else None
     named = [(name or type(m).__name__, m) for name, m in model.named_modules()]
     chosen = [(n, m) for n, m in named if module_types is None or isinstance(m, module_types)]
@@ -1172,6 +1265,11 @@ def emulate(model, format=None, mode=None, *, grad_format=None, grad_mode=None, 
             if recipe is not None and p.dtype != torch.float32:
                 raise mpsim.UnsupportedDtypeError(f"emulate: parameter {name}.{pname} is {p.dtype}; a recipe "
                                                   f"quantizes float32 operands")
+        if mma is not None and isinstance(m, _RECURRENT + _FUSED_RECURRENT + (nn.modules.conv._ConvNd,)):
+            raise ValueError(f"emulate: {name} is a {type(m).__name__}; under mma= emulate() runs the products of "
+                             f"Linear, matmul and attention on the matrix unit, not convolutions or recurrent "
+                             f"modules (mpsim train --policy ...:mma=MODEL covers its models'): leave it out with "
+                             f"module_types, or emulate without mma")
         if recipe is not None and (isinstance(m, _RECURRENT + _FUSED_RECURRENT) or (
                 isinstance(m, nn.modules.conv._ConvNd) and (not isinstance(m, (nn.Conv1d, nn.Conv2d)) or m.groups != 1
                                                             or isinstance(m.padding, str)
@@ -1187,6 +1285,8 @@ def emulate(model, format=None, mode=None, *, grad_format=None, grad_mode=None, 
                           options=dict(seed=seed, sr_bits=sr_bits, subnormals=subnormals, overflow=overflow))
     make = emulation._make_site
     replaced = []
+    if mma is not None:
+        emulation._mma = (mma, format, int(mma_promote))
     if recipe is not None:
         emulation._recipe = recipe
         _LIVE_RECIPES.add(emulation)
