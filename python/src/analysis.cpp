@@ -537,6 +537,17 @@ void bind_analysis(nb::module_& m) {
           "lo"_a = -8, "hi"_a = 32,
           "Every scale 2^lo .. 2^hi: {'rows': [...], 'largest_safe_log2_scale', 'best_window'} as in the report.")
       .def(
+          "best_window",
+          [](const Counter& c, int lo, int hi) -> std::optional<std::pair<int, int>> {
+            if (lo > hi) throw nb::value_error("best_window: lo must not exceed hi");
+            const auto w = analysis::best_window(c.range, lo, hi);
+            if (!w) return std::nullopt;
+            return std::pair{w->lo, w->hi};
+          },
+          "lo"_a = -8, "hi"_a = 32,
+          "(lo_log2_scale, hi_log2_scale) of sweep(lo, hi)['best_window'] (None when every scale overflows), "
+          "found from the counts at a few scales (lib/mpsim/analysis/underflow.hpp best_window).")
+      .def(
           "report_json",
           [](const Counter& c, const std::string& tensor, int log2_scale, double margin, bool with_sweep) {
             nb::dict d;

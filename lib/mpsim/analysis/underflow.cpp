@@ -2,6 +2,9 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
+
+#include "mpsim/error.hpp"
 
 namespace mpsim::analysis {
 
@@ -41,6 +44,25 @@ Sweep sweep(const RangeCounter& c, const UnderflowOptions& o) {
     if (rc.underflow == least) s.best_hi = k;
   }
   return s;
+}
+
+std::optional<ScaleWindow> best_window(const RangeCounter& c, int lo, int hi) {
+  if (lo > hi) throw Error("best_window: lo " + std::to_string(lo) + " exceeds hi " + std::to_string(hi));
+  if (c.at_scale(lo).overflow != 0) return std::nullopt;
+  // The largest k in [a, b] with pred(k), pred(a) true and pred monotone (true, then false): bisection.
+  auto last_true = [](int a, int b, auto pred) {
+    while (a < b) {
+      const int m = a + (b - a + 1) / 2;
+      if (pred(m)) a = m;
+      else b = m - 1;
+    }
+    return a;
+  };
+  const int top = last_true(lo, hi, [&](int k) { return c.at_scale(k).overflow == 0; });
+  const std::uint64_t least = c.at_scale(top).underflow;
+  if (c.at_scale(lo).underflow == least) return ScaleWindow{lo, top};
+  // The last k with more underflow than the top's (lo is one), plus one.
+  return ScaleWindow{last_true(lo, top, [&](int k) { return c.at_scale(k).underflow > least; }) + 1, top};
 }
 
 nlohmann::json range_stats_json(const RangeCounts& c) {
