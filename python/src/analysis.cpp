@@ -20,9 +20,9 @@
 #include "mpsim/analysis/mass_lost.hpp"
 #include "mpsim/analysis/moments.hpp"
 #include "mpsim/analysis/range_counter.hpp"
+#include "mpsim/analysis/report.hpp"
 #include "mpsim/analysis/underflow.hpp"
 #include "mpsim/error.hpp"
-#include "mpsim/version.hpp"
 
 namespace mpsim::python {
 namespace {
@@ -193,8 +193,8 @@ RangeCounter make_counter(const nb::handle& fmt, const std::string& mode) {
 }
 
 
-// The report of `mpsim <command>` over named counters ({"tensors": [...], "total": ..., "failed": []} with
-// its schema tag), each entry made by `entry(label, counter)` plus the per-tensor fields the command line adds
+// The report of `mpsim <command>` over named counters (analysis/report.hpp: {"tensors": [...], "total": ...,
+// "failed": []} in the envelope), each entry made by `entry(label, counter)` plus the per-tensor fields the command line adds
 // (the moments with `with_moments`; shape and dtype for the tensors, not the total).
 template <class Entry>
 nlohmann::json report_over(const std::string& command, const std::vector<std::pair<std::string, const Counter*>>& named,
@@ -210,13 +210,9 @@ nlohmann::json report_over(const std::string& command, const std::vector<std::pa
   }
   nlohmann::json tj = entry("total", total.range);
   if (with_moments && total.moments) tj.update(analysis::moment_stats_json(total.moments->stats()));
-  header["command"] = command;
-  header["tensors"] = tensors;
-  header["total"] = tj;
-  header["failed"] = nlohmann::json::array();
-  header["schema"] = "mpsim-" + command + "-1";
-  header["mpsim_version"] = kVersion;
-  return header;
+  // The envelope (command, tensors, total, failed, schema, version) as the command line writes it.
+  return analysis::report_json({.command = command, .fields = std::move(header), .tensors = std::move(tensors),
+                                .total = std::move(tj)});
 }
 
 std::vector<std::pair<std::string, const Counter*>> named_counters(const nb::dict& counters) {

@@ -14,13 +14,13 @@
 
 #include "command.hpp"
 #include "mpsim/analysis/inputs.hpp"
+#include "mpsim/analysis/report.hpp"
 #include "mpsim/analysis/report_text.hpp"
 #include "mpsim/error.hpp"
 #include "mpsim/format/block.hpp"
 #include "mpsim/format/format.hpp"
 #include "mpsim/io/atomic_file.hpp"
 #include "mpsim/io/npy.hpp"
-#include "mpsim/version.hpp"
 #include "mpsim/io/progress.hpp"
 
 namespace mpsim::cli::analysis_cli {
@@ -111,22 +111,11 @@ inline void check_failures(const std::vector<analysis::InputFailure>& failures, 
   exit_status() = 1;
 }
 
-inline nlohmann::json failures_json(const std::vector<analysis::InputFailure>& failures) {
-  nlohmann::json j = nlohmann::json::array();
-  for (const auto& f : failures) j.push_back({{"input", f.input}, {"error", f.message}});
-  return j;
-}
-
-// The report of `command` tagged with its schema ("mpsim-<command>-1") and mpsim's version.
-inline nlohmann::json tagged(nlohmann::json report, const std::string& command) {
-  report["schema"] = "mpsim-" + command + "-1";
-  report["mpsim_version"] = kVersion;
-  return report;
-}
-
-inline void write_outputs(const CommonOptions& o, const nlohmann::json& report, const analysis::TidyCsv& csv) {
+// The report in its envelope (analysis/report.hpp, which the Python package's reports share) to --json, the
+// tidy CSV to --csv.
+inline void write_outputs(const CommonOptions& o, const analysis::Report& report, const analysis::TidyCsv& csv) {
   // Both are built before either is written; each appears whole or not at all ("-": standard output).
-  const std::string json_text = tagged(report, report.at("command").get<std::string>()).dump(2) + "\n";
+  const std::string json_text = analysis::report_json(report).dump(2) + "\n";
   const std::string csv_text = csv.text();
   if (!o.json_path.empty()) write_report(o.json_path, json_text);
   if (!o.csv_path.empty()) write_report(o.csv_path, csv_text);
