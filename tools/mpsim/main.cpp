@@ -14,6 +14,7 @@
 #include "build_options.hpp"
 #include "command.hpp"
 #include "mpsim/error.hpp"
+#include "mpsim/field_error.hpp"
 #include "mpsim/io/atomic_file.hpp"
 #include "mpsim/version.hpp"
 
@@ -115,6 +116,13 @@ int main(int argc, char** argv) {
     // Usage errors exit with 2 like every other bad input (CLI11 would use 105-ish codes).
     const int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
+  } catch (const mpsim::FieldError& e) {
+    // The library names the field (block_scale); the command line names its flag (--block-scale).
+    std::string flag = "--" + e.field;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    std::fflush(stdout);
+    fmt::print(stderr, "mpsim: error: {}\n", mpsim::FieldError::spelled(flag, " ", e.value, e.problem));
+    return 2;
   } catch (const mpsim::Error& e) {
     std::fflush(stdout);
     fmt::print(stderr, "mpsim: error: {}\n", e.what());
