@@ -157,8 +157,9 @@ void validate(const TrainConfig& c) {
     if (s < 1) throw FieldError("hist_steps", "", fmt::format("step {} is not >= 1", s));
   if (c.out.empty()) throw FieldError("out", "", "an output folder is required");
   // run.json names the folder and the checkpoint in JSON, which holds UTF-8 only: refused here, before the run.
-  io::require_utf8_name(c.out.native(), "--out");
-  io::require_utf8_name(c.resume.native(), "--resume");
+  for (const auto& [field, path] : {std::pair{"out", &c.out}, std::pair{"resume", &c.resume}})
+    if (!io::is_valid_utf8(path->native()))
+      throw FieldError(field, io::escaped(path->native()), std::string(io::kNotUtf8Name));
   if (std::filesystem::exists(c.out) && !std::filesystem::is_directory(c.out))
     throw FieldError("out", c.out.string(), "exists and is not a folder");
   if (c.previous_run == TrainConfig::PreviousRun::refuse) {
