@@ -5,57 +5,13 @@
 #include <algorithm>
 
 #include "analysis_common.hpp"
+#include "mpsim/analysis/update_pairs.hpp"
 #include "mpsim/analysis/updates.hpp"
-#include "mpsim/io/tensor_source.hpp"
 
 namespace {
 
 using namespace mpsim;
 using namespace mpsim::cli::analysis_cli;
-
-// A tensor of an input file: what it is, not yet its values.
-struct Listed {
-  analysis::TensorInfo info;
-};
-
-// Every float tensor of one file, listed (the values are read pair by pair below).
-std::vector<Listed> list(const std::string& file, const analysis::InputOptions& options) {
-  std::vector<Listed> out;
-  const auto failures = analysis::for_each_tensor(
-      {file}, options, [&](const analysis::TensorInfo& info, const analysis::TensorRead&) { out.push_back({info}); });
-  if (!failures.empty()) throw Error(failures.front().message);
-  if (out.empty()) throw Error(file + ": holds no tensors");
-  return out;
-}
-
-// Adds the pair (w, u) to `s`: read in step, 2^20 elements at a time, from the mapped files (resident
-// memory bounded whatever their size); a compressed npz member or a Fortran-order array cannot be read
-// by range and is read whole.
-void add_pair(analysis::SwallowedUpdates& s, const analysis::TensorInfo& w, const analysis::TensorInfo& u,
-              const analysis::InputOptions& options, io::ProgressBar& progress) {
-  io::SourceOptions so;
-  so.dtype = options.dtype;
-  const auto ws = io::TensorSource::open(w.file, so), us = io::TensorSource::open(u.file, so);
-  const io::TensorRef& wt = w.name.empty() ? ws.tensors().front() : ws.tensor(w.name);
-  const io::TensorRef& ut = u.name.empty() ? us.tensors().front() : us.tensor(u.name);
-  const bool by_range = !wt.deflated && !wt.fortran_order && !ut.deflated && !ut.fortran_order;
-  const std::uint64_t pair_bytes = wt.count * io::dtype_size(wt.stored) + ut.count * io::dtype_size(ut.stored);
-  if (!by_range) {
-    const auto wv = ws.read_double(wt), uv = us.read_double(ut);
-    s.add(std::span<const double>(wv), std::span<const double>(uv), 0);
-    progress.advance(pair_bytes);
-    return;
-  }
-  constexpr std::size_t kChunk = std::size_t{1} << 20;
-  std::vector<double> wv, uv;
-  for (std::uint64_t offset = 0; offset < wt.count; offset += kChunk) {
-    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(kChunk, wt.count - offset));
-    ws.read_range_double(wt, offset, n, wv);
-    us.read_range_double(ut, offset, n, uv);
-    s.add(std::span<const double>(wv), std::span<const double>(uv), offset);
-    progress.advance(pair_bytes / wt.count * n);
-  }
-}
 
 struct Options {
   CommonOptions common;
@@ -75,38 +31,25 @@ void run(const Options& opts) {
   // Drawn on a terminal as the pairs are read.
   const auto progress = input_progress("updates", o.inputs);
   const auto io = input_options(o);
-  std::vector<std::pair<analysis::TensorInfo, analysis::TensorInfo>> pairs;
-  if (o.inputs.size() == 2 && opts.weights.empty() && opts.updates.empty()) {
-    auto w = list(o.inputs[0], io), u = list(o.inputs[1], io);
-    if (w.size() != u.size())
-      throw Error(fmt::format("{} holds {} tensors but {} holds {}", o.inputs[0], w.size(), o.inputs[1], u.size()));
-    for (std::size_t i = 0; i < w.size(); ++i) pairs.emplace_back(w[i].info, u[i].info);
-  } else if (o.inputs.size() == 1 && !opts.weights.empty() && !opts.updates.empty()) {
-    const auto all = list(o.inputs[0], io);
-    auto find = [&](const std::string& name) {
-      for (const auto& t : all)
-        if (t.info.name == name) return t.info;
-      throw Error(fmt::format("{}: no tensor named '{}'", o.inputs[0], name));
-    };
-    pairs.emplace_back(find(opts.weights), find(opts.updates));
-  } else {
+  std::vector<analysis::UpdatePair> pairs;
+  if (o.inputs.size() == 2 && opts.weights.empty() && opts.updates.empty())
+    pairs = analysis::pairs_in_order(o.inputs[0], o.inputs[1], io);
+  else if (o.inputs.size() == 1 && !opts.weights.empty() && !opts.updates.empty())
+    pairs.push_back(analysis::pair_by_name(o.inputs[0], opts.weights, opts.updates, io));
+  else
     throw Error("updates: give two files (weights, updates) or one file with --weights NAME --updates NAME");
-  }
-  for (const auto& [w, u] : pairs)
-    if (w.count != u.count)
-      throw Error(fmt::format("{} has {} values but {} has {}", w.label, w.count, u.label, u.count));
 
   nlohmann::json rows_json = nlohmann::json::array();
   analysis::TidyCsv csv;
   std::vector<analysis::SwallowedUpdates> per;
-  for (const auto& [w, u] : pairs) {
+  for (const auto& pair : pairs) {
     analysis::SwallowedUpdates s(f, r);
-    add_pair(s, w, u, io, *progress);
+    analysis::add_pair(s, pair, io, progress.get());
     total += s;
     nlohmann::json j = s.to_json();
-    j["weights"] = w.label;
-    j["updates"] = u.label;
-    csv.add_stats(w.label, f.name, 1.0, j);
+    j["weights"] = pair.weights.label;
+    j["updates"] = pair.updates.label;
+    csv.add_stats(pair.weights.label, f.name, 1.0, j);
     rows_json.push_back(j);
     per.push_back(std::move(s));
   }
