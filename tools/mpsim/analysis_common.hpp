@@ -16,6 +16,7 @@
 #include "mpsim/analysis/inputs.hpp"
 #include "mpsim/analysis/report.hpp"
 #include "mpsim/analysis/report_text.hpp"
+#include "mpsim/analysis/tensor_passes.hpp"  // row_length
 #include "mpsim/error.hpp"
 #include "mpsim/format/block.hpp"
 #include "mpsim/format/format.hpp"
@@ -62,10 +63,6 @@ inline std::optional<BlockFormat> block_format_of(const std::string& name, const
   return parse_block_format(name, b.block, parse_block_scale_rule(b.scale_rule));
 }
 
-// The length of a tensor's rows for block formats: its last axis (0-d: its one element).
-inline std::size_t row_length(const analysis::TensorInfo& info) {
-  return info.shape.empty() ? static_cast<std::size_t>(info.count) : static_cast<std::size_t>(info.shape.back());
-}
 
 // log2 of a power-of-two scale; mpsim::Error naming --scale otherwise.
 inline int log2_scale(double scale) {

@@ -6,6 +6,7 @@
 #include "analysis_common.hpp"
 #include "mpsim/analysis/block_scaling.hpp"
 #include "mpsim/analysis/range_counter.hpp"
+#include "mpsim/analysis/tensor_passes.hpp"
 #include "mpsim/analysis/underflow.hpp"
 
 namespace {
@@ -111,21 +112,10 @@ void run(const Options& opts) {
   const int k = log2_scale(o.scale);
   const auto files = analysis::expand_inputs(o.inputs);
   const auto progress = input_progress("hist", files);
-  struct Result {
-    analysis::TensorInfo info;
-    analysis::RangeCounter counter;
-  };
-  std::vector<Result> results;
   analysis::RangeCounter total(f);
-  const auto failures = analysis::for_each_tensor(files, input_options(o, progress.get()), [&](const analysis::TensorInfo& info,
-                                                                               const analysis::TensorRead& read) {
-    analysis::RangeCounter c(f);
-    read([&](std::span<const float> x, std::span<const double> d, std::uint64_t) {
-      if (!x.empty()) c.add(x);
-      if (!d.empty()) c.add(d);
-    });
-    results.push_back({info, std::move(c)});
-  });
+  const auto pass = analysis::count_ranges(files, input_options(o, progress.get()), f);
+  const auto& results = pass.tensors;
+  const auto& failures = pass.failures;
   progress->finish();
   check_failures(failures, results.size());
 

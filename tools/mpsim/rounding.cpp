@@ -9,6 +9,7 @@
 #include "analysis_common.hpp"
 #include "mpsim/analysis/block_scaling.hpp"
 #include "mpsim/analysis/rounding_error.hpp"
+#include "mpsim/analysis/tensor_passes.hpp"
 
 namespace {
 
@@ -55,32 +56,11 @@ void run(const Options& opts) {
   const auto rs = parse_modes(opts.modes, opts.seed, opts.sr_bits);
   const auto files = analysis::expand_inputs(o.inputs);
   const auto progress = input_progress("rounding", files, bf && bf->two_level ? 2 : 1);
-  struct Result {
-    analysis::TensorInfo info;
-    std::vector<analysis::RoundingError> per_mode;
-  };
-  std::vector<Result> results;
   std::vector<analysis::RoundingError> total;
   for (const auto& r : rs) total.emplace_back(f, r, k);
-  const auto failures = analysis::for_each_tensor(files, input_options(o, progress.get()), [&](const analysis::TensorInfo& info,
-                                                                               const analysis::TensorRead& read) {
-    std::vector<analysis::RoundingError> acc;
-    for (const auto& r : rs) acc.emplace_back(f, r, k);
-    if (bf) {
-      const std::size_t row_len = row_length(info);
-      analysis::for_each_block_rows(read, row_len, *bf, [&](std::span<const float> x, std::uint64_t index0, float t) {
-        for (auto& a : acc) analysis::add_block_rounding_error(a, x, row_len, *bf, index0, t);
-      }, o.chunk);
-    } else {
-      read([&](std::span<const float> x, std::span<const double> d, std::uint64_t offset) {
-        for (auto& a : acc) {
-          if (!x.empty()) a.add(x, offset);
-          if (!d.empty()) a.add(d, offset);
-        }
-      });
-    }
-    results.push_back({info, std::move(acc)});
-  });
+  const auto pass = analysis::measure_rounding_errors(files, input_options(o, progress.get()), f, rs, k, bf);
+  const auto& results = pass.tensors;
+  const auto& failures = pass.failures;
   progress->finish();
   check_failures(failures, results.size());
 

@@ -1,0 +1,49 @@
+#include "mpsim/analysis/tensor_passes.hpp"
+
+#include "mpsim/analysis/block_scaling.hpp"
+
+namespace mpsim::analysis {
+
+std::size_t row_length(const TensorInfo& info) {
+  return info.shape.empty() ? static_cast<std::size_t>(info.count) : static_cast<std::size_t>(info.shape.back());
+}
+
+RangePass count_ranges(const std::vector<std::string>& files, const InputOptions& options, const Format& f) {
+  RangePass pass;
+  pass.failures = for_each_tensor(files, options, [&](const TensorInfo& info, const TensorRead& read) {
+    RangeCounter c(f);
+    read([&](std::span<const float> x, std::span<const double> d, std::uint64_t) {
+      if (!x.empty()) c.add(x);
+      if (!d.empty()) c.add(d);
+    });
+    pass.tensors.push_back({info, std::move(c)});  // only once read() has returned (for_each_tensor)
+  });
+  return pass;
+}
+
+RoundingErrorPass measure_rounding_errors(const std::vector<std::string>& files, const InputOptions& options,
+                                          const Format& f, const std::vector<Rounding>& roundings, int log2_scale,
+                                          const std::optional<BlockFormat>& block) {
+  RoundingErrorPass pass;
+  pass.failures = for_each_tensor(files, options, [&](const TensorInfo& info, const TensorRead& read) {
+    std::vector<RoundingError> acc;
+    for (const auto& r : roundings) acc.emplace_back(f, r, log2_scale);
+    if (block) {
+      const std::size_t row_len = row_length(info);
+      for_each_block_rows(read, row_len, *block, [&](std::span<const float> x, std::uint64_t index0, float t) {
+        for (auto& a : acc) add_block_rounding_error(a, x, row_len, *block, index0, t);
+      }, options.chunk_elements);
+    } else {
+      read([&](std::span<const float> x, std::span<const double> d, std::uint64_t offset) {
+        for (auto& a : acc) {
+          if (!x.empty()) a.add(x, offset);
+          if (!d.empty()) a.add(d, offset);
+        }
+      });
+    }
+    pass.tensors.push_back({info, std::move(acc)});
+  });
+  return pass;
+}
+
+}  // namespace mpsim::analysis
