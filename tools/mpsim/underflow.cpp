@@ -12,6 +12,7 @@
 #include "mpsim/analysis/moments.hpp"
 #include "mpsim/analysis/block_scaling.hpp"
 #include "mpsim/analysis/range_counter.hpp"
+#include "mpsim/analysis/tensor_passes.hpp"
 #include "mpsim/analysis/underflow.hpp"
 
 namespace {
@@ -129,32 +130,9 @@ void run(const Options& opts) {
   const auto files = analysis::expand_inputs(o.inputs);
   const auto progress = input_progress("underflow", files);
   analysis::RangeCounter total(f, r);  // also validates format and mode before any input is read
-  struct Result {
-    analysis::TensorInfo info;
-    analysis::RangeCounter counter;
-    analysis::Moments moments;  // min, max, mean, std, l1_norm, l2_norm, from the same read
-    analysis::MassLost mass;    // the gradient mass F flushes under S, from the same read
-  };
-  std::vector<Result> results;
-  const auto failures = analysis::for_each_tensor(files, input_options(o, progress.get()), [&](const analysis::TensorInfo& info,
-                                                                               const analysis::TensorRead& read) {
-    analysis::RangeCounter c(f, r);
-    analysis::Moments m;
-    analysis::MassLost mass;
-    read([&](std::span<const float> x, std::span<const double> d, std::uint64_t) {
-      if (!x.empty()) {
-        c.add(x);
-        m.add(x);
-        analysis::add_rounded(mass, x, f, r, uo.log2_scale);
-      }
-      if (!d.empty()) {
-        c.add(d);
-        m.add(d);
-        analysis::add_rounded(mass, d, f, r, uo.log2_scale);
-      }
-    });
-    results.push_back({info, std::move(c), std::move(m), std::move(mass)});
-  });
+  const auto pass = analysis::count_underflow(files, input_options(o, progress.get()), f, r, uo.log2_scale);
+  const auto& results = pass.tensors;
+  const auto& failures = pass.failures;
   progress->finish();
   check_failures(failures, results.size());
 

@@ -21,6 +21,30 @@ RangePass count_ranges(const std::vector<std::string>& files, const InputOptions
   return pass;
 }
 
+UnderflowPass count_underflow(const std::vector<std::string>& files, const InputOptions& options, const Format& f,
+                              const Rounding& r, int log2_scale) {
+  UnderflowPass pass;
+  pass.failures = for_each_tensor(files, options, [&](const TensorInfo& info, const TensorRead& read) {
+    RangeCounter c(f, r);
+    Moments m;
+    MassLost mass;
+    read([&](std::span<const float> x, std::span<const double> d, std::uint64_t) {
+      if (!x.empty()) {
+        c.add(x);
+        m.add(x);
+        add_rounded(mass, x, f, r, log2_scale);
+      }
+      if (!d.empty()) {
+        c.add(d);
+        m.add(d);
+        add_rounded(mass, d, f, r, log2_scale);
+      }
+    });
+    pass.tensors.push_back({info, std::move(c), std::move(m), std::move(mass)});
+  });
+  return pass;
+}
+
 RoundingErrorPass measure_rounding_errors(const std::vector<std::string>& files, const InputOptions& options,
                                           const Format& f, const std::vector<Rounding>& roundings, int log2_scale,
                                           const std::optional<BlockFormat>& block) {

@@ -1,4 +1,4 @@
-// The per-tensor passes of the analysis commands (tools/mpsim/hist.cpp, rounding.cpp): every tensor of the
+// The per-tensor passes of the analysis commands (tools/mpsim/hist.cpp, underflow.cpp, rounding.cpp): every tensor of the
 // inputs streamed once, chunk by chunk, into its accumulators; the command line then writes and prints the
 // reports from them. An input that cannot be read is listed in `failures` and the next one goes on
 // (for_each_tensor, inputs.hpp).
@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "mpsim/analysis/inputs.hpp"
+#include "mpsim/analysis/mass_lost.hpp"
+#include "mpsim/analysis/moments.hpp"
 #include "mpsim/analysis/range_counter.hpp"
 #include "mpsim/analysis/rounding_error.hpp"
 #include "mpsim/format/block.hpp"
@@ -28,6 +30,20 @@ struct RangePass {
   std::vector<InputFailure> failures;
 };
 RangePass count_ranges(const std::vector<std::string>& files, const InputOptions& options, const Format& f);
+
+struct TensorUnderflow {
+  TensorInfo info;
+  RangeCounter counter;  // f's ranges under rounding r, every scale at once
+  Moments moments;       // min, max, mean, std, l1_norm, l2_norm, from the same read
+  MassLost mass;         // the gradient mass f flushes under 2^log2_scale, from the same read
+};
+struct UnderflowPass {
+  std::vector<TensorUnderflow> tensors;
+  std::vector<InputFailure> failures;
+};
+// `mpsim underflow` of an element format: the counts, moments and mass lost of every tensor, from one read.
+UnderflowPass count_underflow(const std::vector<std::string>& files, const InputOptions& options, const Format& f,
+                              const Rounding& r, int log2_scale);
 
 struct TensorRoundingErrors {
   TensorInfo info;
