@@ -31,27 +31,11 @@ void run_block(const CommonOptions& o, const BlockFormat& bf, bool per_tensor) {
                             o.scale, bf.name));
   const auto files = analysis::expand_inputs(o.inputs);
   const auto progress = input_progress("hist", files, bf.two_level ? 2 : 1);
-  struct Result {
-    analysis::TensorInfo info;
-    analysis::RangeCounter values;  // the dequantized values (fp32's ranges: they are floats)
-    BlockStats stats;
-  };
-  std::vector<Result> results;
   analysis::RangeCounter total_values(fp32());
   BlockStats total_stats;
-  const auto failures = analysis::for_each_tensor(files, input_options(o, progress.get()), [&](const analysis::TensorInfo& info,
-                                                                               const analysis::TensorRead& read) {
-    Result res{info, analysis::RangeCounter(fp32()), {}};
-    std::vector<float> y;
-    analysis::for_each_block_rows(read, row_length(info), bf, [&](std::span<const float> x, std::uint64_t index0, float t) {
-      y.resize(x.size());
-      BulkOptions opt;
-      opt.index0 = index0;
-      round_blocks(x, y, row_length(info), bf, Rounding{}, &res.stats, opt, t);
-      res.values.add(std::span<const float>(y));
-    }, o.chunk);
-    results.push_back(std::move(res));
-  });
+  const auto pass = analysis::count_dequantized(files, input_options(o, progress.get()), bf);
+  const auto& results = pass.tensors;
+  const auto& failures = pass.failures;
   progress->finish();
   check_failures(failures, results.size());
 

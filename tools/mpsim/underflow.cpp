@@ -49,15 +49,9 @@ void run_block_comparison(const CommonOptions& o, const std::string& mode, const
   }
   const auto files = analysis::expand_inputs(o.inputs);
   const auto progress = input_progress("underflow", files, analysis::telemetry_reads(targets));
-  struct Result {
-    analysis::TensorInfo info;
-    std::vector<analysis::ScalingResult> per_format;
-  };
-  std::vector<Result> results;
-  const auto failures = analysis::for_each_tensor(files, input_options(o, progress.get()), [&](const analysis::TensorInfo& info,
-                                                                               const analysis::TensorRead& read) {
-    results.push_back({info, analysis::scaling_telemetry(read, row_length(info), targets, o.scale, r, o.chunk)});
-  });
+  const auto pass = analysis::scaling_pass(files, input_options(o, progress.get()), targets, o.scale, r);
+  const auto& results = pass.tensors;
+  const auto& failures = pass.failures;
   progress->finish();
   check_failures(failures, results.size());
 

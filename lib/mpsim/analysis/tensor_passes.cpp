@@ -1,6 +1,6 @@
 #include "mpsim/analysis/tensor_passes.hpp"
 
-#include "mpsim/analysis/block_scaling.hpp"
+#include "mpsim/format/bulk.hpp"
 
 namespace mpsim::analysis {
 
@@ -17,6 +17,35 @@ RangePass count_ranges(const std::vector<std::string>& files, const InputOptions
       if (!d.empty()) c.add(d);
     });
     pass.tensors.push_back({info, std::move(c)});  // only once read() has returned (for_each_tensor)
+  });
+  return pass;
+}
+
+BlockValuesPass count_dequantized(const std::vector<std::string>& files, const InputOptions& options,
+                                  const BlockFormat& bf) {
+  BlockValuesPass pass;
+  pass.failures = for_each_tensor(files, options, [&](const TensorInfo& info, const TensorRead& read) {
+    TensorBlockValues res{info, RangeCounter(fp32()), {}};
+    const std::size_t row_len = row_length(info);
+    std::vector<float> y;
+    for_each_block_rows(read, row_len, bf, [&](std::span<const float> x, std::uint64_t index0, float t) {
+      y.resize(x.size());
+      BulkOptions opt;
+      opt.index0 = index0;
+      round_blocks(x, y, row_len, bf, Rounding{}, &res.stats, opt, t);
+      res.values.add(std::span<const float>(y));
+    }, options.chunk_elements);
+    pass.tensors.push_back(std::move(res));
+  });
+  return pass;
+}
+
+ScalingPass scaling_pass(const std::vector<std::string>& files, const InputOptions& options,
+                         const std::vector<ScalingTarget>& targets, double loss_scale, const Rounding& r) {
+  ScalingPass pass;
+  pass.failures = for_each_tensor(files, options, [&](const TensorInfo& info, const TensorRead& read) {
+    pass.tensors.push_back(
+        {info, scaling_telemetry(read, row_length(info), targets, loss_scale, r, options.chunk_elements)});
   });
   return pass;
 }
