@@ -40,8 +40,8 @@ struct Sweep {
 Sweep sweep(const RangeCounter&, const UnderflowOptions&);
 
 // Sweep's best window over the scales 2^lo .. 2^hi (best_lo, best_hi of sweep() with sweep_lo = lo, sweep_hi =
-// hi; none when every scale overflows), found from the counts at about 2·log2(hi - lo + 1) scales instead of
-// all of them: overflow only rises and underflow only falls as k grows (each value's class is monotone in
+// hi; none when every scale overflows), found from the counts at a few scales instead of all of them (a
+// galloping search from where amax and the smallest magnitude put the format's edges): overflow only rises and underflow only falls as k grows (each value's class is monotone in
 // |x|·2^k: outcome_class, format/bulk.hpp), so the window's top is the largest k without overflow and its
 // bottom the smallest k whose underflow equals the top's. What mpsim.torch's GradientMonitor asks at every
 // sampled step, over 2^-128 .. 2^128 (python/mpsim/torch/monitor.py). mpsim::Error when lo > hi.
