@@ -20,9 +20,9 @@
 #include "mpsim/analysis/mass_lost.hpp"
 #include "mpsim/analysis/moments.hpp"
 #include "mpsim/analysis/range_counter.hpp"
+#include "mpsim/analysis/report.hpp"
 #include "mpsim/analysis/underflow.hpp"
 #include "mpsim/error.hpp"
-#include "mpsim/version.hpp"
 
 namespace mpsim::python {
 namespace {
@@ -193,8 +193,8 @@ RangeCounter make_counter(const nb::handle& fmt, const std::string& mode) {
 }
 
 
-// The report of `mpsim <command>` over named counters ({"tensors": [...], "total": ..., "failed": []} with
-// its schema tag), each entry made by `entry(label, counter)` plus the per-tensor fields the command line adds
+// The report of `mpsim <command>` over named counters (analysis/report.hpp: {"tensors": [...], "total": ...,
+// "failed": []} in the envelope), each entry made by `entry(label, counter)` plus the per-tensor fields the command line adds
 // (the moments with `with_moments`; shape and dtype for the tensors, not the total).
 template <class Entry>
 nlohmann::json report_over(const std::string& command, const std::vector<std::pair<std::string, const Counter*>>& named,
@@ -210,13 +210,9 @@ nlohmann::json report_over(const std::string& command, const std::vector<std::pa
   }
   nlohmann::json tj = entry("total", total.range);
   if (with_moments && total.moments) tj.update(analysis::moment_stats_json(total.moments->stats()));
-  header["command"] = command;
-  header["tensors"] = tensors;
-  header["total"] = tj;
-  header["failed"] = nlohmann::json::array();
-  header["schema"] = "mpsim-" + command + "-1";
-  header["mpsim_version"] = kVersion;
-  return header;
+  // The envelope (command, tensors, total, failed, schema, version) as the command line writes it.
+  return analysis::report_json({.command = command, .fields = std::move(header), .tensors = std::move(tensors),
+                                .total = std::move(tj)});
 }
 
 std::vector<std::pair<std::string, const Counter*>> named_counters(const nb::dict& counters) {
@@ -536,6 +532,17 @@ void bind_analysis(nb::module_& m) {
           },
           "lo"_a = -8, "hi"_a = 32,
           "Every scale 2^lo .. 2^hi: {'rows': [...], 'largest_safe_log2_scale', 'best_window'} as in the report.")
+      .def(
+          "best_window",
+          [](const Counter& c, int lo, int hi) -> std::optional<std::pair<int, int>> {
+            if (lo > hi) throw nb::value_error("best_window: lo must not exceed hi");
+            const auto w = analysis::best_window(c.range, lo, hi);
+            if (!w) return std::nullopt;
+            return std::pair{w->lo, w->hi};
+          },
+          "lo"_a = -8, "hi"_a = 32,
+          "(lo_log2_scale, hi_log2_scale) of sweep(lo, hi)['best_window'] (None when every scale overflows), "
+          "found from the counts at a few scales (lib/mpsim/analysis/underflow.hpp best_window).")
       .def(
           "report_json",
           [](const Counter& c, const std::string& tensor, int log2_scale, double margin, bool with_sweep) {

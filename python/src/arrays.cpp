@@ -15,22 +15,16 @@
 #include "mpsim/format/block.hpp"
 #include "mpsim/format/bulk.hpp"
 #include "mpsim/format/profile.hpp"
+#include "mpsim/format/stats_fields.hpp"
 
 namespace mpsim::python {
 namespace {
 
 // The integer counters of `mpsim round --stats-json`, by its names: what a series of calls sums.
+// (format/stats_fields.hpp: the one table of these names.)
 nb::dict counts_dict(const Stats& s) {
   nb::dict d;
-  d["count"] = s.count;
-  d["zero_in"] = s.zero_in;
-  d["nan"] = s.nan;
-  d["inf_in"] = s.inf_in;
-  d["exact"] = s.exact;
-  d["rounded"] = s.rounded;
-  d["underflow"] = s.underflow;
-  d["subnormal"] = s.subnormal;
-  d["overflow_num"] = s.overflow;
+  for (const auto& f : kStatsCountFields) d[nb::str(f.name.data(), f.name.size())] = s.*f.member;
   return d;
 }
 
@@ -40,8 +34,7 @@ nb::dict stats_dict(const Stats& s, std::uint64_t flipped) {
   // The names of `mpsim round --stats-json`.
   nb::dict d = counts_dict(s);
   d["flipped"] = flipped;
-  d["max_abs"] = s.max_abs;
-  d["min_abs_nonzero"] = s.min_abs_nonzero;
+  for (const auto& f : kStatsExtremeFields) d[nb::str(f.name.data(), f.name.size())] = s.*f.member;
   return d;
 }
 
@@ -173,15 +166,7 @@ class PreparedRounding {
   void add_stats(const nb::dict& d) {
     Stats s;
     auto get = [&](const char* key) { return d.contains(key) ? nb::cast<std::uint64_t>(d[key]) : std::uint64_t{0}; };
-    s.count = get("count");
-    s.zero_in = get("zero_in");
-    s.nan = get("nan");
-    s.inf_in = get("inf_in");
-    s.exact = get("exact");
-    s.rounded = get("rounded");
-    s.underflow = get("underflow");
-    s.subnormal = get("subnormal");
-    s.overflow = get("overflow_num");
+    for (const auto& f : kStatsCountFields) s.*f.member = get(std::string(f.name).c_str());
     totals_.merge(s);
     ++calls_;
   }
@@ -211,10 +196,9 @@ class PreparedRounding {
   }
 
   nb::tuple state() const {
-    const Stats& t = totals_;
-    const nb::tuple counts = nb::make_tuple(t.count, t.zero_in, t.nan, t.inf_in, t.exact, t.rounded, t.underflow,
-                                            t.subnormal, t.overflow, t.max_abs, t.min_abs_nonzero);
-    return nb::make_tuple(fmt_, mode_, sr_bits_, subnormals_, overflow_, like_, daz_, counts, calls_);
+    nb::list counts;  // the Stats fields in the table's order (format/stats_fields.hpp), which restore() reads
+    for_each_stats_field(totals_, [&](std::string_view, auto value) { counts.append(value); });
+    return nb::make_tuple(fmt_, mode_, sr_bits_, subnormals_, overflow_, like_, daz_, nb::tuple(counts), calls_);
   }
   static void restore(PreparedRounding* p, const nb::tuple& t) {
     new (p) PreparedRounding(nb::cast<Format>(t[0]), nb::cast<std::string>(t[1]), nb::cast<int>(t[2]),
@@ -222,11 +206,9 @@ class PreparedRounding {
                              nb::cast<bool>(t[6]));
     const nb::tuple c = nb::cast<nb::tuple>(t[7]);
     Stats& s = p->totals_;
-    std::uint64_t* fields[] = {&s.count, &s.zero_in, &s.nan, &s.inf_in, &s.exact, &s.rounded, &s.underflow,
-                               &s.subnormal, &s.overflow};
-    for (std::size_t i = 0; i < std::size(fields); ++i) *fields[i] = nb::cast<std::uint64_t>(c[i]);
-    s.max_abs = nb::cast<double>(c[9]);
-    s.min_abs_nonzero = nb::cast<double>(c[10]);
+    std::size_t i = 0;  // the order of state(): the counters, then the extremes (format/stats_fields.hpp)
+    for (const auto& f : kStatsCountFields) s.*f.member = nb::cast<std::uint64_t>(c[i++]);
+    for (const auto& f : kStatsExtremeFields) s.*f.member = nb::cast<double>(c[i++]);
     p->calls_ = nb::cast<std::uint64_t>(t[8]);
   }
 

@@ -8,6 +8,7 @@
 
 #include "bindings.hpp"
 #include "mpsim/error.hpp"
+#include "mpsim/field_error.hpp"
 #include "mpsim/format/block.hpp"
 #include "mpsim/format/format.hpp"
 #include "mpsim/format/options.hpp"
@@ -178,6 +179,9 @@ NB_MODULE(_core, m) {
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
       std::rethrow_exception(p);
+    } catch (const mpsim::FieldError& e) {
+      // The library names the field (block_scale); Python names the keyword (block_scale='x').
+      PyErr_SetString(PyExc_ValueError, mpsim::FieldError::spelled(e.field, "=", e.value, e.problem).c_str());
     } catch (const mpsim::Error& e) {
       PyErr_SetString(PyExc_ValueError, e.what());
     } catch (const nlohmann::json::exception& e) {

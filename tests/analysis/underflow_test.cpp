@@ -112,3 +112,49 @@ TEST_CASE("no finite non-zero value: no recommendation; everything overflowing: 
   // 3e38·2^k·2 <= 65504 needs k <= -113.
   CHECK(recommend_scale(big, {}).log2_scale == -113);
 }
+
+TEST_CASE("best_window equals the sweep's best window on random count vectors", "[underflow]") {
+  // The search (a few at_scale calls) against sweep() (every scale): random counts in random cells of the
+  // layout, sparse and dense, every rounding mode that has one outcome per value, named formats of every
+  // width, ranges wide and narrow, at the edges of the formats and beyond.
+  std::mt19937_64 g(32);
+  const std::vector<Format> formats = {fp16(), bf16(), fp8_e4m3(), fp8_e5m2(), fp32(), tf32(), parse_format("float4_e2m1fn"),
+                                       parse_format("float6_e3m2fn")};
+  const RoundingMode modes[] = {RoundingMode::nearest_even, RoundingMode::toward_zero, RoundingMode::up,
+                                RoundingMode::down, RoundingMode::nearest_away, RoundingMode::to_odd};
+  const std::pair<int, int> ranges[] = {{-128, 128}, {-8, 32}, {-20, -10}, {30, 60}, {5, 5}, {-200, -150}};
+  int cases = 0, windows = 0, none = 0, mismatches = 0;
+  for (int trial = 0; trial < 16; ++trial) {
+    const Format& f = formats[static_cast<std::size_t>(trial) % formats.size()];
+    const Rounding r = Rounding::of(modes[static_cast<std::size_t>(trial) % std::size(modes)]);
+    const std::size_t size = RangeCounter(f, r).counts_size();
+    std::vector<std::int64_t> counts(size, 0);
+    // Cells in a random stretch of the layout (a narrow one: a few binades of data, as a tensor has).
+    const std::size_t from = g() % size, span = 1 + g() % (trial % 3 == 0 ? size : 64);
+    const int filled = 1 + static_cast<int>(g() % 40);
+    for (int i = 0; i < filled; ++i) counts[(from + g() % span) % size] += static_cast<std::int64_t>(1 + g() % 1000);
+    const RangeCounter c = RangeCounter::from_counts(f, r, counts, 1.0, 1.0);
+    for (const auto& [lo, hi] : ranges) {
+      UnderflowOptions o;
+      o.sweep_lo = lo;
+      o.sweep_hi = hi;
+      const Sweep s = sweep(c, o);
+      const auto w = best_window(c, lo, hi);
+      const bool same = s.best_lo ? (w && w->lo == *s.best_lo && w->hi == *s.best_hi) : !w;
+      if (!same) {
+        ++mismatches;
+        UNSCOPED_INFO(f.name << " " << short_name(r.mode) << " trial " << trial << " range " << lo << ".." << hi
+                             << ": sweep " << (s.best_lo ? std::to_string(*s.best_lo) + ".." + std::to_string(*s.best_hi) : "none")
+                             << ", search " << (w ? std::to_string(w->lo) + ".." + std::to_string(w->hi) : "none"));
+      }
+      ++cases;
+      (w ? windows : none) += 1;
+    }
+  }
+  WARN("best_window: " << cases << " (counts, format, mode, range) cases, " << windows << " with a window, " << none
+                       << " where every scale overflows; " << mismatches << " differ from the sweep's");
+  CHECK(mismatches == 0);
+  CHECK(windows > 0);
+  CHECK(none > 0);
+  CHECK_THROWS_WITH(best_window(RangeCounter(fp16()), 3, 2), Catch::Contains("lo 3 exceeds hi 2"));
+}

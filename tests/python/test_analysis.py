@@ -265,3 +265,38 @@ def test_add_many_equals_separate_counters():
         mpsim.UnderflowCounter.add_many(together, random.astype(np.int32))
     print(f"add_many vs add: {checked} counters of {len(MANY_FORMATS)} formats in pairs (rne, rtz, ru), "
           f"{values} values added in all, counts arrays equal; all {len(MANY_FORMATS)} at once in rna with float64 input")
+
+
+def test_best_window_equals_the_sweeps_on_random_counts():
+    """UnderflowCounter.best_window (the library's search, which mpsim.torch's monitor calls) against
+    sweep()['best_window'] (every scale): random count vectors in random stretches of the layout, through
+    from_counts_array, every deterministic mode, several formats and ranges."""
+    rng = np.random.default_rng(33)
+    formats = ["fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "float6_e2m3fn", "float4_e2m1fn"]
+    modes = ["rne", "rtz", "ru", "rd", "rna", "rto"]
+    ranges = [(-128, 128), (-8, 32), (-20, -10), (30, 60), (7, 7)]
+    compared = found = 0
+    differ = []
+    for trial in range(24):
+        fmt, mode = formats[trial % len(formats)], modes[trial % len(modes)]
+        size = len(mpsim.UnderflowCounter(fmt, mode, moments=False).counts_array())
+        counts = np.zeros(size, dtype=np.int64)
+        start = int(rng.integers(size))
+        span = size if trial % 4 == 0 else int(rng.integers(1, 64))
+        cells = (start + rng.integers(0, span, int(rng.integers(1, 40)))) % size
+        np.add.at(counts, cells, rng.integers(1, 1000, len(cells)))
+        c = mpsim.UnderflowCounter.from_counts_array(fmt, mode, counts, 1.0, 1.0)
+        for lo, hi in ranges:
+            w = c.sweep(lo, hi)["best_window"]
+            want = None if w is None else (w["lo_log2_scale"], w["hi_log2_scale"])
+            got = c.best_window(lo, hi)
+            compared += 1
+            found += got is not None
+            if got != want:
+                differ.append(f"{fmt} {mode} trial {trial} {lo}..{hi}: sweep {want}, search {got}")
+    print(f"best_window: {compared} (count vector, format, mode, range) cases, {found} with a window; "
+          f"{len(differ)} differ from the sweep's")
+    assert not differ, differ[:5]
+    assert 0 < found < compared
+    with pytest.raises(ValueError, match="lo must not exceed hi"):
+        c.best_window(3, 2)

@@ -360,3 +360,18 @@ def test_flip_bad_probability_raises():
     with pytest.raises(ValueError, match="flip"):
         mpsim.round(x, "mxfp8_e4m3", flip=0.1)
     print("flip outside [0, 1], NaN, text and with a block format: refused, naming flip")
+
+
+def test_option_errors_name_the_keyword():
+    """An error about one option (mpsim::FieldError, lib/mpsim/field_error.hpp) names the keyword as Python
+    spells it, block_scale='...', where the command line says --block-scale."""
+    x = np.linspace(-3, 3, 64, dtype=np.float32)
+    cases = [(dict(fmt="mxfp8_e4m3", block_scale="sideways"), "block_scale='sideways': unknown rule (known: floor, rceil)"),
+             (dict(fmt="nvfp4", block_scale="rceil"), "block_scale='rceil': applies to the MX formats"),
+             (dict(fmt="mxfp8_e4m3", block=-3), "block=-3: must be positive")]
+    for kw, want in cases:
+        with pytest.raises(ValueError) as e:
+            mpsim.round(x, **kw)
+        print(f"mpsim.round(x, {kw}): {e.value}")
+        assert str(e.value).startswith(want), str(e.value)
+        assert "--" not in str(e.value)

@@ -214,6 +214,7 @@ def check_lstm_fp32(batch):
 
 
 STAT_KEYS = ("count", "zero_in", "exact", "rounded", "underflow", "subnormal", "overflow")
+DUMP_NAMES = {"overflow": "overflow_num"}  # torch_models' name -> the dump's (`mpsim round --stats-json`'s)
 SHOWN_KEYS = ("underflow", "subnormal", "overflow")
 
 
@@ -273,8 +274,9 @@ def check_site_counts(model, batch, loss_scale=1.0, fmt="fp16"):
         if rounded.tobytes() != tensors[f"rounded/{site}"].reshape(-1).tobytes():
             exact_failures.append(f"{site}: rounded values differ")
         for k in STAT_KEYS:
-            if cpp[site][k] != forced.stats[site][k]:
-                exact_failures.append(f"{site} {k}: simulator {cpp[site][k]}, PyTorch {forced.stats[site][k]}")
+            ours = cpp[site][DUMP_NAMES.get(k, k)]
+            if ours != forced.stats[site][k]:
+                exact_failures.append(f"{site} {k}: simulator {ours}, PyTorch {forced.stats[site][k]}")
     print(f"\n{model} (batch {meta['batch']}), mixed-{fmt}, loss scale {loss_scale:g}: {len(site_order)} rounding sites, "
           f"{values} values; torch's {fmt} cast of the simulator's own values at each site: "
           f"{len(exact_failures)} differences in the rounded bits and the counts {', '.join(STAT_KEYS)}")
@@ -282,7 +284,7 @@ def check_site_counts(model, batch, loss_scale=1.0, fmt="fp16"):
     if fmt == "fp16" and BATCH_INDEX == 0:
         # What the training loop reports of the same step (steps.csv) is these counts.
         shares = trainer_site_shares(model, batch, loss_scale)
-        names = {"zero": "underflow", "subnormal": "subnormal", "overflow": "overflow"}
+        names = {"zero": "underflow", "subnormal": "subnormal", "overflow": "overflow_num"}
         differ = []
         for column, text in shares.items():
             site, kind = column.rsplit(":", 1)
@@ -310,7 +312,7 @@ def check_site_counts(model, batch, loss_scale=1.0, fmt="fp16"):
         theirs = np.concatenate([cast(sites.values[site][i]).float().reshape(-1).numpy() for i in order])
         cells = []
         for k in SHOWN_KEYS:
-            a, b = cpp[site][k], sites.stats[site][k]
+            a, b = cpp[site][DUMP_NAMES.get(k, k)], sites.stats[site][k]
             totals[k][0] += a
             totals[k][1] += b
             differing += a != b

@@ -306,7 +306,7 @@ def check_against_simulator(batch, loss_scale, fmt):
     for site in lstm_sites:
         cells = []
         for k in ("underflow", "subnormal", "overflow"):
-            a, b = cpp_stats[site][k], stats[site][STAT_NAMES[k]]
+            a, b = cpp_stats[site][STAT_NAMES[k]], stats[site][STAT_NAMES[k]]  # the dump has mpsim.round's names
             cells.append(f"{a}/{b}")
             if abs(a - b) > svt.count_allowance(a, b):
                 failures.append(f"{site} {k}: simulator {a}, emulation {b}")

@@ -47,6 +47,11 @@ def load_dump(path):
         n = int.from_bytes(f.read(8), "little")
         header = json.loads(f.read(n))
     meta = {k: json.loads(v) for k, v in header["__metadata__"].items()}
+    # The dump's site_stats carry `mpsim round --stats-json`'s names (lib/mpsim/format/stats_fields.hpp); a
+    # dump of schema mpsim-layer-dump-1 spelled overflow_num as overflow.
+    for st in meta.get("site_stats", {}).values():
+        if "overflow" in st:
+            st["overflow_num"] = st.pop("overflow")
     return meta, tensors
 
 

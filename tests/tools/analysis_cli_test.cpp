@@ -430,3 +430,31 @@ TEST_CASE("block formats stream in underflow, hist and rounding-error: any chunk
     std::printf("%s, truncated input: exit %d, %s", cmd.c_str(), r.status, r.output.c_str());
   }
 }
+
+TEST_CASE("an error about one option names it as the command line spells it", "[analysis_cli]") {
+  // The library names the field (FieldError "block_scale", lib/mpsim/field_error.hpp); main() names the flag.
+  ScratchDir dir("analysis-cli-field");
+  const auto a = gradients(64, 5);
+  io::write_npy(dir / "a.npy", io::make_npy(std::span<const float>(a)));
+  const std::string in = quote((dir / "a.npy").string());
+  const std::pair<std::string, std::string> cases[] = {
+      {"hist " + in + " --format mxfp8_e4m3 --block-scale sideways",
+       "mpsim: error: --block-scale 'sideways': unknown rule (known: floor, rceil)"},
+      {"rounding-error " + in + " --format nvfp4 --block-scale rceil",
+       "mpsim: error: --block-scale 'rceil': applies to the MX formats"},
+      {"underflow " + in + " --format mxfp8_e4m3,fp16 --block -3", "mpsim: error: --block -3: must be positive"},
+      {"train --model ssd --steps 1 --clip-norm -1 --out " + quote((dir / "run").string()),
+       "mpsim: error: --clip-norm -1: must be finite and >= 0"},
+      {"train --model ssd --steps 1 --scaler static:0 --out " + quote((dir / "run").string()),
+       "mpsim: error: --scaler 'static:0': the scale must be finite and > 0"},
+  };
+  int named = 0;
+  for (const auto& [args, want] : cases) {
+    const auto r = run_mpsim(dir, args);
+    CHECK(r.status == 2);
+    CHECK(r.output.find(want) != std::string::npos);
+    named += r.status == 2 && r.output.find(want) != std::string::npos;
+  }
+  CHECK_FALSE(std::filesystem::exists(dir / "run"));
+  WARN(named << " of " << std::size(cases) << " errors named their flag as the command line spells it");
+}

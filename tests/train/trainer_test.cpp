@@ -401,11 +401,13 @@ TEST_CASE("corrupt, truncated and mismatched checkpoints are refused, nothing ov
 
 TEST_CASE("bad configs are refused before anything is written", "[trainer]") {
   auto c = base("bad_cfg", "fp32", "none", 5);
+  // The policy and the scaler are parsed where they are given: a bad spelling is refused there.
+  CHECK_THROWS_WITH(ParsedPolicy("fp17"), Catch::Contains("fp17"));
+  CHECK_THROWS_WITH(ParsedScaler("static:0"), Catch::Contains("scaler 'static:0': the scale must be finite and > 0"));
+  CHECK_THROWS_WITH(ParsedScaler("static:nan"), Catch::Contains("static:nan"));
+  CHECK_THROWS_WITH(ParsedScaler("magic"), Catch::Contains("scaler 'magic': unknown scaler"));
   for (auto mutate : std::vector<std::function<void(TrainConfig&)>>{
-           [](TrainConfig& t) { t.policy = "fp17"; },
-           [](TrainConfig& t) { t.scaler = "static:0"; },
-           [](TrainConfig& t) { t.scaler = "static:nan"; },
-           [](TrainConfig& t) { t.scaler = "magic"; },
+           [](TrainConfig& t) { t.scaler.config.init_scale = 0; },  // changed after parsing: validate() refuses it
            [](TrainConfig& t) { t.optimizer.name = "lamb"; },
            [](TrainConfig& t) { t.steps = -1; },
            [](TrainConfig& t) { t.model = "resnet"; },

@@ -14,13 +14,14 @@
 
 #include "command.hpp"
 #include "mpsim/analysis/inputs.hpp"
+#include "mpsim/analysis/report.hpp"
 #include "mpsim/analysis/report_text.hpp"
+#include "mpsim/analysis/tensor_passes.hpp"  // row_length
 #include "mpsim/error.hpp"
 #include "mpsim/format/block.hpp"
 #include "mpsim/format/format.hpp"
 #include "mpsim/io/atomic_file.hpp"
 #include "mpsim/io/npy.hpp"
-#include "mpsim/version.hpp"
 #include "mpsim/io/progress.hpp"
 
 namespace mpsim::cli::analysis_cli {
@@ -62,10 +63,6 @@ inline std::optional<BlockFormat> block_format_of(const std::string& name, const
   return parse_block_format(name, b.block, parse_block_scale_rule(b.scale_rule));
 }
 
-// The length of a tensor's rows for block formats: its last axis (0-d: its one element).
-inline std::size_t row_length(const analysis::TensorInfo& info) {
-  return info.shape.empty() ? static_cast<std::size_t>(info.count) : static_cast<std::size_t>(info.shape.back());
-}
 
 // log2 of a power-of-two scale; mpsim::Error naming --scale otherwise.
 inline int log2_scale(double scale) {
@@ -111,22 +108,11 @@ inline void check_failures(const std::vector<analysis::InputFailure>& failures, 
   exit_status() = 1;
 }
 
-inline nlohmann::json failures_json(const std::vector<analysis::InputFailure>& failures) {
-  nlohmann::json j = nlohmann::json::array();
-  for (const auto& f : failures) j.push_back({{"input", f.input}, {"error", f.message}});
-  return j;
-}
-
-// The report of `command` tagged with its schema ("mpsim-<command>-1") and mpsim's version.
-inline nlohmann::json tagged(nlohmann::json report, const std::string& command) {
-  report["schema"] = "mpsim-" + command + "-1";
-  report["mpsim_version"] = kVersion;
-  return report;
-}
-
-inline void write_outputs(const CommonOptions& o, const nlohmann::json& report, const analysis::TidyCsv& csv) {
+// The report in its envelope (analysis/report.hpp, which the Python package's reports share) to --json, the
+// tidy CSV to --csv.
+inline void write_outputs(const CommonOptions& o, const analysis::Report& report, const analysis::TidyCsv& csv) {
   // Both are built before either is written; each appears whole or not at all ("-": standard output).
-  const std::string json_text = tagged(report, report.at("command").get<std::string>()).dump(2) + "\n";
+  const std::string json_text = analysis::report_json(report).dump(2) + "\n";
   const std::string csv_text = csv.text();
   if (!o.json_path.empty()) write_report(o.json_path, json_text);
   if (!o.csv_path.empty()) write_report(o.csv_path, csv_text);

@@ -6,6 +6,7 @@
 #include "analysis_common.hpp"
 #include "mpsim/analysis/block_scaling.hpp"
 #include "mpsim/analysis/range_counter.hpp"
+#include "mpsim/analysis/tensor_passes.hpp"
 #include "mpsim/analysis/underflow.hpp"
 
 namespace {
@@ -13,38 +14,28 @@ namespace {
 using namespace mpsim;
 using namespace mpsim::cli::analysis_cli;
 
+struct Options {
+  CommonOptions common;
+  BlockOptions blocks;
+  bool each = false;  // a chart for every tensor, not only the total
+};
+
 // --format naming a block format (mxfp8_e4m3, ..., nvfp4): the histogram of the dequantized values (what the
 // tensor holds after a quantize-dequantize round trip, nearest-even elements), beside the block telemetry
 // (the shares of the non-zero values flushed inside their block, left subnormal, saturated). Tensors are
 // quantized row by row as they stream in (analysis::for_each_block_rows; nvfp4's tensors are read twice, the
 // amax first).
-void run_block_hist(const CommonOptions& o, const BlockFormat& bf, bool per_tensor) {
+void run_block(const CommonOptions& o, const BlockFormat& bf, bool per_tensor) {
   if (o.scale != 1)
     throw Error(fmt::format("--scale {}: block formats set their own scales; a loss scale does not apply to {}",
                             o.scale, bf.name));
   const auto files = analysis::expand_inputs(o.inputs);
   const auto progress = input_progress("hist", files, bf.two_level ? 2 : 1);
-  struct Result {
-    analysis::TensorInfo info;
-    analysis::RangeCounter values;  // the dequantized values (fp32's ranges: they are floats)
-    BlockStats stats;
-  };
-  std::vector<Result> results;
   analysis::RangeCounter total_values(fp32());
   BlockStats total_stats;
-  const auto failures = analysis::for_each_tensor(files, input_options(o, progress.get()), [&](const analysis::TensorInfo& info,
-                                                                               const analysis::TensorRead& read) {
-    Result res{info, analysis::RangeCounter(fp32()), {}};
-    std::vector<float> y;
-    analysis::for_each_block_rows(read, row_length(info), bf, [&](std::span<const float> x, std::uint64_t index0, float t) {
-      y.resize(x.size());
-      BulkOptions opt;
-      opt.index0 = index0;
-      round_blocks(x, y, row_length(info), bf, Rounding{}, &res.stats, opt, t);
-      res.values.add(std::span<const float>(y));
-    }, o.chunk);
-    results.push_back(std::move(res));
-  });
+  const auto pass = analysis::count_dequantized(files, input_options(o, progress.get()), bf);
+  const auto& results = pass.tensors;
+  const auto& failures = pass.failures;
   progress->finish();
   check_failures(failures, results.size());
 
@@ -73,14 +64,13 @@ void run_block_hist(const CommonOptions& o, const BlockFormat& bf, bool per_tens
     j["dtype"] = std::string(io::to_string(r.info.dtype));
     tensors.push_back(j);
   }
-  const nlohmann::json report = {{"command", "hist"},
-                                 {"format", bf.name},
-                                 {"block", bf.block},
-                                 {"values", "dequantized"},
-                                 {"tensors", tensors},
-                                 {"total", entry("total", total_values, total_stats)},
-                                 {"failed", failures_json(failures)}};
-  write_outputs(o, report, csv);
+  write_outputs(o,
+                {.command = "hist",
+                 .fields = {{"format", bf.name}, {"block", bf.block}, {"values", "dequantized"}},
+                 .tensors = tensors,
+                 .total = entry("total", total_values, total_stats),
+                 .failed = failures},
+                csv);
 
   if (per_tensor)
     for (const auto& r : results) fmt::print("{}\n{}\n", r.info.label, analysis::bar_chart(r.values.histogram(), nullptr, 0));
@@ -97,89 +87,80 @@ void run_block_hist(const CommonOptions& o, const BlockFormat& bf, bool per_tens
                                         rows));
 }
 
+// The log2 histograms of every tensor under a scale, in an element format's ranges (a block format: run_block).
+void run(const Options& opts) {
+  const CommonOptions& o = opts.common;
+  const bool each = opts.each;
+  if (const auto bf = block_format_of(o.format, opts.blocks)) return run_block(o, *bf, each);
+  const Format f = parse_format(o.format);
+  const int k = log2_scale(o.scale);
+  const auto files = analysis::expand_inputs(o.inputs);
+  const auto progress = input_progress("hist", files);
+  analysis::RangeCounter total(f);
+  const auto pass = analysis::count_ranges(files, input_options(o, progress.get()), f);
+  const auto& results = pass.tensors;
+  const auto& failures = pass.failures;
+  progress->finish();
+  check_failures(failures, results.size());
+
+  nlohmann::json tensors = nlohmann::json::array();
+  analysis::TidyCsv csv;
+  auto entry = [&](const std::string& label, const analysis::RangeCounter& c) {
+    nlohmann::json j = {{"tensor", label}};
+    j.update(analysis::hist_stats_json(c, k));
+    const nlohmann::json hist = j["histogram"];
+    j.erase("histogram");
+    csv.add_stats(label, f.name, o.scale, j);
+    const auto h = c.histogram();
+    for (int n = h.lowest_nonempty(); n <= h.highest_nonempty(); ++n)
+      if (h.count(n)) csv.add(label, f.name, o.scale, "bin_2^" + std::to_string(n), h.count(n));
+    j["histogram"] = hist;
+    return j;
+  };
+  for (const auto& r : results) {
+    total += r.counter;
+    nlohmann::json j = entry(r.info.label, r.counter);
+    j["shape"] = r.info.shape;
+    j["dtype"] = std::string(io::to_string(r.info.dtype));
+    tensors.push_back(j);
+  }
+  write_outputs(o,
+                {.command = "hist",
+                 .fields = {{"format", f.name}, {"scale", o.scale}, {"log2_scale", k}},
+                 .tensors = tensors,
+                 .total = entry("total", total),
+                 .failed = failures},
+                csv);
+
+  // The readable summary: chart(s), then the tensors, worst (most underflow) first.
+  if (each)
+    for (const auto& r : results)
+      fmt::print("{}\n{}\n", r.info.label, analysis::bar_chart(r.counter.histogram(), &f, k));
+  fmt::print("log2 histogram of {} tensor(s); ranges of {} under scale {}:\n{}\n", results.size(), f.name,
+             num(o.scale), analysis::bar_chart(total.histogram(), &f, k));
+  std::vector<std::size_t> order(results.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  auto uf = [&](std::size_t i) { return tensors[i]["underflows%"].get<double>(); };
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return uf(a) > uf(b); });
+  std::vector<std::vector<std::string>> rows;
+  for (const std::size_t i : order) {
+    const auto& t = tensors[i];
+    rows.push_back({t["tensor"].get<std::string>(), num(t["numel"]), num(t["zero_num"]), num(t["nan_num"]),
+                    num(t["inf_num"]), num(t["cur_amax"]), num(t["nonzero_amin"]), num(t["dynamic_range"]),
+                    num(t["underflows%"]), num(t["overflows%"])});
+  }
+  fmt::print("{}", analysis::text_table({"tensor", "numel", "zero_num", "nan_num", "inf_num", "cur_amax",
+                                         "nonzero_amin", "dynamic_range", "underflows%", "overflows%"},
+                                        rows));
+}
+
 void setup(CLI::App& app) {
   auto* cmd = app.add_subcommand("hist", "Log2 histograms of tensors, with a target format's ranges marked");
-  auto o = std::make_shared<CommonOptions>();
-  auto per_tensor = std::make_shared<bool>(false);
-  auto blocks = std::make_shared<BlockOptions>();
-  add_common(cmd, *o);
-  add_block_options(cmd, *blocks);
-  cmd->add_flag("--each", *per_tensor, "Draw a chart for every tensor (default: the total only)");
-  cmd->callback([o, per_tensor, blocks] {
-    if (const auto bf = block_format_of(o->format, *blocks)) return run_block_hist(*o, *bf, *per_tensor);
-    const Format f = parse_format(o->format);
-    const int k = log2_scale(o->scale);
-    const auto files = analysis::expand_inputs(o->inputs);
-    const auto progress = input_progress("hist", files);
-    struct Result {
-      analysis::TensorInfo info;
-      analysis::RangeCounter counter;
-    };
-    std::vector<Result> results;
-    analysis::RangeCounter total(f);
-    const auto failures = analysis::for_each_tensor(files, input_options(*o, progress.get()), [&](const analysis::TensorInfo& info,
-                                                                                 const analysis::TensorRead& read) {
-      analysis::RangeCounter c(f);
-      read([&](std::span<const float> x, std::span<const double> d, std::uint64_t) {
-        if (!x.empty()) c.add(x);
-        if (!d.empty()) c.add(d);
-      });
-      results.push_back({info, std::move(c)});
-    });
-    progress->finish();
-    check_failures(failures, results.size());
-
-    nlohmann::json tensors = nlohmann::json::array();
-    analysis::TidyCsv csv;
-    auto entry = [&](const std::string& label, const analysis::RangeCounter& c) {
-      nlohmann::json j = {{"tensor", label}};
-      j.update(analysis::hist_stats_json(c, k));
-      const nlohmann::json hist = j["histogram"];
-      j.erase("histogram");
-      csv.add_stats(label, f.name, o->scale, j);
-      const auto h = c.histogram();
-      for (int n = h.lowest_nonempty(); n <= h.highest_nonempty(); ++n)
-        if (h.count(n)) csv.add(label, f.name, o->scale, "bin_2^" + std::to_string(n), h.count(n));
-      j["histogram"] = hist;
-      return j;
-    };
-    for (const auto& r : results) {
-      total += r.counter;
-      nlohmann::json j = entry(r.info.label, r.counter);
-      j["shape"] = r.info.shape;
-      j["dtype"] = std::string(io::to_string(r.info.dtype));
-      tensors.push_back(j);
-    }
-    const nlohmann::json report = {{"command", "hist"},
-                                   {"format", f.name},
-                                   {"scale", o->scale},
-                                   {"log2_scale", k},
-                                   {"tensors", tensors},
-                                   {"total", entry("total", total)},
-                                   {"failed", failures_json(failures)}};
-    write_outputs(*o, report, csv);
-
-    // The readable summary: chart(s), then the tensors, worst (most underflow) first.
-    if (*per_tensor)
-      for (const auto& r : results)
-        fmt::print("{}\n{}\n", r.info.label, analysis::bar_chart(r.counter.histogram(), &f, k));
-    fmt::print("log2 histogram of {} tensor(s); ranges of {} under scale {}:\n{}\n", results.size(), f.name,
-               num(o->scale), analysis::bar_chart(total.histogram(), &f, k));
-    std::vector<std::size_t> order(results.size());
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-    auto uf = [&](std::size_t i) { return tensors[i]["underflows%"].get<double>(); };
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return uf(a) > uf(b); });
-    std::vector<std::vector<std::string>> rows;
-    for (const std::size_t i : order) {
-      const auto& t = tensors[i];
-      rows.push_back({t["tensor"].get<std::string>(), num(t["numel"]), num(t["zero_num"]), num(t["nan_num"]),
-                      num(t["inf_num"]), num(t["cur_amax"]), num(t["nonzero_amin"]), num(t["dynamic_range"]),
-                      num(t["underflows%"]), num(t["overflows%"])});
-    }
-    fmt::print("{}", analysis::text_table({"tensor", "numel", "zero_num", "nan_num", "inf_num", "cur_amax",
-                                           "nonzero_amin", "dynamic_range", "underflows%", "overflows%"},
-                                          rows));
-  });
+  auto o = std::make_shared<Options>();
+  add_common(cmd, o->common);
+  add_block_options(cmd, o->blocks);
+  cmd->add_flag("--each", o->each, "Draw a chart for every tensor (default: the total only)");
+  cmd->callback([o] { run(*o); });
 }
 
 const bool registered = mpsim::cli::register_command("hist", setup);

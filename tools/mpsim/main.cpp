@@ -15,6 +15,7 @@
 #include "build_options.hpp"
 #include "command.hpp"
 #include "mpsim/error.hpp"
+#include "mpsim/field_error.hpp"
 #include "mpsim/io/atomic_file.hpp"
 #include "mpsim/version.hpp"
 
@@ -122,6 +123,13 @@ int main(int argc, char** argv) {
       return 2;
     }
     return rc == 0 ? 0 : 2;
+  } catch (const mpsim::FieldError& e) {
+    // The library names the field (block_scale); the command line names its flag (--block-scale).
+    std::string flag = "--" + e.field;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    std::fflush(stdout);
+    fmt::print(stderr, "mpsim: error: {}\n", mpsim::FieldError::spelled(flag, " ", e.value, e.problem));
+    return 2;
   } catch (const mpsim::Error& e) {
     std::fflush(stdout);
     fmt::print(stderr, "mpsim: error: {}\n", e.what());

@@ -38,6 +38,7 @@
 #include "mpsim/format/profile.hpp"
 #include "mpsim/format/round.hpp"
 #include "mpsim/format/soft_error.hpp"
+#include "mpsim/format/stats_fields.hpp"
 #include "mpsim/io/atomic_file.hpp"
 #include "mpsim/io/npy.hpp"
 #include "mpsim/version.hpp"
@@ -347,7 +348,7 @@ void run(const Options& o) {
   progress.finish();
 
   if (!o.stats_json.empty()) {
-    const nlohmann::json j = {{"schema", "mpsim-round-1"},
+    nlohmann::json j = {{"schema", "mpsim-round-1"},
                               {"mpsim_version", mpsim::kVersion},
                               {"input", o.in},
                               {"output", o.out},
@@ -364,18 +365,8 @@ void run(const Options& o) {
                               {"flip_bits", std::string(mpsim::to_string(soft_errors.bits))},
                               {"output_kind", o.bits ? "bits" : "values"},
                               {"output_dtype", std::string(mpsim::io::to_string(out.dtype()))},
-                              {"count", stats.count},
-                              {"zero_in", stats.zero_in},
-                              {"nan", stats.nan},
-                              {"inf_in", stats.inf_in},
-                              {"exact", stats.exact},
-                              {"rounded", stats.rounded},
-                              {"underflow", stats.underflow},
-                              {"subnormal", stats.subnormal},
-                              {"overflow_num", stats.overflow},
-                              {"max_abs", stats.max_abs},
-                              {"min_abs_nonzero", stats.min_abs_nonzero},
                               {"flipped", flipped}};
+    mpsim::for_each_stats_field(stats, [&](std::string_view name, auto value) { j[std::string(name)] = value; });
     stats_text = j.dump(2) + "\n";
     if (stats_file) stats_file->write(stats_text);
   }

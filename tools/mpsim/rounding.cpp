@@ -9,6 +9,7 @@
 #include "analysis_common.hpp"
 #include "mpsim/analysis/block_scaling.hpp"
 #include "mpsim/analysis/rounding_error.hpp"
+#include "mpsim/analysis/tensor_passes.hpp"
 
 namespace {
 
@@ -31,122 +32,113 @@ std::vector<Rounding> parse_modes(const std::string& list, std::uint64_t seed, i
   return out;
 }
 
+struct Options {
+  CommonOptions common;
+  BlockOptions blocks;
+  std::string modes = "rne,sr";  // comma-separated rounding modes
+  std::uint64_t seed = 0;        // stochastic rounding's
+  int sr_bits = 32;
+};
+
+// The rounding error of every mode over every tensor (a block format: in its element type's units).
+void run(const Options& opts) {
+  const CommonOptions& o = opts.common;
+  const auto bf = block_format_of(o.format, opts.blocks);
+  // A block format is measured in its element type's units, under the block format's name.
+  Format f = bf ? bf->element : parse_format(o.format);
+  if (bf) {
+    f.name = bf->name;
+    if (o.scale != 1)
+      throw Error(fmt::format("--scale {}: block formats set their own scales; a loss scale does not apply to {}",
+                              o.scale, bf->name));
+  }
+  const int k = log2_scale(o.scale);
+  const auto rs = parse_modes(opts.modes, opts.seed, opts.sr_bits);
+  const auto files = analysis::expand_inputs(o.inputs);
+  const auto progress = input_progress("rounding", files, bf && bf->two_level ? 2 : 1);
+  std::vector<analysis::RoundingError> total;
+  for (const auto& r : rs) total.emplace_back(f, r, k);
+  const auto pass = analysis::measure_rounding_errors(files, input_options(o, progress.get()), f, rs, k, bf);
+  const auto& results = pass.tensors;
+  const auto& failures = pass.failures;
+  progress->finish();
+  check_failures(failures, results.size());
+
+  nlohmann::json tensors = nlohmann::json::array();
+  analysis::TidyCsv csv;
+  auto modes_json = [&](const std::string& label, const std::vector<analysis::RoundingError>& acc) {
+    nlohmann::json m = nlohmann::json::array();
+    for (const auto& a : acc) {
+      const nlohmann::json j = a.to_json();
+      for (const auto& [key, v] : j.items())
+        if (v.is_number() && key != "scale")
+          csv.add(label, f.name, o.scale, j["rounding"].get<std::string>() + "." + key, v);
+      m.push_back(j);
+    }
+    return m;
+  };
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    for (std::size_t m = 0; m < rs.size(); ++m) total[m] += results[i].per_mode[m];
+    tensors.push_back({{"tensor", results[i].info.label},
+                       {"shape", results[i].info.shape},
+                       {"dtype", std::string(io::to_string(results[i].info.dtype))},
+                       {"modes", modes_json(results[i].info.label, results[i].per_mode)}});
+  }
+  const nlohmann::json tj = {{"tensor", "total"}, {"modes", modes_json("total", total)}};
+  analysis::Report report{.command = "rounding-error",
+                          .fields = {{"format", f.name}, {"scale", o.scale}, {"log2_scale", k}},
+                          .tensors = tensors,
+                          .total = tj,
+                          .failed = failures};
+  if (bf) {
+    report.fields["block"] = bf->block;
+    report.fields["element_format"] = bf->element.name;
+    report.fields["ulp_of"] = "the element type, inside each block (error / block scale)";
+  }
+  write_outputs(o, report, csv);
+
+  // One row per (tensor, mode); tensors worst first by their largest mean relative error.
+  std::vector<std::size_t> order(tensors.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  auto worst = [&](std::size_t i) {
+    double w = 0;
+    for (const auto& m : tensors[i]["modes"]) w = std::max(w, m["rel_err_mean"].get<double>());
+    return w;
+  };
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return worst(a) > worst(b); });
+  std::vector<std::vector<std::string>> rows;
+  auto add_rows = [&](const nlohmann::json& t) {
+    for (const auto& m : t["modes"])
+      rows.push_back({t["tensor"].get<std::string>(), m["rounding"].get<std::string>(), num(m["measured_num"]),
+                      num(m["rel_err_mean"]), num(m["rel_err_max"]), num(m["rel_err_p99"]), num(m["ulp_err_mean"]),
+                      num(m["ulp_err_max"]), num(m["ulp_err_p99"]), num(m["bias_rel"]), num(m["bias_ulp"]),
+                      num(m["overflows_num"])});
+  };
+  for (const std::size_t i : order) add_rows(tensors[i]);
+  add_rows(tj);
+  fmt::print("rounding into {} under scale {}:\n{}", f.name, num(o.scale),
+             analysis::text_table({"tensor", "rounding", "measured_num", "rel_err_mean", "rel_err_max", "rel_err_p99",
+                                   "ulp_err_mean", "ulp_err_max", "ulp_err_p99", "bias_rel", "bias_ulp",
+                                   "overflows_num"},
+                                  rows));
+}
+
 // The command, under its name or (`old_name`) under the name it had before `mpsim round` stood beside it:
 // that one is hidden from --help and prints a notice first.
 void setup_named(CLI::App& app, const std::string& name, bool old_name) {
   auto* cmd = app.add_subcommand(name, "Rounding error (relative, ulps, bias) per rounding mode");
   if (old_name) cmd->group("");
-  auto o = std::make_shared<CommonOptions>();
-  auto modes = std::make_shared<std::string>("rne,sr");
-  auto seed = std::make_shared<std::uint64_t>(0);
-  auto sr_bits = std::make_shared<int>(32);
-  auto blocks = std::make_shared<BlockOptions>();
-  add_common(cmd, *o);
-  add_block_options(cmd, *blocks);
-  cmd->add_option("--modes", *modes, "Comma-separated rounding modes (rne, rtz, ru, rd, rna, rto, sr)")->capture_default_str();
-  cmd->add_option("--seed", *seed, "Stochastic rounding seed")->capture_default_str();
-  cmd->add_option("--sr-bits", *sr_bits, "Stochastic rounding random bits (1..32)")->capture_default_str();
-  cmd->callback([o, modes, seed, sr_bits, name, old_name, blocks] {
+  auto o = std::make_shared<Options>();
+  add_common(cmd, o->common);
+  add_block_options(cmd, o->blocks);
+  cmd->add_option("--modes", o->modes, "Comma-separated rounding modes (rne, rtz, ru, rd, rna, rto, sr)")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "Stochastic rounding seed")->capture_default_str();
+  cmd->add_option("--sr-bits", o->sr_bits, "Stochastic rounding random bits (1..32)")->capture_default_str();
+  cmd->callback([o, name, old_name] {
     if (old_name)
       fmt::print(stderr, "mpsim: notice: '{}' is now called 'rounding-error' (beside 'round', which converts); the "
                          "old name still works for now\n", name);
-    const auto bf = block_format_of(o->format, *blocks);
-    // A block format is measured in its element type's units, under the block format's name.
-    Format f = bf ? bf->element : parse_format(o->format);
-    if (bf) {
-      f.name = bf->name;
-      if (o->scale != 1)
-        throw Error(fmt::format("--scale {}: block formats set their own scales; a loss scale does not apply to {}",
-                                o->scale, bf->name));
-    }
-    const int k = log2_scale(o->scale);
-    const auto rs = parse_modes(*modes, *seed, *sr_bits);
-    const auto files = analysis::expand_inputs(o->inputs);
-    const auto progress = input_progress("rounding", files, bf && bf->two_level ? 2 : 1);
-    struct Result {
-      analysis::TensorInfo info;
-      std::vector<analysis::RoundingError> per_mode;
-    };
-    std::vector<Result> results;
-    std::vector<analysis::RoundingError> total;
-    for (const auto& r : rs) total.emplace_back(f, r, k);
-    const auto failures = analysis::for_each_tensor(files, input_options(*o, progress.get()), [&](const analysis::TensorInfo& info,
-                                                                                 const analysis::TensorRead& read) {
-      std::vector<analysis::RoundingError> acc;
-      for (const auto& r : rs) acc.emplace_back(f, r, k);
-      if (bf) {
-        const std::size_t row_len = row_length(info);
-        analysis::for_each_block_rows(read, row_len, *bf, [&](std::span<const float> x, std::uint64_t index0, float t) {
-          for (auto& a : acc) analysis::add_block_rounding_error(a, x, row_len, *bf, index0, t);
-        }, o->chunk);
-      } else {
-        read([&](std::span<const float> x, std::span<const double> d, std::uint64_t offset) {
-          for (auto& a : acc) {
-            if (!x.empty()) a.add(x, offset);
-            if (!d.empty()) a.add(d, offset);
-          }
-        });
-      }
-      results.push_back({info, std::move(acc)});
-    });
-    progress->finish();
-    check_failures(failures, results.size());
-
-    nlohmann::json tensors = nlohmann::json::array();
-    analysis::TidyCsv csv;
-    auto modes_json = [&](const std::string& label, const std::vector<analysis::RoundingError>& acc) {
-      nlohmann::json m = nlohmann::json::array();
-      for (const auto& a : acc) {
-        const nlohmann::json j = a.to_json();
-        for (const auto& [key, v] : j.items())
-          if (v.is_number() && key != "scale")
-            csv.add(label, f.name, o->scale, j["rounding"].get<std::string>() + "." + key, v);
-        m.push_back(j);
-      }
-      return m;
-    };
-    for (std::size_t i = 0; i < results.size(); ++i) {
-      for (std::size_t m = 0; m < rs.size(); ++m) total[m] += results[i].per_mode[m];
-      tensors.push_back({{"tensor", results[i].info.label},
-                         {"shape", results[i].info.shape},
-                         {"dtype", std::string(io::to_string(results[i].info.dtype))},
-                         {"modes", modes_json(results[i].info.label, results[i].per_mode)}});
-    }
-    const nlohmann::json tj = {{"tensor", "total"}, {"modes", modes_json("total", total)}};
-    nlohmann::json report = {{"command", "rounding-error"}, {"format", f.name}, {"scale", o->scale},
-                             {"log2_scale", k},        {"tensors", tensors}, {"total", tj},
-                             {"failed", failures_json(failures)}};
-    if (bf) {
-      report["block"] = bf->block;
-      report["element_format"] = bf->element.name;
-      report["ulp_of"] = "the element type, inside each block (error / block scale)";
-    }
-    write_outputs(*o, report, csv);
-
-    // One row per (tensor, mode); tensors worst first by their largest mean relative error.
-    std::vector<std::size_t> order(tensors.size());
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-    auto worst = [&](std::size_t i) {
-      double w = 0;
-      for (const auto& m : tensors[i]["modes"]) w = std::max(w, m["rel_err_mean"].get<double>());
-      return w;
-    };
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return worst(a) > worst(b); });
-    std::vector<std::vector<std::string>> rows;
-    auto add_rows = [&](const nlohmann::json& t) {
-      for (const auto& m : t["modes"])
-        rows.push_back({t["tensor"].get<std::string>(), m["rounding"].get<std::string>(), num(m["measured_num"]),
-                        num(m["rel_err_mean"]), num(m["rel_err_max"]), num(m["rel_err_p99"]), num(m["ulp_err_mean"]),
-                        num(m["ulp_err_max"]), num(m["ulp_err_p99"]), num(m["bias_rel"]), num(m["bias_ulp"]),
-                        num(m["overflows_num"])});
-    };
-    for (const std::size_t i : order) add_rows(tensors[i]);
-    add_rows(tj);
-    fmt::print("rounding into {} under scale {}:\n{}", f.name, num(o->scale),
-               analysis::text_table({"tensor", "rounding", "measured_num", "rel_err_mean", "rel_err_max", "rel_err_p99",
-                                     "ulp_err_mean", "ulp_err_max", "ulp_err_p99", "bias_rel", "bias_ulp",
-                                     "overflows_num"},
-                                    rows));
+    run(*o);
   });
 }
 

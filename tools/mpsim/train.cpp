@@ -50,13 +50,15 @@ void setup(CLI::App& app) {
   auto c = std::make_shared<mpsim::train::TrainConfig>();
   auto out = std::make_shared<std::string>(), resume = std::make_shared<std::string>();
   auto hist = std::make_shared<std::string>(), scaler_state = std::make_shared<std::string>();
+  // Parsed once, here (TrainConfig holds the parsed policy and scaler).
+  auto policy = std::make_shared<std::string>("fp32"), scaler = std::make_shared<std::string>("none");
   c->optimizer.lr = 0;
   cmd->add_option("--model", c->model, "ssd | lstm")->required();
-  cmd->add_option("--policy", c->policy,
+  cmd->add_option("--policy", *policy,
                   "fp32 | mixed-fp16 | mixed-bf16 | pure-fp16 | custom:KEY=FMT,... | a scaling recipe "
                   "RECIPE[:KEY=VALUE,...] (docs/recipes.md: fp8-tensorwise-delayed, mxfp8, nvfp4, ...)")
       ->capture_default_str();
-  cmd->add_option("--scaler", c->scaler,
+  cmd->add_option("--scaler", *scaler,
                   "none | static:S | dynamic | hysteresis[:megatron|:deepspeed], optionally ,key=value "
                   "(init_scale, growth_factor, backoff_factor, growth_interval, hysteresis, min_scale)")
       ->capture_default_str();
@@ -92,8 +94,9 @@ void setup(CLI::App& app) {
   cmd->add_option("--corpus", c->model_config.corpus_path, "lstm: train on this UTF-8 text file");
   cmd->add_option("--batch", c->model_config.batch, "batch size (0: the model's default)");
   cmd->add_option("--size", c->model_config.size, "model width (0: the model's default)");
-  cmd->callback([cmd, c, out, resume, hist, scaler_state, force] {
+  cmd->callback([cmd, c, out, resume, hist, scaler_state, force, policy, scaler] {
     mpsim::train::TrainConfig config = *c;
+    config.policy = *policy;
     // NaN stands for "the model's" inside TrainConfig; a number given on the command line must be finite.
     for (const auto& [opt, value] : {std::pair<const char*, double>{"--lr", config.optimizer.lr},
                                      {"--momentum", config.optimizer.momentum},
@@ -103,7 +106,9 @@ void setup(CLI::App& app) {
     if (!scaler_state->empty()) {
       if (cmd->count("--scaler") > 0)
         throw mpsim::Error("--scaler-state gives the scaler (dynamic, with the state's parameters): drop --scaler");
-      config.scaler = mpsim::train::to_spec(mpsim::train::scaler_from_torch_state(read_json(*scaler_state), *scaler_state));
+      config.scaler = mpsim::train::ParsedScaler(mpsim::train::scaler_from_torch_state(read_json(*scaler_state), *scaler_state));
+    } else {
+      config.scaler = *scaler;
     }
     config.out = *out;
     config.resume = *resume;
@@ -121,7 +126,7 @@ void setup(CLI::App& app) {
     if (bar) bar->finish();
     fmt::print("{} {} {}: {} steps, final loss {:.6g}, {} {:.6g}, skipped {}, activation gradients lost "
                "{:.3g}%{}\n",
-               config.model, config.policy, config.scaler, s.steps_done, s.final_loss,
+               config.model, config.policy.spec, config.scaler.spec, s.steps_done, s.final_loss,
                s.final_metric.name, s.final_metric.value, s.skipped_steps, 100 * s.act_grad_lost_fraction(),
                s.diverged ? ", DIVERGED" : "");
     fmt::print("wrote {}/run.json, steps.csv, hist/, {}checkpoint.safetensors\n", config.out.string(),

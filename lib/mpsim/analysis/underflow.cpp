@@ -1,7 +1,12 @@
 #include "mpsim/analysis/underflow.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <limits>
+#include <string>
+
+#include "mpsim/error.hpp"
 
 namespace mpsim::analysis {
 
@@ -41,6 +46,93 @@ Sweep sweep(const RangeCounter& c, const UnderflowOptions& o) {
     if (rc.underflow == least) s.best_hi = k;
   }
   return s;
+}
+
+namespace {
+
+// The largest k in [lo, hi] with pred(k), for pred true up to some k and false after it, pred(lo) true: a
+// galloping search from `guess` (a few evaluations when the guess is close), then bisection. (The search
+// python/mpsim/torch/monitor.py did in 0.2.0, moved here.)
+template <class Pred>
+int last_true(Pred pred, int lo, int hi, int guess) {
+  const int g = std::clamp(guess, lo, hi);
+  int a = 0, b = 0;  // pred(a) is true; b is the first k known false (hi + 1: none in range)
+  if (pred(g)) {
+    a = g;
+    b = hi + 1;
+    bool bounded = false;
+    for (int step = 1; a + step <= hi; step *= 2) {
+      if (!pred(a + step)) {
+        b = a + step;
+        bounded = true;
+        break;
+      }
+      a += step;
+    }
+    if (!bounded && a < hi) {
+      if (pred(hi)) return hi;
+      b = hi;
+    }
+  } else {
+    a = lo;
+    b = g;
+    for (int step = 1; b - step > lo; step *= 2) {
+      if (pred(b - step)) {
+        a = b - step;
+        break;
+      }
+      b -= step;
+    }
+  }
+  while (b - a > 1) {
+    const int m = a + (b - a) / 2;
+    if (pred(m)) a = m;
+    else b = m;
+  }
+  return a;
+}
+
+// log2 of x rounded down / up, exactly (frexp, not log2's rounding); `otherwise` where x is 0, inf or NaN (a
+// ratio of extremes out of double's range: then only the start of a search is lost).
+int floor_log2(double x, int otherwise) {
+  if (!(x > 0) || !std::isfinite(x)) return otherwise;
+  int e = 0;
+  std::frexp(x, &e);  // x = m 2^e, m in [0.5, 1)
+  return e - 1;
+}
+int ceil_log2(double x, int otherwise) {
+  if (!(x > 0) || !std::isfinite(x)) return otherwise;
+  int e = 0;
+  const double m = std::frexp(x, &e);
+  return m == 0.5 ? e - 1 : e;
+}
+
+}  // namespace
+
+std::optional<ScaleWindow> best_window(const RangeCounter& c, int lo, int hi) {
+  if (lo > hi) throw Error("best_window: lo " + std::to_string(lo) + " exceeds hi " + std::to_string(hi));
+  // The counts at a scale, each asked once (at_scale walks the whole layout).
+  std::map<int, std::pair<std::uint64_t, std::uint64_t>> memo;  // k -> (overflow, underflow)
+  auto at = [&](int k) {
+    auto it = memo.find(k);
+    if (it == memo.end()) {
+      const RangeCounts r = c.at_scale(k);
+      it = memo.emplace(k, std::pair{r.overflow, r.underflow}).first;
+    }
+    return it->second;
+  };
+  if (at(lo).first != 0) return std::nullopt;
+  // The searches start where amax and the smallest non-zero magnitude put the format's edges (any start gives
+  // the same answer; a close one saves evaluations).
+  const Format& f = c.format();
+  const double amax = c.amax(), amin = c.amin_nonzero();
+  const int guess_hi = amax > 0 ? floor_log2(f.max_finite / amax, hi) : hi;
+  const int top = last_true([&](int k) { return at(k).first == 0; }, lo, hi, guess_hi);
+  const std::uint64_t least = at(top).second;
+  if (at(lo).second == least) return ScaleWindow{lo, top};
+  const int guess_lo = amin > 0 ? ceil_log2(f.min_subnormal / amin, lo + 1) - 1 : lo;
+  // The last k with more underflow than the top's (lo is one), plus one.
+  return ScaleWindow{last_true([&](int k) { return at(k).second > least; }, lo, top, guess_lo) + 1, top};
 }
 
 nlohmann::json range_stats_json(const RangeCounts& c) {

@@ -39,6 +39,18 @@ struct Sweep {
 };
 Sweep sweep(const RangeCounter&, const UnderflowOptions&);
 
+// Sweep's best window over the scales 2^lo .. 2^hi (best_lo, best_hi of sweep() with sweep_lo = lo, sweep_hi =
+// hi; none when every scale overflows), found from the counts at a few scales instead of all of them (a
+// galloping search from where amax and the smallest magnitude put the format's edges): overflow only rises and underflow only falls as k grows (each value's class is monotone in
+// |x|·2^k: outcome_class, format/bulk.hpp), so the window's top is the largest k without overflow and its
+// bottom the smallest k whose underflow equals the top's. What mpsim.torch's GradientMonitor asks at every
+// sampled step, over 2^-128 .. 2^128 (python/mpsim/torch/monitor.py). mpsim::Error when lo > hi.
+struct ScaleWindow {
+  int lo = 0, hi = 0;
+  friend bool operator==(const ScaleWindow&, const ScaleWindow&) = default;
+};
+std::optional<ScaleWindow> best_window(const RangeCounter&, int lo, int hi);
+
 // The TE-named statistics of one RangeCounts: numel, underflows%, underflows_num, subnormals%,
 // subnormals_num, overflows%, overflows_num, subnormal_bits_lost_mean / _max, zero_num, nan_num, inf_num.
 // Percentages are of the non-zero finite elements (as TE's underflows%).

@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "mpsim/error.hpp"
+#include "mpsim/field_error.hpp"
 #include "mpsim/parallel.hpp"
 
 namespace mpsim {
@@ -380,7 +381,7 @@ bool is_block_format_name(std::string_view name) {
 BlockScaleRule parse_block_scale_rule(std::string_view s) {
   if (s == "floor") return BlockScaleRule::floor;
   if (s == "rceil") return BlockScaleRule::rceil;
-  throw Error("--block-scale: unknown rule '" + std::string(s) + "' (known: floor, rceil)");
+  throw FieldError("block_scale", "'" + std::string(s) + "'", "unknown rule (known: floor, rceil)");
 }
 
 BlockFormat parse_block_format(std::string_view name, int block, BlockScaleRule rule) {
@@ -392,9 +393,9 @@ BlockFormat parse_block_format(std::string_view name, int block, BlockScaleRule 
     f.two_level = b.two_level;
     f.scale = b.two_level ? fp8_e4m3() : float8_e8m0fnu();
     f.block = block > 0 ? block : (b.two_level ? kNvfp4Block : kMxBlock);
-    if (block < 0) throw Error(fmt::format("--block {}: must be positive", block));
+    if (block < 0) throw FieldError("block", std::to_string(block), "must be positive");
     if (b.two_level && rule == BlockScaleRule::rceil)
-      throw Error("--block-scale rceil applies to the MX formats; nvfp4's scales are e4m3, not powers of two");
+      throw FieldError("block_scale", "'rceil'", "applies to the MX formats; nvfp4's scales are e4m3, not powers of two");
     f.rule = rule;
     return f;
   }

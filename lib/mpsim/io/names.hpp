@@ -17,5 +17,8 @@ std::string escaped(std::string_view text);
 
 // Throws mpsim::Error "WHAT NAME: the name is not valid UTF-8 ..." when `name` is not well-formed UTF-8.
 void require_utf8_name(std::string_view name, std::string_view what);
+// What that message says after the name (for a FieldError naming a config's field, lib/mpsim/field_error.hpp).
+inline constexpr std::string_view kNotUtf8Name =
+    "the name is not valid UTF-8; reports name it in JSON, which holds UTF-8 only: rename it";
 
 }  // namespace mpsim::io

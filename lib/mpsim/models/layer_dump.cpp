@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "mpsim/error.hpp"
+#include "mpsim/format/stats_fields.hpp"
 #include "mpsim/io/safetensors_writer.hpp"
 #include "mpsim/models/corpus.hpp"
 #include "mpsim/models/shapes.hpp"
@@ -29,11 +30,11 @@ struct SiteRecord {
   std::vector<float> before, after;
 };
 
+// Under the names of `mpsim round --stats-json` (format/stats_fields.hpp; "overflow_num" since 0.2.0).
 nlohmann::json stats_json(const Stats& s) {
-  return {{"count", s.count},         {"zero_in", s.zero_in},     {"nan", s.nan},
-          {"inf_in", s.inf_in},       {"exact", s.exact},         {"rounded", s.rounded},
-          {"underflow", s.underflow}, {"subnormal", s.subnormal}, {"overflow", s.overflow},
-          {"max_abs", s.max_abs},     {"min_abs_nonzero", s.min_abs_nonzero}};
+  nlohmann::json j = nlohmann::json::object();
+  for_each_stats_field(s, [&](std::string_view name, auto value) { j[std::string(name)] = value; });
+  return j;
 }
 
 // (rows, cols) when every call had the same size, else one flat row.
@@ -80,7 +81,7 @@ void write_layer_dump(const std::filesystem::path& path, const LayerDumpOptions&
   }
   const double loss = model->forward_backward(o.batch_index, o.loss_scale, prec);
 
-  nlohmann::json meta = {{"format", "mpsim layer dump"}, {"schema", "mpsim-layer-dump-1"},
+  nlohmann::json meta = {{"format", "mpsim layer dump"}, {"schema", "mpsim-layer-dump-2"},
                          {"model", ssd ? "ssd" : "lstm"}, {"seed", o.seed},
                          {"batch_index", o.batch_index},  {"batch", batch},
                          {"size", o.config.size},         {"policy", prec.policy().name},

@@ -12,9 +12,10 @@
 //   rounded/<site>        the same AFTER rounding, only at sites the policy rounds
 //   batch/images          ssd: the batch's images, (B, 1, S, S)
 // and metadata (safetensors metadata values are strings; each is JSON text):
-//   format "mpsim layer dump", schema "mpsim-layer-dump-1", model, seed, batch_index, batch, size, policy,
+//   format "mpsim layer dump", schema "mpsim-layer-dump-2", model, seed, batch_index, batch, size, policy,
 //   loss_scale, loss (the unscaled fp32 loss of the batch), sites (in first-call order: name, class),
-//   site_stats ({site: the bulk engine's Stats of the step at that site}, rounded sites only),
+//   site_stats ({site: the bulk engine's Stats of the step at that site, under `mpsim round --stats-json`'s
+//              names, format/stats_fields.hpp; schema -1 spelled overflow_num as overflow}, rounded sites only),
 //   ssd: truths (per image [[cx, cy, w, h, label], ...]); lstm: inputs and targets ((T, B) token ids).
 #pragma once
 

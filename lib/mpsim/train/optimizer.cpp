@@ -5,16 +5,18 @@
 #include <cmath>
 
 #include "mpsim/error.hpp"
+#include "mpsim/field_error.hpp"
 
 namespace mpsim::train {
 
 void validate(const OptimizerConfig& c) {
   if (c.name != "sgd" && c.name != "adamw")
-    throw Error(fmt::format("--optimizer '{}': unknown optimiser (expected sgd or adamw)", c.name));
-  if (!(std::isfinite(c.lr) && c.lr > 0)) throw Error(fmt::format("--lr {}: must be finite and > 0", c.lr));
+    throw FieldError("optimizer", "'" + c.name + "'", "unknown optimiser (expected sgd or adamw)");
+  if (!(std::isfinite(c.lr) && c.lr > 0)) throw FieldError("lr", fmt::format("{}", c.lr), "must be finite and > 0");
   if (!(std::isfinite(c.weight_decay) && c.weight_decay >= 0))
-    throw Error(fmt::format("--weight-decay {}: must be finite and >= 0", c.weight_decay));
-  if (!(c.momentum >= 0 && c.momentum < 1)) throw Error(fmt::format("--momentum {}: must lie in [0, 1)", c.momentum));
+    throw FieldError("weight_decay", fmt::format("{}", c.weight_decay), "must be finite and >= 0");
+  if (!(c.momentum >= 0 && c.momentum < 1))
+    throw FieldError("momentum", fmt::format("{}", c.momentum), "must lie in [0, 1)");
   if (!(c.dampening >= 0 && c.dampening <= 1)) throw Error(fmt::format("dampening {}: must lie in [0, 1]", c.dampening));
   if (c.nesterov && (c.momentum <= 0 || c.dampening != 0))
     throw Error("nesterov momentum requires momentum > 0 and dampening 0 (as torch.optim.SGD)");

@@ -8,10 +8,14 @@
 #include <vector>
 
 #include "mpsim/error.hpp"
+#include "mpsim/field_error.hpp"
 
 namespace mpsim::train {
 
 namespace {
+
+// The spec as the messages show it.
+std::string spec_text(std::string_view spec) { return "'" + std::string(spec) + "'"; }
 
 std::vector<std::string_view> split(std::string_view s, char sep) {
   std::vector<std::string_view> parts;
@@ -30,14 +34,14 @@ double parse_number(std::string_view text, std::string_view spec, std::string_vi
   const auto* end = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(text.data(), end, v);
   if (text.empty() || ec != std::errc() || ptr != end)
-    throw Error(fmt::format("--scaler '{}': {} '{}' is not a number", spec, what, text));
+    throw FieldError("scaler", spec_text(spec), fmt::format("{} '{}' is not a number", what, text));
   return v;
 }
 
 int parse_count(std::string_view text, std::string_view spec, std::string_view what) {
   const double v = parse_number(text, spec, what);
   if (!(v >= 1 && v <= std::numeric_limits<int>::max()) || v != std::floor(v))
-    throw Error(fmt::format("--scaler '{}': {} must be a whole number >= 1, got '{}'", spec, what, text));
+    throw FieldError("scaler", spec_text(spec), fmt::format("{} must be a whole number >= 1, got '{}'", what, text));
   return static_cast<int>(v);
 }
 
@@ -57,22 +61,24 @@ std::string_view to_string(ScalerKind k) {
 void validate(const ScalerConfig& c) {
   const std::string spec = to_spec(c);
   if (!(std::isfinite(c.init_scale) && c.init_scale > 0))
-    throw Error(fmt::format("--scaler '{}': the scale must be finite and > 0, got {}", spec, c.init_scale));
+    throw FieldError("scaler", spec_text(spec), fmt::format("the scale must be finite and > 0, got {}", c.init_scale));
   if (c.kind == ScalerKind::none || c.kind == ScalerKind::constant) return;
   if (!(std::isfinite(c.growth_factor) && c.growth_factor > 1))
-    throw Error(fmt::format("--scaler '{}': growth_factor must be finite and > 1, got {}", spec, c.growth_factor));
+    throw FieldError("scaler", spec_text(spec),
+                     fmt::format("growth_factor must be finite and > 1, got {}", c.growth_factor));
   if (!(c.backoff_factor > 0 && c.backoff_factor < 1))
-    throw Error(fmt::format("--scaler '{}': backoff_factor must lie in (0, 1), got {}", spec, c.backoff_factor));
+    throw FieldError("scaler", spec_text(spec),
+                     fmt::format("backoff_factor must lie in (0, 1), got {}", c.backoff_factor));
   if (c.growth_interval < 1)
-    throw Error(fmt::format("--scaler '{}': growth_interval must be >= 1, got {}", spec, c.growth_interval));
+    throw FieldError("scaler", spec_text(spec), fmt::format("growth_interval must be >= 1, got {}", c.growth_interval));
   if (c.hysteresis < 1)
-    throw Error(fmt::format("--scaler '{}': hysteresis must be >= 1, got {}", spec, c.hysteresis));
+    throw FieldError("scaler", spec_text(spec), fmt::format("hysteresis must be >= 1, got {}", c.hysteresis));
   if (!(std::isfinite(c.min_scale) && c.min_scale > 0 && c.min_scale <= c.init_scale))
-    throw Error(fmt::format("--scaler '{}': min_scale must be finite, > 0 and <= init_scale, got {}", spec,
-                            c.min_scale));
+    throw FieldError("scaler", spec_text(spec),
+                     fmt::format("min_scale must be finite, > 0 and <= init_scale, got {}", c.min_scale));
   if (c.init_growth_tracker < 0 || c.init_growth_tracker >= c.growth_interval)
-    throw Error(fmt::format("--scaler '{}': init_growth_tracker must lie in [0, growth_interval), got {}", spec,
-                            c.init_growth_tracker));
+    throw FieldError("scaler", spec_text(spec),
+                     fmt::format("init_growth_tracker must lie in [0, growth_interval), got {}", c.init_growth_tracker));
 }
 
 ScalerConfig parse_scaler(std::string_view spec) {
@@ -88,7 +94,7 @@ ScalerConfig parse_scaler(std::string_view spec) {
     c.kind = ScalerKind::none;
     c.init_scale = 1.0;
   } else if (name == "static") {
-    if (!has_arg) throw Error(fmt::format("--scaler '{}': static needs a scale, e.g. static:128", spec));
+    if (!has_arg) throw FieldError("scaler", spec_text(spec), "static needs a scale, e.g. static:128");
     c.kind = ScalerKind::constant;
     c.init_scale = parse_number(arg, spec, "scale");
   } else if (name == "dynamic" && !has_arg) {
@@ -98,16 +104,15 @@ ScalerConfig parse_scaler(std::string_view spec) {
     // Megatron-LM --loss-scale-window and DeepSpeed fp16.loss_scale_window both default to 1000.
     c.growth_interval = 1000;
   } else {
-    throw Error(fmt::format(
-        "--scaler '{}': unknown scaler (expected none, static:S, dynamic, hysteresis, hysteresis:megatron or "
-        "hysteresis:deepspeed, optionally followed by ,key=value)",
-        spec));
+    throw FieldError("scaler", spec_text(spec),
+                     "unknown scaler (expected none, static:S, dynamic, hysteresis, hysteresis:megatron or "
+                     "hysteresis:deepspeed, optionally followed by ,key=value)");
   }
   const bool tunable = c.kind != ScalerKind::none && c.kind != ScalerKind::constant;
   for (std::size_t i = 1; i < parts.size(); ++i) {
     const std::size_t eq = parts[i].find('=');
     if (eq == std::string_view::npos)
-      throw Error(fmt::format("--scaler '{}': expected key=value, got '{}'", spec, parts[i]));
+      throw FieldError("scaler", spec_text(spec), fmt::format("expected key=value, got '{}'", parts[i]));
     const std::string_view key = parts[i].substr(0, eq), value = parts[i].substr(eq + 1);
     const bool hyst = c.kind == ScalerKind::hysteresis_megatron || c.kind == ScalerKind::hysteresis_deepspeed;
     if (tunable && key == "init_scale") c.init_scale = parse_number(value, spec, key);
@@ -119,8 +124,7 @@ ScalerConfig parse_scaler(std::string_view spec) {
     else if (c.kind == ScalerKind::dynamic && key == "init_growth_tracker")
       c.init_growth_tracker = parse_count(value, spec, key);
     else
-      throw Error(fmt::format("--scaler '{}': '{}' is not a parameter of the {} scaler", spec, key,
-                              to_string(c.kind)));
+      throw FieldError("scaler", spec_text(spec), fmt::format("'{}' is not a parameter of the {} scaler", key, to_string(c.kind)));
   }
   validate(c);
   return c;

@@ -10,6 +10,7 @@
 
 #include "mpsim/analysis/histogram.hpp"
 #include "mpsim/error.hpp"
+#include "mpsim/field_error.hpp"
 #include "mpsim/io/atomic_file.hpp"
 #include "mpsim/io/names.hpp"
 #include "mpsim/nn/policy.hpp"
@@ -118,8 +119,8 @@ nlohmann::json TrainSummary::to_json() const {
 nlohmann::json to_json(const TrainConfig& c) {
   return {{"model", c.model},
           {"model_config", model_config_json(c.model_config)},
-          {"policy", c.policy},
-          {"scaler", c.scaler},
+          {"policy", c.policy.spec},
+          {"scaler", c.scaler.spec},
           {"optimizer_requested",
            {{"name", c.optimizer.name.empty() ? "model's" : c.optimizer.name},
             {"lr", c.optimizer.lr == 0 ? nlohmann::json("model's") : nlohmann::json(c.optimizer.lr)}}},
@@ -138,35 +139,38 @@ nlohmann::json to_json(const TrainConfig& c) {
 }
 
 void validate(const TrainConfig& c) {
-  nn::parse_policy(c.policy);
-  parse_scaler(c.scaler);
+  // The policy and the scaler were parsed where they were given (ParsedPolicy, ParsedScaler); a config changed
+  // since is checked here.
+  validate(c.scaler.config);
   validate(placeholder_optimizer(c));
-  if (c.steps < 0) throw Error(fmt::format("--steps {}: must be >= 1", c.steps));
-  if (c.accumulate < 1) throw Error(fmt::format("--accumulate {}: must be >= 1", c.accumulate));
+  if (c.steps < 0) throw FieldError("steps", std::to_string(c.steps), "must be >= 1");
+  if (c.accumulate < 1) throw FieldError("accumulate", std::to_string(c.accumulate), "must be >= 1");
   // 2^-60 times a loss scale up to 2^24 stays a normal float; beyond it the knob would only flush.
   if (c.loss_divisor_log2 < 0 || c.loss_divisor_log2 > 60)
-    throw Error(fmt::format("--loss-divisor-log2 {}: must lie in [0, 60]", c.loss_divisor_log2));
+    throw FieldError("loss_divisor_log2", std::to_string(c.loss_divisor_log2), "must lie in [0, 60]");
   if (!(std::isfinite(c.clip_norm) && c.clip_norm >= 0))
-    throw Error(fmt::format("--clip-norm {}: must be finite and >= 0", c.clip_norm));
-  if (c.eval_every < 0) throw Error(fmt::format("--eval-every {}: must be >= 0", c.eval_every));
-  if (c.checkpoint_every < 0) throw Error(fmt::format("--checkpoint-every {}: must be >= 0", c.checkpoint_every));
-  if (c.threads < 1) throw Error(fmt::format("--threads {}: must be >= 1", c.threads));
+    throw FieldError("clip_norm", fmt::format("{}", c.clip_norm), "must be finite and >= 0");
+  if (c.eval_every < 0) throw FieldError("eval_every", std::to_string(c.eval_every), "must be >= 0");
+  if (c.checkpoint_every < 0) throw FieldError("checkpoint_every", std::to_string(c.checkpoint_every), "must be >= 0");
+  if (c.threads < 1) throw FieldError("threads", std::to_string(c.threads), "must be >= 1");
   for (int s : c.hist_steps)
-    if (s < 1) throw Error(fmt::format("--hist-steps: step {} is not >= 1", s));
-  if (c.out.empty()) throw Error("--out: an output folder is required");
+    if (s < 1) throw FieldError("hist_steps", "", fmt::format("step {} is not >= 1", s));
+  if (c.out.empty()) throw FieldError("out", "", "an output folder is required");
   // run.json names the folder and the checkpoint in JSON, which holds UTF-8 only: refused here, before the run.
-  io::require_utf8_name(c.out.native(), "--out");
-  io::require_utf8_name(c.resume.native(), "--resume");
+  for (const auto& [field, path] : {std::pair{"out", &c.out}, std::pair{"resume", &c.resume}})
+    if (!io::is_valid_utf8(path->native()))
+      throw FieldError(field, io::escaped(path->native()), std::string(io::kNotUtf8Name));
   if (std::filesystem::exists(c.out) && !std::filesystem::is_directory(c.out))
-    throw Error(fmt::format("--out {}: exists and is not a folder", c.out.string()));
+    throw FieldError("out", c.out.string(), "exists and is not a folder");
   if (c.previous_run == TrainConfig::PreviousRun::refuse) {
     std::string found;
     for (const char* name : kPreviousRunFiles)
       if (std::error_code ec; std::filesystem::exists(c.out / name, ec)) found += (found.empty() ? "" : ", ") + std::string(name);
     if (!found.empty())
-      throw Error(fmt::format("--out {}: holds a previous run ({}); choose another folder, or pass --force to "
-                              "replace that run's files",
-                              c.out.string(), found));
+      throw FieldError("out", c.out.string(),
+                       fmt::format("holds a previous run ({}); choose another folder, or pass --force to replace "
+                                   "that run's files",
+                                   found));
   }
 }
 
@@ -197,8 +201,8 @@ std::vector<std::size_t> param_sizes(const nn::Model& model, const std::vector<n
 struct Run {
   Run(const TrainConfig& c, const ModelFactory& factory)
       : config(c),
-        policy(nn::parse_policy(c.policy)),
-        scaler_config(parse_scaler(c.scaler)),
+        policy(c.policy.policy),
+        scaler_config(c.scaler.config),
         model(factory(c.model, c.model_config, c.seed)),
         optimizer_config(validated(resolve_optimizer(c.optimizer, model->hints()))),
         total_steps(c.steps == 0 ? model->hints().steps : c.steps),
@@ -216,7 +220,7 @@ struct Run {
     identity = {{"model", model->name()},
                 {"model_config", model_config_json(c.model_config)},
                 {"shapes", shapes},
-                {"policy", c.policy},
+                {"policy", c.policy.spec},
                 {"scaler", to_spec(scaler_config)},
                 {"optimizer", train::to_json(optimizer_config)},
                 {"seed", c.seed},
@@ -265,8 +269,8 @@ void resume(Run& run, const std::filesystem::path& path) {
   try {
     run.start_step = h.at("step").get<int>();
     if (run.start_step >= run.total_steps)
-      throw Error(fmt::format("{}: the checkpoint is at step {}; --steps {} leaves nothing to do", file, run.start_step,
-                              run.total_steps));
+      throw FieldError("steps", std::to_string(run.total_steps),
+                       fmt::format("leaves nothing to do: {} is at step {}", file, run.start_step));
     auto& params = run.params;
     const std::size_t n_buffers = run.optimizer.buffers().size();
     if (ck.tensors.size() != params.size() + n_buffers ||
@@ -380,8 +384,8 @@ void write_histograms(const Run& run, int step, double scale, const std::filesys
   }
   const nlohmann::json snap = {{"step", step},
                                {"model", run.model->name()},
-                               {"policy", run.config.policy},
-                               {"scaler", run.config.scaler},
+                               {"policy", run.config.policy.spec},
+                               {"scaler", run.config.scaler.spec},
                                {"loss_scale", scale},
                                {"loss_divisor_log2", run.config.loss_divisor_log2},
                                {"note", "activation_grad and weight_grad: values at the rounding sites before "
@@ -405,8 +409,8 @@ void write_gradients(const Run& run, int step, double scale, const std::filesyst
                                  {"mpsim_version", kVersion},
                                  {"step", step},
                                  {"model", run.model->name()},
-                                 {"policy", run.config.policy},
-                                 {"scaler", run.config.scaler},
+                                 {"policy", run.config.policy.spec},
+                                 {"scaler", run.config.scaler.spec},
                                  {"loss_scale", scale},
                                  {"note", "unscaled fp32 gradients in the model's units, before clipping"}};
   std::filesystem::create_directories(grads_dir);
@@ -564,7 +568,7 @@ class OutputFolder {
     if (previous == TrainConfig::PreviousRun::replace)
       for (const char* name : kPreviousRunFiles)
         if (std::error_code ec; std::filesystem::remove_all(dir / name, ec) == static_cast<std::uintmax_t>(-1))
-          throw Error(fmt::format("--out {}: cannot remove the previous run's {}: {}", dir.string(), name, ec.message()));
+          throw FieldError("out", dir.string(), fmt::format("cannot remove the previous run's {}: {}", name, ec.message()));
     for (const char* sub : {"hist", "grads"})
       if (!std::filesystem::exists(dir / sub)) new_subfolders_.push_back(dir / sub);
     std::filesystem::create_directories(dir_);

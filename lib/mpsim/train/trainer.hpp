@@ -28,6 +28,7 @@
 
 #include "mpsim/analysis/mass_lost.hpp"
 #include "mpsim/nn/model.hpp"
+#include "mpsim/nn/policy.hpp"
 #include "mpsim/train/optimizer.hpp"
 #include "mpsim/train/scaler.hpp"
 
@@ -39,11 +40,31 @@ using ModelFactory =
 
 OptimizerConfig model_default_optimizer();
 
+// The precision policy and the loss scaler of a run, parsed once where they are given (the command line's
+// --policy / --scaler, a study's grid, a test) and kept with the spelling they were given in, which run.json and
+// the checkpoint record. A spelling converts implicitly, by parsing it (an mpsim::Error names what is wrong).
+struct ParsedPolicy {
+  ParsedPolicy(std::string_view spec) : spec(spec), policy(nn::parse_policy(spec)) {}  // NOLINT: implicit
+  ParsedPolicy(const std::string& spec) : ParsedPolicy(std::string_view(spec)) {}       // NOLINT: implicit
+  ParsedPolicy(const char* spec) : ParsedPolicy(std::string_view(spec)) {}              // NOLINT: implicit
+  std::string spec;            // nn::parse_policy spelling
+  nn::PrecisionPolicy policy;
+};
+struct ParsedScaler {
+  ParsedScaler(std::string_view spec) : spec(spec), config(parse_scaler(spec)) {}  // NOLINT: implicit
+  ParsedScaler(const std::string& spec) : ParsedScaler(std::string_view(spec)) {}  // NOLINT: implicit
+  ParsedScaler(const char* spec) : ParsedScaler(std::string_view(spec)) {}         // NOLINT: implicit
+  // A config made otherwise (--scaler-state: from a GradScaler state_dict), spelled canonically (to_spec).
+  explicit ParsedScaler(const ScalerConfig& c) : spec(to_spec(c)), config(c) {}
+  std::string spec;            // parse_scaler spelling
+  ScalerConfig config;
+};
+
 struct TrainConfig {
   std::string model = "ssd";
   nn::ModelConfig model_config;
-  std::string policy = "fp32";    // nn::parse_policy spelling
-  std::string scaler = "none";    // parse_scaler spelling
+  ParsedPolicy policy = ParsedPolicy("fp32");
+  ParsedScaler scaler = ParsedScaler("none");
   // Unset fields follow the model's nn::TrainHints: name "" (the model's optimiser), lr 0 (the model's lr
   // when its optimiser is used, else default_lr), momentum / weight_decay NaN (the model's).
   OptimizerConfig optimizer = model_default_optimizer();

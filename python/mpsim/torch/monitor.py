@@ -748,61 +748,12 @@ class GradientMonitor:
         self.close()
 
 
-def _last_true(pred, lo, hi, guess):
-    """The largest k in [lo, hi] with pred(k), for pred true up to some k and false after it, pred(lo)
-    true: a galloping search from guess (a few evaluations when the guess is close), then bisection."""
-    g = min(max(guess, lo), hi)
-    if pred(g):
-        a, b, step = g, hi + 1, 1  # b: the first k known false (hi + 1 stands for "none in range")
-        while a + step <= hi:
-            if not pred(a + step):
-                b = a + step
-                break
-            a, step = a + step, 2 * step
-        else:
-            if a < hi and not pred(hi):
-                b = hi
-            elif a < hi:
-                return hi
-    else:
-        a, b, step = lo, g, 1
-        while b - step > lo:
-            if pred(b - step):
-                a = b - step
-                break
-            b, step = b - step, 2 * step
-    while b - a > 1:
-        m = (a + b) // 2
-        a, b = (m, b) if pred(m) else (a, m)
-    return a
-
-
 def best_window(counter, lo, hi):
     """(k_lo, k_hi): the scales 2^k, lo <= k <= hi, at which nothing overflows and underflow is least, or
-    None when every one overflows; what UnderflowCounter.sweep(lo, hi)["best_window"] gives (the sweep of
-    lib/mpsim/analysis/underflow.hpp), found from counts at a few single scales instead of the whole sweep
-    (hi - lo + 1 rows: milliseconds per call). Overflow only rises and underflow only falls as k grows, so
-    k_hi is the largest k without overflow and k_lo the smallest k whose underflow equals that at k_hi; the
-    searches start where amax and the smallest non-zero magnitude put the format's edges."""
-    memo = {}
-
-    def at(k):
-        if k not in memo:
-            _, underflows, _, overflows = counter.range_counts(k)  # underflow(k)'s counts, without its dict
-            memo[k] = (overflows, underflows)
-        return memo[k]
-
-    if at(lo)[0] > 0:
-        return None
-    fmt = counter.format
-    amax, amin = counter.amax, counter.amin_nonzero
-    guess_hi = math.floor(math.log2(fmt.max_finite / amax)) if amax > 0 else hi
-    k_hi = _last_true(lambda k: at(k)[0] == 0, lo, hi, guess_hi)
-    least = at(k_hi)[1]
-    if at(lo)[1] == least:
-        return lo, k_hi
-    guess_lo = math.ceil(math.log2(fmt.min_subnormal / amin)) - 1 if amin > 0 else lo
-    return _last_true(lambda k: at(k)[1] > least, lo, k_hi, guess_lo) + 1, k_hi
+    None when every one overflows; what UnderflowCounter.sweep(lo, hi)["best_window"] gives, found from
+    counts at a few single scales instead of the whole sweep (UnderflowCounter.best_window, the library's
+    search: lib/mpsim/analysis/underflow.hpp best_window)."""
+    return counter.best_window(lo, hi)
 
 
 def _stats(counter, mass=None):
