@@ -13,7 +13,7 @@
 
 #include "catch_compat.hpp"
 #include "mpsim/format/round.hpp"
-#include "mpsim/mma/block_avx2.hpp"
+#include "mpsim/mma/detail/block_avx2.hpp"
 #include "mpsim/mma/dot.hpp"
 #include "mpsim/reference/reference.hpp"
 

@@ -10,7 +10,7 @@
 
 #include "mpsim/error.hpp"
 #include "mpsim/format/round.hpp"
-#include "mpsim/mma/block_avx2.hpp"
+#include "mpsim/mma/detail/block_avx2.hpp"
 #include "mpsim/parallel.hpp"
 
 namespace mpsim::mma {
