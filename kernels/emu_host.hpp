@@ -18,16 +18,7 @@ inline void make_dev(const Format& fmt_in, const Rounding& r_in, const Profile& 
   apply_profile(profile, fmt, rr, op);
   f = DevFormat{};
   static_cast<spec::FormatSpec&>(f) = format_spec(fmt);
-  if (const ProfileRule* rule = profile.find(fmt, op, rr.mode)) {
-    if (rule->nan == NanRule::canonical) {
-      f.canonical_nan = true;
-      f.canonical_made_nan = !rule->canonical_for_nan_inputs_only;
-      f.canonical_nan_bits = rule->canonical_nan_bits;
-    }
-    f.truncate_nan = rule->nan == NanRule::truncate_payload;
-    f.truncate_nan_minus_one = f.truncate_nan && rule->truncated_nan_minus_one;
-    f.sat_zero_positive = rule->saturated_zero_positive;
-  }
+  static_cast<hd::NanRules&>(f) = nan_rules(profile.find(fmt, op, rr.mode));
   r = rounding_spec(rr);
 }
 

@@ -9,6 +9,7 @@
 #include <functional>
 #include <mutex>
 
+#include "mpsim/detail/cpu_features.hpp"
 #include "mpsim/format/arith.hpp"
 #include "mpsim/format/bulk.hpp"
 #include "mpsim/parallel.hpp"
@@ -159,7 +160,7 @@ __attribute__((target("avx512f,avx512dq"), optimize("tree-vectorize"))) std::uin
 
 std::uint64_t digest_piece(std::uint64_t begin, std::span<const std::uint32_t> out) {
 #if defined(__x86_64__)
-  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+  static const bool avx512 = cpu_features().avx512f && cpu_features().avx512dq;
   if (avx512) return digest_loop_avx512(begin, out.data(), out.size());
 #endif
   return digest_loop<0>(begin, out.data(), out.size());

@@ -28,6 +28,7 @@
 #include <immintrin.h>
 #endif
 
+#include "mpsim/detail/cpu_features.hpp"
 #include "mpsim/format/arith.hpp"
 #include "mpsim/format/round.hpp"
 
@@ -414,7 +415,7 @@ namespace {
 // operands and results never leave float's normal range. NaN rules come out as x86 defines them, which
 // is what arith.hpp promises (first NaN operand quieted, default NaN for invalid operations).
 #if defined(__x86_64__)
-bool have_f16c() { return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx"); }
+bool have_f16c() { return mpsim::cpu_features().f16c; }
 
 __attribute__((target("avx,f16c"))) void f16c_pair_ops(std::uint32_t a, const std::uint16_t* bs, std::size_t n,
                                                         std::uint16_t* add, std::uint16_t* sub, std::uint16_t* mul,

@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "mpsim/detail/cpu_features.hpp"
 #include "mpsim/format/bulk.hpp"
 
 #if defined(__x86_64__)
@@ -219,7 +220,7 @@ namespace {
 
 // The fast independent results for all 2^32 inputs (see the head of this file).
 #if defined(__x86_64__)
-bool have_f16c() { return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx"); }
+bool have_f16c() { return mpsim::cpu_features().f16c; }
 
 __attribute__((target("avx,f16c"))) void f16c_convert(const float* in, std::uint16_t* out, std::size_t n,
                                                       bool toward_zero) {

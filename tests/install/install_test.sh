@@ -27,6 +27,25 @@ for f in $flags; do
   case "$f" in -I"$tmp"*) [ -f "${f:2}/mpsim/format/round.hpp" ] && headers=${f:2} ;; esac
 done
 [ -n "$headers" ] || { echo "FAIL: no -I for the installed headers"; exit 1; }
+# Internal headers (lib/mpsim/**/detail/) are not installed, and every public header's own includes of mpsim
+# headers resolve inside the installed tree (a public header including a detail/ one would break consumers).
+inc=$headers/mpsim
+installed=$(find "$inc" -name '*.hpp' | wc -l)
+detail=$(find "$inc" -path '*/detail/*' | wc -l)
+source_public=$(cd "$src/lib" && find mpsim -name '*.hpp' -not -path '*/detail/*' | wc -l)
+source_detail=$(cd "$src/lib" && find mpsim -name '*.hpp' -path '*/detail/*' | wc -l)
+echo "headers: $installed installed of $source_public public in lib/ ($source_detail under detail/ in lib/, $detail installed)"
+[ "$detail" -eq 0 ] || { echo "FAIL: detail/ headers installed:"; find "$inc" -path '*/detail/*'; exit 1; }
+[ "$source_detail" -gt 0 ] || { echo "FAIL: no detail/ header in lib/: the check above tests nothing"; exit 1; }
+[ "$installed" -ge "$source_public" ] || { echo "FAIL: $installed headers installed, $source_public public"; exit 1; }
+missing=0
+while IFS= read -r h; do
+  for dep in $(sed -n 's/^#include "\(mpsim\/[^"]*\)".*/\1/p' "$h"); do
+    [ -f "$headers/$dep" ] || { echo "FAIL: ${h#$headers/} includes $dep, which is not installed"; missing=1; }
+  done
+done < <(find "$inc" -name '*.hpp')
+[ "$missing" -eq 0 ] || exit 1
+echo "every #include \"mpsim/...\" of the installed headers resolves in the installed tree"
 ${CXX:-c++} -std=c++20 -O1 "$src/examples/consumer/consumer.cpp" $flags -o "$tmp/consumer"
 
 # Input: a float32 .npy of 3 values written by hand (numpy's format 1.0: magic, header padded to 64 bytes).

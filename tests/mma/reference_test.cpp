@@ -12,8 +12,9 @@
 #include <vector>
 
 #include "catch_compat.hpp"
+#include "mpsim/detail/cpu_features.hpp"
 #include "mpsim/format/round.hpp"
-#include "mpsim/mma/block_avx2.hpp"
+#include "mpsim/mma/detail/block_avx2.hpp"
 #include "mpsim/mma/dot.hpp"
 #include "mpsim/reference/reference.hpp"
 
@@ -308,7 +309,7 @@ TEST_CASE("the published exceptional cases give the published results", "[mma]")
 }
 
 TEST_CASE("the AVX2 block kernel equals the scalar lanes", "[mma]") {
-  if (!__builtin_cpu_supports("avx2")) {
+  if (!mpsim::cpu_features().avx2) {
     WARN("no AVX2 on this machine: the AVX2 kernel is not run");
     return;
   }

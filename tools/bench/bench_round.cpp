@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "mpsim/detail/cpu_features.hpp"
 #include "mpsim/format/bulk.hpp"
 
 using namespace mpsim;
@@ -121,7 +122,7 @@ __attribute__((target("avx512f,avx512bf16"))) void bf16_hw_simulate(const float*
 
 bool cpu_has_bf16() {
 #ifdef MPSIM_HAVE_BF16_INTRIN
-  return __builtin_cpu_supports("avx512bf16");
+  return mpsim::cpu_features().avx512bf16;
 #else
   return false;
 #endif

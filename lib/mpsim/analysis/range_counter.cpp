@@ -7,7 +7,7 @@
 #include <limits>
 #include <string>
 
-#include "mpsim/analysis/range_counter_kernel.hpp"
+#include "mpsim/analysis/detail/range_counter_kernel.hpp"
 #include "mpsim/error.hpp"
 
 namespace mpsim::analysis {

@@ -5,7 +5,7 @@
 // range_counter.cpp calls it only when the CPU has AVX2.
 #include <immintrin.h>
 
-#include "mpsim/analysis/range_counter_kernel.hpp"
+#include "mpsim/analysis/detail/range_counter_kernel.hpp"
 
 namespace mpsim::analysis::range_detail {
 

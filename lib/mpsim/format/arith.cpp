@@ -1,7 +1,6 @@
-// Correctly rounded element arithmetic: the exact result as a double rounded to odd, then round_bits().
-// See arith.hpp for the method and its sources. Everything here assumes the default floating-point
-// environment (round to nearest, no flush-to-zero) and no -ffast-math: the error-free transformations
-// below are exact only then.
+// Correctly rounded element arithmetic: the format checks, names and array form around hd/arith.hpp (the
+// exact result as a double rounded to odd, then round_bits(); written once for the host and the device).
+// See arith.hpp for the method and its sources.
 #include "mpsim/format/arith.hpp"
 
 #include <bit>
@@ -12,6 +11,8 @@
 #include <fmt/format.h>
 
 #include "mpsim/error.hpp"
+#include "mpsim/format/hd/arith.hpp"
+#include "mpsim/format/hd/nan_rules.hpp"
 
 namespace mpsim {
 
@@ -53,99 +54,6 @@ std::string unsupported_reason(const Format& f) {
   return {};
 }
 
-// The x86 default NaN ("QNaN floating-point indefinite", Intel SDM vol. 1, 4.8.3.7): sign set, quiet bit.
-const double kDefaultNaN = std::bit_cast<double>(0xfff8000000000000ull);
-
-// Knuth's TwoSum: the exact error of s = RN(a + b), so that a + b = s + e exactly (no overflow here).
-inline double two_sum_error(double a, double b, double s) {
-  const double bb = s - a;
-  return (a - (s - bb)) + (b - bb);
-}
-
-// RO53(x) from s = a double next to x (s = RN(x), or s = x when residual == 0) and the sign of x - s
-// (given by `residual`, which need only have that sign). Rounding to odd = truncate, and set the last
-// bit if anything was lost: when s is odd it is the answer; when s is even and x != s, the odd
-// neighbour of s on x's side is (x lies strictly between s and that neighbour).
-inline double round_to_odd(double s, double residual) {
-  if (residual == 0) return s;
-  const std::uint64_t b = std::bit_cast<std::uint64_t>(s);
-  if (b & 1) return s;
-  return std::bit_cast<double>(std::signbit(residual) == std::signbit(s) ? b + 1 : b - 1);
-}
-
-inline double daz(double x, const Format& f, const Rounding& r) {
-  if (r.input_subnormals == InputSubnormals::zero && x != 0 && std::fabs(x) < f.min_normal)
-    return std::copysign(0.0, x);
-  return x;
-}
-
-// An exactly zero sum: +0, or -0 when rounding down (IEEE 754-2019 6.3), unless both terms are zeros
-// of the same sign.
-inline double zero_sum(double a, double b, RoundingMode m) {
-  if (a == 0 && b == 0 && std::signbit(a) == std::signbit(b)) return a;
-  return m == RoundingMode::down ? -0.0 : 0.0;
-}
-
-// The exact sum (or RO53 of it) of two non-NaN doubles, which may be infinite.
-inline double add_core(double a, double b, RoundingMode m) {
-  const double s = a + b;
-  if (std::isnan(s)) return kDefaultNaN;  // inf - inf
-  if (s == 0) return zero_sum(a, b, m);    // sums of format numbers are exact when they vanish
-  if (std::isinf(s)) return s;             // an inf operand (no finite sum overflows in range)
-  return round_to_odd(s, two_sum_error(a, b, s));
-}
-
-inline double mul_core(double a, double b, const Format& f) {
-  const double p = a * b;
-  if (std::isnan(p)) return kDefaultNaN;  // 0 * inf
-  if (p == 0 || std::isinf(p)) return p;  // a zero or an inf operand: exact, sign by xor
-  if (f.man_bits <= 25) return p;         // two p <= 26 significands: the product fits in 53 bits
-  return round_to_odd(p, std::fma(a, b, -p));
-}
-
-inline double div_core(double a, double b) {
-  const double q = a / b;
-  if (std::isnan(q)) return kDefaultNaN;  // 0/0, inf/inf
-  if (q == 0 || std::isinf(q)) return q;  // zero or inf operands: exact
-  // The remainder a - q*b of a rounded-to-nearest quotient is a double, computed exactly by fma
-  // (Boldo & Daumas 2003); x - q has the sign of remainder / b.
-  const double rem = std::fma(-q, b, a);
-  return round_to_odd(q, std::signbit(b) ? -rem : rem);
-}
-
-inline double sqrt_core(double a) {
-  if (a == 0 || (std::isinf(a) && a > 0)) return a;  // sqrt(±0) = ±0, sqrt(+inf) = +inf
-  if (a < 0) return kDefaultNaN;
-  const double s = std::sqrt(a);
-  // a - s^2 is a double for s = RN(sqrt(a)) (Markstein), exactly computed by fma.
-  return round_to_odd(s, std::fma(-s, s, a));
-}
-
-inline double fma_core(double a, double b, double c, const Format& f, RoundingMode m) {
-  if (f.man_bits <= 25) {
-    const double p = a * b;  // exact
-    if (std::isnan(p)) return kDefaultNaN;
-    return add_core(p, c, m);
-  }
-  const double ph = a * b;
-  if (!std::isfinite(ph) || !std::isfinite(c)) {
-    const double z = std::fma(a, b, c);  // exact special cases: inf or NaN
-    return std::isnan(z) ? kDefaultNaN : z;
-  }
-  if (ph == 0) return add_core(ph, c, m);  // a zero operand: the product is an exact signed zero
-  // a*b + c = ph + pl + c exactly; sh + sl = ph + c; then RO53(sh + RO53(sl + pl)) = RO53(a*b + c)
-  // (the emulated FMA of Boldo & Melquiond 2008, with the last addition rounded to odd too: sl + pl is
-  // at most 2^-51 |sh| unless ph + c is exact, so its rounding to odd cannot move the final one).
-  const double pl = std::fma(a, b, -ph);
-  const double sh = ph + c;
-  const double sl = two_sum_error(ph, c, sh);
-  const double wh = sl + pl;
-  const double v = round_to_odd(wh, two_sum_error(sl, pl, wh));
-  const double zh = sh + v;
-  if (zh == 0) return zero_sum(1.0, -1.0, m);  // exactly zero (see above), from a non-zero product
-  return round_to_odd(zh, two_sum_error(sh, v, zh));
-}
-
 inline void require_supported(const Format& f) {
   // Cheap enough per call; the array form checks once and then calls the values functions.
   if (!arith_supported(f)) check_arith_format(f);
@@ -166,46 +74,40 @@ void check_arith_format(const Format& f) {
 
 // ---- on values ---------------------------------------------------------------------------------------
 
+namespace {
+
+// hd::Op follows ArithOp's order, so an ArithOp converts by value.
+static_assert(int(hd::kAdd) == int(ArithOp::add) && int(hd::kSub) == int(ArithOp::sub) &&
+              int(hd::kMul) == int(ArithOp::mul) && int(hd::kDiv) == int(ArithOp::div) &&
+              int(hd::kFma) == int(ArithOp::fma) && int(hd::kSqrt) == int(ArithOp::sqrt));
+
+// Each operation is hd::arith_values(), the host/device definition the CUDA emulation (kernels/emu.hpp)
+// calls too, after the format check.
+std::uint64_t values_op(hd::Op op, double a, double b, double c, const Format& f, const Rounding& r,
+                        std::uint64_t index) {
+  require_supported(f);
+  return hd::arith_values(op, a, b, c, format_spec(f), rounding_spec(r), index).bits;
+}
+
+}  // namespace
+
 std::uint64_t add_values(double a, double b, const Format& f, const Rounding& r, std::uint64_t index) {
-  require_supported(f);
-  if (std::isnan(a)) return round_bits(a, f, r, index);
-  if (std::isnan(b)) return round_bits(b, f, r, index);
-  return round_bits(add_core(daz(a, f, r), daz(b, f, r), r.mode), f, r, index);
+  return values_op(hd::kAdd, a, b, 0, f, r, index);
 }
-
 std::uint64_t sub_values(double a, double b, const Format& f, const Rounding& r, std::uint64_t index) {
-  require_supported(f);
-  if (std::isnan(a)) return round_bits(a, f, r, index);
-  if (std::isnan(b)) return round_bits(b, f, r, index);  // the NaN operand as it is, not negated (as x86)
-  return round_bits(add_core(daz(a, f, r), -daz(b, f, r), r.mode), f, r, index);
+  return values_op(hd::kSub, a, b, 0, f, r, index);
 }
-
 std::uint64_t mul_values(double a, double b, const Format& f, const Rounding& r, std::uint64_t index) {
-  require_supported(f);
-  if (std::isnan(a)) return round_bits(a, f, r, index);
-  if (std::isnan(b)) return round_bits(b, f, r, index);
-  return round_bits(mul_core(daz(a, f, r), daz(b, f, r), f), f, r, index);
+  return values_op(hd::kMul, a, b, 0, f, r, index);
 }
-
 std::uint64_t div_values(double a, double b, const Format& f, const Rounding& r, std::uint64_t index) {
-  require_supported(f);
-  if (std::isnan(a)) return round_bits(a, f, r, index);
-  if (std::isnan(b)) return round_bits(b, f, r, index);
-  return round_bits(div_core(daz(a, f, r), daz(b, f, r)), f, r, index);
+  return values_op(hd::kDiv, a, b, 0, f, r, index);
 }
-
 std::uint64_t fma_values(double a, double b, double c, const Format& f, const Rounding& r, std::uint64_t index) {
-  require_supported(f);
-  if (std::isnan(a)) return round_bits(a, f, r, index);
-  if (std::isnan(b)) return round_bits(b, f, r, index);
-  if (std::isnan(c)) return round_bits(c, f, r, index);
-  return round_bits(fma_core(daz(a, f, r), daz(b, f, r), daz(c, f, r), f, r.mode), f, r, index);
+  return values_op(hd::kFma, a, b, c, f, r, index);
 }
-
 std::uint64_t sqrt_values(double a, const Format& f, const Rounding& r, std::uint64_t index) {
-  require_supported(f);
-  if (std::isnan(a)) return round_bits(a, f, r, index);
-  return round_bits(sqrt_core(daz(a, f, r)), f, r, index);
+  return values_op(hd::kSqrt, a, 0, 0, f, r, index);
 }
 
 // ---- on encodings ------------------------------------------------------------------------------------
@@ -244,14 +146,7 @@ std::uint64_t arith_bits(ArithOp op, std::uint64_t a, std::uint64_t b, std::uint
 }
 
 std::uint64_t saturate_unit_bits(std::uint64_t bits, const Format& f, bool negative_zero_to_positive) {
-  if (is_nan_bits(bits, f)) return 0;
-  const bool negative = (bits & f.sign_bit()) != 0;
-  if (negative) {
-    const bool minus_zero = (bits & ~f.sign_bit()) == 0;
-    return minus_zero && !negative_zero_to_positive ? bits : 0;
-  }
-  if (decode(bits, f) > 1.0) return encode_exact(1.0, f);
-  return bits;
+  return hd::saturate_unit(bits, format_spec(f), negative_zero_to_positive);
 }
 
 // ---- on arrays ---------------------------------------------------------------------------------------

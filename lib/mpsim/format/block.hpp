@@ -1,4 +1,4 @@
-// Block formats (DESIGN.md): an element Format, a scale Format, a block size and a scale rule.
+// Block formats (docs/design.md): an element Format, a scale Format, a block size and a scale rule.
 //
 //  * OCP Microscaling (MX) v1.0, 2023: mxfp8_e4m3, mxfp8_e5m2, mxfp6_e2m3, mxfp6_e3m2, mxfp4_e2m1. Blocks
 //    of 32 consecutive elements along the last axis (the last block of a row may be shorter) share one

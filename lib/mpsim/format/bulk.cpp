@@ -16,6 +16,7 @@
 #include <xmmintrin.h>  // _mm_sfence
 #endif
 
+#include "mpsim/detail/cpu_features.hpp"
 #include "mpsim/error.hpp"
 #include "mpsim/format/bulk_params.hpp"
 #include "mpsim/parallel.hpp"
@@ -57,8 +58,7 @@ namespace {
 
 bool cpu_has_avx2() {
 #if defined(__x86_64__) || defined(__i386__)
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                          __builtin_cpu_supports("f16c");
+  static const bool has = cpu_features().avx2_fma_f16c();
   return has;
 #else
   return false;
@@ -67,9 +67,7 @@ bool cpu_has_avx2() {
 
 bool cpu_has_avx512() {
 #if defined(__x86_64__) || defined(__i386__)
-  static const bool has = bd::avx512_compiled() && __builtin_cpu_supports("avx512f") &&
-                          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-                          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512cd");
+  static const bool has = bd::avx512_compiled() && cpu_features().avx512_engine();
   return has;
 #else
   return false;

@@ -1,5 +1,5 @@
 // The bulk rounding engine: the array path that the training simulator, the analysis reports and the
-// CLI call (DESIGN.md). Bit-identical to the scalar specification round_bits() for every element,
+// CLI call (docs/design.md). Bit-identical to the scalar specification round_bits() for every element,
 // whatever the code path or thread count; it can count what it did (Stats) in the same pass.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Format: the descriptor of a binary floating-point format (DESIGN.md, "one rounding function").
+// Format: the descriptor of a binary floating-point format (docs/design.md, "one rounding function").
 //
 // A Format is validated once when it is built (make_format / parse_format) and is then trusted in hot
 // loops, the way CPFloat validates its optstruct up front.

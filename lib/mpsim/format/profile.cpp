@@ -181,35 +181,39 @@ bool DeviceRounding::is_plain() const {
   return !rule || (rule->nan == NanRule::keep_payload && !rule->saturated_zero_positive);
 }
 
+hd::NanRules nan_rules(const ProfileRule* rule) {
+  hd::NanRules n;
+  if (!rule) return n;
+  if (rule->nan == NanRule::canonical) {
+    n.canonical_nan = true;
+    n.canonical_made_nan = !rule->canonical_for_nan_inputs_only;
+    n.canonical_nan_bits = rule->canonical_nan_bits;
+  }
+  n.truncate_nan = rule->nan == NanRule::truncate_payload;
+  n.truncate_nan_minus_one = n.truncate_nan && rule->truncated_nan_minus_one;
+  n.sat_zero_positive = rule->saturated_zero_positive;
+  return n;
+}
+
 namespace {
 
-// The rule's NaN for a NaN result or input, given the sign and the payload of the input NaN aligned to
-// the format's mantissa (the cut, unquieted payload for truncate_payload).
-std::uint64_t canonical_or_bits(const ProfileRule& rule, const Format& fmt, std::uint64_t bits, bool input_is_nan) {
-  if (rule.nan != NanRule::canonical || !is_nan_bits(bits, fmt)) return bits;
-  if (rule.canonical_for_nan_inputs_only && !input_is_nan) return bits;
-  return rule.canonical_nan_bits;
+// A conversion's result under the rule (hd/nan_rules.hpp), x given by its double bits.
+std::uint64_t convert_rule(const ProfileRule* rule, const Format& fmt, std::uint64_t bits, std::uint64_t xbits) {
+  if (!rule) return bits;
+  const spec::FormatSpec f = format_spec(fmt);
+  const bool x_is_nan = (xbits & ~spec::kDoubleSign) > spec::kDoubleExpMask;
+  const hd::NanRules n = nan_rules(rule);
+  return x_is_nan ? hd::nan_input_result(bits, xbits, f, n) : hd::made_nan_result(bits, f, n);
 }
 
 }  // namespace
 
 std::uint64_t DeviceRounding::convert_result(std::uint64_t bits, float x) const {
-  if (!rule) return bits;
-  if (rule->nan == NanRule::truncate_payload) {
-    if (x == x || format.nan != NanEncoding::ieee) return bits;
-    return spec::truncated_nan(spec::widen_float_bits(std::bit_cast<std::uint32_t>(x)), format_spec(format),
-                               rule->truncated_nan_minus_one);
-  }
-  return canonical_or_bits(*rule, format, bits, x != x);
+  return convert_rule(rule, format, bits, spec::widen_float_bits(std::bit_cast<std::uint32_t>(x)));
 }
 
 std::uint64_t DeviceRounding::convert_result(std::uint64_t bits, double x) const {
-  if (!rule) return bits;
-  if (rule->nan == NanRule::truncate_payload) {
-    if (x == x || format.nan != NanEncoding::ieee) return bits;
-    return spec::truncated_nan(std::bit_cast<std::uint64_t>(x), format_spec(format), rule->truncated_nan_minus_one);
-  }
-  return canonical_or_bits(*rule, format, bits, x != x);
+  return convert_rule(rule, format, bits, std::bit_cast<std::uint64_t>(x));
 }
 
 namespace {
@@ -242,9 +246,10 @@ void DeviceRounding::convert_values(std::span<const double> x, std::span<double>
 }
 
 std::uint64_t DeviceRounding::arith_result(std::uint64_t bits, bool nan_operand, bool saturate_unit) const {
-  if (rule) bits = canonical_or_bits(*rule, format, bits, nan_operand);
-  if (saturate_unit) bits = saturate_unit_bits(bits, format, rule && rule->saturated_zero_positive);
-  return bits;
+  const spec::FormatSpec f = format_spec(format);
+  const hd::NanRules n = nan_rules(rule);
+  bits = hd::arith_nan_result(bits, nan_operand, f, n);
+  return saturate_unit ? hd::saturate_unit(bits, f, n.sat_zero_positive) : bits;
 }
 
 std::optional<std::uint64_t> canonical_nan(const Profile& p, const Format& fmt, Operation op) {
@@ -255,8 +260,7 @@ std::optional<std::uint64_t> canonical_nan(const Profile& p, const Format& fmt, 
 
 std::uint64_t canonicalize_nan_bits(const Profile& p, const Format& fmt, std::uint64_t bits, bool input_is_nan,
                                     Operation op) {
-  const ProfileRule* rule = p.find(fmt, op);
-  return rule ? canonical_or_bits(*rule, fmt, bits, input_is_nan) : bits;
+  return hd::arith_nan_result(bits, input_is_nan, format_spec(fmt), nan_rules(p.find(fmt, op)));
 }
 
 std::uint64_t round_bits_like(const Profile& p, double x, const Format& fmt, const Rounding& r, std::uint64_t index) {

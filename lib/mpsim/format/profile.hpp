@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "mpsim/format/arith.hpp"
+#include "mpsim/format/hd/nan_rules.hpp"
 #include "mpsim/format/format.hpp"
 #include "mpsim/format/round.hpp"
 
@@ -129,6 +130,10 @@ struct DeviceRounding {
 };
 DeviceRounding resolve_profile(const Profile& p, const Format& fmt, const Rounding& r,
                                Operation op = Operation::convert, InputType input = InputType::float32);
+
+// A rule's NaN and zero handling as the plain data hd/nan_rules.hpp applies on the host and the device
+// (DeviceRounding here, the CUDA emulation in kernels/emu.hpp); nullptr: no rule, nothing changes.
+hd::NanRules nan_rules(const ProfileRule* rule);
 
 // The device's NaN for a result `bits` of `fmt` (a round_bits() output under the adjusted pair):
 // a NaN result becomes the profile's canonical pattern where the rule has one (for rules with

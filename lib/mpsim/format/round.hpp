@@ -1,4 +1,4 @@
-// The one rounding function (DESIGN.md). Everything that rounds — the bulk engine, the value types,
+// The one rounding function (docs/design.md). Everything that rounds — the bulk engine, the value types,
 // the training simulator, the analysis reports, the CLI — calls round_bits()/round() here or a path
 // that is tested bit for bit against them. round_bits() and decode() are the host/device specification
 // of round_spec.hpp applied to a Format; the CUDA emulation (kernels/emu.hpp) calls the same functions.

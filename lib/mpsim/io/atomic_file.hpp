@@ -1,4 +1,4 @@
-// Output files appear whole or not at all (DESIGN.md, "Errors"): write to a temporary name beside the
+// Output files appear whole or not at all (docs/design.md, "Errors"): write to a temporary name beside the
 // target (TARGET.tmp.PID), flush it to disk, then rename over it. An AtomicFile that is destroyed without
 // commit() removes its temporary.
 //

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <limits>
 #include <optional>
+#include <utility>
 
 #include "mpsim/error.hpp"
 #include "mpsim/format/bulk.hpp"
@@ -356,32 +357,87 @@ std::string_view to_string(DType t) {
   return "?";
 }
 
+namespace {
+
+// numpy's names of the plain types and what np.dtype(name) makes of each (numpy 2 on x86-64 Linux, where C's long
+// is 64 bits; tests/python/test_dtype_names.py checks every row against the numpy it runs with). `numpy` is the
+// dtype's name in numpy; `t` the type mpsim reads it as, or none where mpsim has no such element type: then the
+// name is refused, saying what numpy means by it, rather than read as something else (numpy's "u8" is uint64,
+// not uint8; its "f16" float128, not float16).
+struct NumpyName {
+  std::string_view name;
+  std::string_view numpy;
+  std::optional<DType> t;
+};
+constexpr NumpyName kNumpyNames[] = {
+    {"f2", "float16", DType::f16},     {"e", "float16", DType::f16},        {"half", "float16", DType::f16},
+    {"float16", "float16", DType::f16},
+    {"f4", "float32", DType::f32},     {"f", "float32", DType::f32},        {"single", "float32", DType::f32},
+    {"float32", "float32", DType::f32},
+    {"f8", "float64", DType::f64},     {"d", "float64", DType::f64},        {"double", "float64", DType::f64},
+    {"float64", "float64", DType::f64}, {"float", "float64", DType::f64},
+    {"f16", "float128", {}},           {"g", "float128", {}},               {"longdouble", "float128", {}},
+    {"float128", "float128", {}},
+    {"u1", "uint8", DType::u8},        {"B", "uint8", DType::u8},           {"ubyte", "uint8", DType::u8},
+    {"uint8", "uint8", DType::u8},
+    {"u2", "uint16", DType::u16},      {"H", "uint16", DType::u16},         {"ushort", "uint16", DType::u16},
+    {"uint16", "uint16", DType::u16},
+    {"u4", "uint32", DType::u32},      {"I", "uint32", DType::u32},         {"uintc", "uint32", DType::u32},
+    {"uint32", "uint32", DType::u32},
+    {"u8", "uint64", {}},              {"L", "uint64", {}},                 {"Q", "uint64", {}},
+    {"ulong", "uint64", {}},           {"ulonglong", "uint64", {}},         {"uint", "uint64", {}},
+    {"uint64", "uint64", {}},
+    {"i1", "int8", {}},                {"b", "int8", {}},                   {"byte", "int8", {}},
+    {"int8", "int8", {}},
+    {"i2", "int16", {}},               {"h", "int16", {}},                  {"short", "int16", {}},
+    {"int16", "int16", {}},
+    {"i4", "int32", DType::i32},       {"i", "int32", DType::i32},          {"intc", "int32", DType::i32},
+    {"int32", "int32", DType::i32},
+    {"i8", "int64", DType::i64},       {"l", "int64", DType::i64},          {"q", "int64", DType::i64},
+    {"long", "int64", DType::i64},     {"longlong", "int64", DType::i64},   {"int", "int64", DType::i64},
+    {"int64", "int64", DType::i64},
+    {"?", "bool", {}},                 {"b1", "bool", {}},                  {"bool", "bool", {}},
+    {"c8", "complex64", {}},           {"F", "complex64", {}},              {"complex64", "complex64", {}},
+    {"c16", "complex128", {}},         {"D", "complex128", {}},             {"complex128", "complex128", {}},
+    {"complex", "complex128", {}},
+};
+
+// mpsim's own short names, which numpy does not know (np.dtype refuses each): bits, not numpy's bytes.
+constexpr std::pair<std::string_view, DType> kOwnNames[] = {
+    {"f32", DType::f32}, {"fp32", DType::f32}, {"f64", DType::f64}, {"fp64", DType::f64},
+    {"u16", DType::u16}, {"u32", DType::u32},  {"i32", DType::i32}, {"i64", DType::i64},
+};
+
+constexpr std::string_view kReadable = "float16, float32, float64, uint8, uint16, uint32, int32, int64";
+
+}  // namespace
+
 DType parse_dtype(std::string_view s, std::string_view what) {
-  struct Name {
-    std::string_view name;
-    DType t;
-  };
-  // numpy's and C's names of the plain types; every format name goes through the format table below.
-  static constexpr Name names[] = {
-      {"f2", DType::f16},     {"float32", DType::f32}, {"f32", DType::f32},    {"fp32", DType::f32},
-      {"float", DType::f32},  {"f4", DType::f32},      {"float64", DType::f64}, {"f64", DType::f64},
-      {"fp64", DType::f64},   {"double", DType::f64},  {"f8", DType::f64},     {"f16", DType::f16},
-      {"uint8", DType::u8},   {"u8", DType::u8},       {"u1", DType::u8},      {"uint16", DType::u16},
-      {"u16", DType::u16},    {"u2", DType::u16},      {"uint32", DType::u32}, {"u32", DType::u32},
-      {"u4", DType::u32},     {"int32", DType::i32},   {"i32", DType::i32},    {"i4", DType::i32},
-      {"int64", DType::i64},  {"i64", DType::i64},     {"i8", DType::i64},
-  };
-  for (const auto& n : names)
-    if (n.name == s) return n.t;
+  // numpy's byte-order prefixes: '<' little-endian, '=' native (little here), '|' not applicable.
+  std::string_view name = s;
+  if (name.size() > 1 && (name[0] == '<' || name[0] == '=' || name[0] == '|' || name[0] == '>')) {
+    if (name[0] == '>')
+      throw Error(fmt::format("{}: '{}' is big-endian; raw data is read little-endian (write it with '<' or "
+                              "byteswap it first)", what, s));
+    name.remove_prefix(1);
+  }
+  for (const auto& n : kNumpyNames) {
+    if (n.name != name) continue;
+    if (n.t) return *n.t;
+    throw Error(fmt::format("{}: '{}' is numpy's {}, which mpsim does not read (it reads {}, and the low-precision "
+                            "formats' bits)", what, s, n.numpy, kReadable));
+  }
+  for (const auto& [own, t] : kOwnNames)
+    if (own == name) return t;
   std::optional<Format> f;
   try {
-    f = parse_format(s);
+    f = parse_format(name);
   } catch (const Error&) {
   }
   if (f)
     for (const auto& b : kBitsDTypes)
       if (b.format() == *f) return b.dtype;
-  std::string known = "float32, float64, uint8, uint16, uint32, int32, int64";
+  std::string known(kReadable);
   for (const auto& b : kBitsDTypes) known += ", " + std::string(b.format().name);
   throw Error(fmt::format("{}: unknown dtype '{}' (known: {}, and their other names in `mpsim formats`)", what, s,
                           known));

@@ -48,10 +48,12 @@ const Format* bits_format(DType);
 // Names: "float16", "float32", "float64", "uint8", "uint16", "uint32", "int32", "int64", and for the
 // *_bits types the format's ml_dtypes name ("bfloat16", "float8_e4m3fn", "float8_e8m0fnu", ...).
 std::string_view to_string(DType);
-// Accepts the names above, numpy's short ones ("f2", "f4", "f8", "u1", ...), ours ("f16", "f32", "fp16",
-// "fp32", "fp64") and every name the format table takes (format.hpp, parse_format) for a format of at most
-// 16 bits: "bf16", "fp8_e4m3", "float8_e4m3", "fp4_e2m1", ... A name means the same format as under
-// --format: "e4m3" is the IEEE-style float8_e4m3. Throws mpsim::Error naming `what`.
+// Accepts the names above, every name numpy's np.dtype() takes for these types, meaning what it means there
+// ("f2", "e", "half"; "f8" and "float" are float64; "u1"; "i8" int64; with a '<', '=' or '|' prefix), ours
+// that numpy does not know ("f32", "f64", "fp32", "fp64", "u16", "u32", "i32", "i64"), and every name the
+// format table takes (format.hpp, parse_format) for a format of at most 16 bits: "bf16", "fp8_e4m3", "float8_e4m3", "fp4_e2m1", ... A name means the same format as under
+// --format: "e4m3" is the IEEE-style float8_e4m3. A numpy name of a type mpsim does not read ("u8": uint64,
+// "f16": float128, "i1", "bool", ...) or a big-endian one is refused. Throws mpsim::Error naming `what`.
 DType parse_dtype(std::string_view name, std::string_view what = "dtype");
 // The descr a .npy file of this dtype carries ("<f4", "|u1", ...; bf16 bits are "<u2").
 std::string npy_descr(DType);

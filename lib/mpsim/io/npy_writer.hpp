@@ -1,5 +1,5 @@
 // A .npy file written as it is computed: the header first, then the data in as many pieces as the
-// caller likes, through an AtomicFile (DESIGN.md, "Errors"): the file appears under its name only when
+// caller likes, through an AtomicFile (docs/design.md, "Errors"): the file appears under its name only when
 // commit() finds every element written; an error, or a writer destroyed before commit(), leaves nothing.
 // The commands that round or compute arrays larger than memory write their output with it.
 #pragma once

@@ -1,5 +1,5 @@
 // An .npz archive written as its members are computed: numpy.savez's layout (a zip of stored .npy members),
-// through an AtomicFile (DESIGN.md, "Errors": the file appears under its name only when commit() finds every
+// through an AtomicFile (docs/design.md, "Errors": the file appears under its name only when commit() finds every
 // member complete; an error, or a writer destroyed before commit(), leaves nothing).
 //
 // Every member's dtype and shape are given up front, so each has its place in the file from the start: the

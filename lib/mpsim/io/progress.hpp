@@ -1,4 +1,4 @@
-// The progress line of long commands (DESIGN.md, "Outputs": long work shows progress on a terminal).
+// The progress line of long commands (docs/design.md, "Outputs": long work shows progress on a terminal).
 //
 //   io::ProgressBar bar("round x.npy", total_bytes, io::ProgressBar::Unit::bytes);
 //   ... bar.advance(chunk_bytes); ...

@@ -1,4 +1,4 @@
-#include "mpsim/mma/block_avx2.hpp"
+#include "mpsim/mma/detail/block_avx2.hpp"
 
 #include <immintrin.h>
 

@@ -8,9 +8,10 @@
 #include <limits>
 #include <vector>
 
+#include "mpsim/detail/cpu_features.hpp"
 #include "mpsim/error.hpp"
 #include "mpsim/format/round.hpp"
-#include "mpsim/mma/block_avx2.hpp"
+#include "mpsim/mma/detail/block_avx2.hpp"
 #include "mpsim/parallel.hpp"
 
 namespace mpsim::mma {
@@ -324,7 +325,7 @@ Operand fast_block(const BlockFma& p, int lshift, const std::int32_t* sa, const 
   std::int32_t E = p.exponent_floor;
   if (c.kind == Kind::finite) E = std::max(E, c.exp);
   std::int32_t s32 = 0;
-  static const bool avx2 = __builtin_cpu_supports("avx2");
+  static const bool avx2 = cpu_features().avx2;
   if (N % 8 == 0 && N > 0 && avx2) {
     E = detail::block_lanes_avx2(sa, ea, sb, eb, n, E, lshift, &s32);
   } else {

@@ -1,5 +1,5 @@
 // Matrix-unit (tensor-core) models: how a GPU's matrix instruction adds a block of products and an
-// accumulator (DESIGN.md, "mma/"). The structure follows Fasi, Higham, Mikaitis & Pranesh, "Numerical
+// accumulator (docs/design.md, "mma/"). The structure follows Fasi, Higham, Mikaitis & Pranesh, "Numerical
 // behavior of NVIDIA tensor cores", PeerJ Comput. Sci. 7:e330 (2021), and the parameters of Khattak &
 // Mikaitis, "Accurate Models of NVIDIA Tensor Cores" (ACM TACO, arXiv 2512.07004) with their MATLAB models
 // (github.com/north-numerical-computing/MATLAB-tensor-core, models/*.m, models/tools/Generic_BFMA_TC.m).

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "mpsim/error.hpp"
-#include "mpsim/format/key_values.hpp"
+#include "mpsim/format/detail/key_values.hpp"
 #include "mpsim/mma/unit.hpp"
 
 namespace mpsim::nn {

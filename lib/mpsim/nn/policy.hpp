@@ -1,4 +1,4 @@
-// The precision policy (DESIGN.md, "Training simulator"), the way autocast works: matrix products and
+// The precision policy (docs/design.md, "Training simulator"), the way autocast works: matrix products and
 // convolutions take inputs rounded to the low format, accumulate in fp32 and round their outputs;
 // softmax, log, exp, losses and reductions stay in fp32; the gradients flowing between layers are
 // stored in the low format (where underflow happens); weight gradients leave their GEMM in the low

@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "mpsim/error.hpp"
-#include "mpsim/format/key_values.hpp"
+#include "mpsim/format/detail/key_values.hpp"
 
 namespace mpsim::recipe {
 

@@ -1,4 +1,4 @@
-// The fp8 / fp4 scaling recipes (DESIGN.md, "Training simulator"; docs/recipes.md), defined once for the
+// The fp8 / fp4 scaling recipes (docs/design.md, "Training simulator"; docs/recipes.md), defined once for the
 // training simulator (nn/policy) and the Python package (python/src/recipe.cpp, mpsim.torch).
 //
 // A recipe quantizes one operand of a GEMM, viewed as a row-major matrix of `rows` x `cols` whose columns

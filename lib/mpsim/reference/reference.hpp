@@ -1,4 +1,4 @@
-// The independent reference for rounding (DESIGN.md, "reference/"): rounds an EXACT value to any Format
+// The independent reference for rounding (docs/design.md, "reference/"): rounds an EXACT value to any Format
 // in every RoundingMode with Boost.Multiprecision, by a different algorithm from the production
 // round_bits() (lib/mpsim/format/round.cpp), and shares no code with it (it reads only Format's fields).
 //

@@ -11,12 +11,12 @@
 
 #include <fmt/format.h>
 
+#include "mpsim/detail/cpu_features.hpp"
 #include "mpsim/reference/grid_table.hpp"
 #include "mpsim/parallel.hpp"
 #include "mpsim/reference/reference.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
 #include <immintrin.h>
 #define MPSIM_VERIFY_X86 1
 #endif
@@ -104,35 +104,6 @@ std::vector<Rounding> all_modes(std::uint64_t seed) {
 
 #ifdef MPSIM_VERIFY_X86
 namespace {
-
-struct CpuFeatures {
-  bool f16c = false, avx512bf16 = false;
-};
-
-// Intel SDM vol. 2A, CPUID: leaf 1 ECX bit 29 = F16C, bit 27 = OSXSAVE; leaf 7 subleaf 0 EBX bit 16 =
-// AVX512F; leaf 7 subleaf 1 EAX bit 5 = AVX512_BF16. XCR0 bits 1,2 (SSE, AVX state) and 5,6,7 (opmask,
-// ZMM) must be enabled by the OS for VEX / EVEX instructions.
-CpuFeatures cpu_features() {
-  CpuFeatures f;
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
-  const bool osxsave = c & (1u << 27);
-  const bool f16c_bit = c & (1u << 29);
-  if (!osxsave) return f;
-  unsigned xcr0_lo = 0, xcr0_hi = 0;
-  __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
-  const bool avx_state = (xcr0_lo & 0x6) == 0x6;
-  const bool zmm_state = (xcr0_lo & 0xe6) == 0xe6;
-  f.f16c = f16c_bit && avx_state;
-  if (__get_cpuid_max(0, nullptr) >= 7) {
-    __cpuid_count(7, 0, a, b, c, d);
-    const bool avx512f = b & (1u << 16);
-    __cpuid_count(7, 1, a, b, c, d);
-    const bool bf16 = a & (1u << 5);
-    f.avx512bf16 = avx512f && bf16 && zmm_state;
-  }
-  return f;
-}
 
 // vcvtps2ph with imm8 = 0: round to nearest even, MXCSR not consulted (Intel SDM, VCVTPS2PH).
 __attribute__((target("f16c"))) std::uint64_t f16c_convert(std::uint32_t float_bits) {

@@ -1,4 +1,4 @@
-// Loss scalers (DESIGN.md, "Training simulator"): none, static S, dynamic with PyTorch GradScaler
+// Loss scalers (docs/design.md, "Training simulator"): none, static S, dynamic with PyTorch GradScaler
 // semantics, and dynamic with hysteresis in the Megatron-LM and DeepSpeed variants.
 //
 // One training step with a scaler:

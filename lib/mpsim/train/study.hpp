@@ -1,5 +1,5 @@
 // The loss-scaling study: one model trained under a grid of precision policies and loss scalers (with
-// the loss-scale sweep), five seeds each by default, summarised against fp32 (DESIGN.md).
+// the loss-scale sweep), five seeds each by default, summarised against fp32 (docs/design.md).
 //
 // Outputs under the study folder:
 //   runs/<config>/seed<k>/   each run's run.json, steps.csv, hist/, checkpoint.safetensors

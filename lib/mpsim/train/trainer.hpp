@@ -1,4 +1,4 @@
-// The training loop (DESIGN.md, "Training simulator"): model x precision policy x loss scaler x
+// The training loop (docs/design.md, "Training simulator"): model x precision policy x loss scaler x
 // optimiser x seed, with fp32 master weights, and its outputs:
 //   run.json     config + summary (final loss, metric, skipped steps, % of activation gradients lost)
 //   steps.csv    one row per step: step, loss, metric (at eval steps), scale, skipped, grad_norm (unscaled,

@@ -1,7 +1,7 @@
 """Op-level emulation: an fp32 model run as if under torch.autocast in a chosen format, with mpsim's rounding.
 
 What torch.autocast does to a matrix product (a Linear, a convolution, matmul / bmm, attention's two
-products) in fp16, and what the simulator's mixed policies do (DESIGN.md): the operands are cast to fp16, the
+products) in fp16, and what the simulator's mixed policies do (docs/design.md): the operands are cast to fp16, the
 product accumulates in fp32 and the output is rounded to fp16; in backward every gradient that passes one of
 those casts is rounded into the low format too (the output's gradient arrives in fp16 because the output is
 an fp16 tensor; the operands' gradients are fp16 results of fp16 GEMMs, cast back to fp32 for the master
