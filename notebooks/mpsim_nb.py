@@ -1,6 +1,6 @@
 """Shared helpers for the notebooks: find and run mpsim, the figure conventions, saving figures.
 
-Notebooks read mpsim's JSON/CSV outputs only; they never re-implement an analysis (DESIGN.md).
+Notebooks read mpsim's JSON/CSV outputs only; they never re-implement an analysis (docs/design.md).
 Environment:
   MPSIM_BIN       the mpsim executable (default: build/tools/mpsim beside this folder)
   MPSIM_NB_SIZE   "small" (what ./run test uses) or "full" (./run demo); default "full"

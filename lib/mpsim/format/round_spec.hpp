@@ -1,4 +1,4 @@
-// The rounding specification, written once for the host and the CUDA device (DESIGN.md: "one header for
+// The rounding specification, written once for the host and the CUDA device (docs/design.md: "one header for
 // host and device"). round.hpp's round_bits() / decode() are these functions on a Format; kernels/emu.hpp
 // calls them on the device (and in its host build) with the same plain structs, so the GPU emulation
 // and the CPU specification cannot drift apart.

@@ -37,7 +37,7 @@ const Format& fp8_either() {
 
 // rows x K values, row r scaled by scale_of(s, r), rounded to s.format with nearest-even, written through
 // put(r, k, value). Unscaled operands (the mixed policies') are rounded as floats by the bulk engine, which gives
-// the bits of mma::round_to_format (one rounding function for every path, DESIGN.md) at vector speed; scaled
+// the bits of mma::round_to_format (one rounding function for every path, docs/design.md) at vector speed; scaled
 // ones (a recipe's q = value * scale) are multiplied and rounded in double.
 template <class Put>
 void operand_values(const float* src, std::size_t rows, std::size_t K, const OperandScales& s, Put put) {
