@@ -3,7 +3,7 @@
 // __builtin_cpu_supports says the CPU has them.
 #include <immintrin.h>
 
-#include "mpsim/format/bulk_kernel.hpp"
+#include "mpsim/format/detail/bulk_kernel.hpp"
 
 namespace mpsim::bulk_detail {
 namespace {

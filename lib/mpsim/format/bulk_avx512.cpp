@@ -7,7 +7,7 @@
 #ifndef MPSIM_NO_AVX512
 #include <immintrin.h>
 
-#include "mpsim/format/bulk_kernel.hpp"
+#include "mpsim/format/detail/bulk_kernel.hpp"
 
 namespace mpsim::bulk_detail {
 namespace {
