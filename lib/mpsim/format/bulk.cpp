@@ -1,5 +1,5 @@
 // Bulk rounding engine: argument checks, path choice (cpuid), threads, Stats, and the scalar path.
-// The vector kernels live in bulk_kernel.hpp, compiled per ISA in bulk_avx2.cpp and bulk_avx512.cpp.
+// The vector kernels live in detail/bulk_kernel.hpp (by topic), compiled per ISA in bulk_avx2.cpp and bulk_avx512.cpp.
 // The scalar path calls round_bits() per element: it is the specification the vector paths are
 // tested against bit for bit (tests/format/bulk_exhaustive_test.cpp).
 #include "mpsim/format/bulk.hpp"
@@ -95,7 +95,7 @@ Path best_path() {
 }
 
 // emin + 23 - m <= 127: the float 2^(emin + 23 - m) that round_loop adds to format-subnormal lanes
-// (bulk_kernel.hpp, round_fpu) is finite; only formats whose smallest normal is above 2^(104 + m) fail it.
+// (detail/bulk_round.hpp, round_fpu) is finite; only formats whose smallest normal is above 2^(104 + m) fail it.
 // The vector kernels know signed formats with a zero (the NaN-less OCP fp6 / fp4 types act as saturating
 // formats there); the unsigned, zero-less e8m0 runs the scalar code.
 bool vector_supported(const Format& f) {

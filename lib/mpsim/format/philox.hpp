@@ -8,7 +8,7 @@
 // counter of element i is (lo32(i / 4), hi32(i / 4), 0, 0), and element i takes word i % 4 of that
 // block. Four elements per evaluation because a vector kernel then lays one block's four words in four
 // neighbouring lanes and evaluates W / 4 blocks with one 32x32->64 multiply instruction per round
-// (bulk_kernel.hpp): a quarter of the multiplies of one evaluation per element.
+// (detail/bulk_philox.hpp): a quarter of the multiplies of one evaluation per element.
 #pragma once
 
 #include <cstdint>
