@@ -316,6 +316,7 @@ bd::KernelParams make_params(const Format& f, const Rounding& r, const BulkOptio
   p.sr_mask = r.sr_bits >= 32 ? 0xffffffffu : ~((1u << (32 - r.sr_bits)) - 1);
   p.sr_seed_lo = static_cast<std::uint32_t>(r.seed);
   p.sr_seed_hi = static_cast<std::uint32_t>(r.seed >> 32);
+  p.sr_half = r.sr_bits <= 16;
   p.dec_add = (127 - f.bias) * (1 << 23);
   p.sub_by_shift = f.emin == -126;
   p.sub_scale = std::ldexp(1.0f, f.emin - m);
@@ -377,7 +378,8 @@ void to_stats(const bd::StatsAcc& a, std::size_t n, Stats& s) {
 }
 
 // Runs the vector kernel of `path` over in[begin, end), splitting where the stochastic index crosses
-// a multiple of 2^34 (the high word of the Philox block counter index / 4 changes there).
+// a multiple of 2^34 (the high word of the Philox block counter index / 4 changes there; that of the
+// 16-bit stream's index / 8 at multiples of 2^35, which are among them).
 void vector_range(Path path, const float* in, void* out, std::size_t out_size, bd::OutKind kind, std::size_t begin,
                   std::size_t end, std::uint64_t index0, const bd::KernelParams& p, bool want_stats, Stats& local) {
   auto* kernel = path == Path::avx512 ? bd::round_f32_avx512 : bd::round_f32_avx2;

@@ -80,7 +80,8 @@ struct Avx2 {
     const unsigned k = static_cast<unsigned>(_mm256_movemask_pd(_mm256_castsi256_pd(lt)));
     return (k & 1u) | (k >> 1 & 2u);
   }
-  // Lane k of the 16 lanes lo:hi from lane idx[k] (idx = iota + r, r in 0..3).
+  static I permute(I a, I idx) { return _mm256_permutevar8x32_epi32(a, idx); }  // lane k from lane idx[k]
+  // Lane k of the 16 lanes lo:hi from lane idx[k] (idx = iota + r, r in 0..7).
   static I concat_shift(I lo, I hi, I idx) {
     const I low3 = _mm256_and_si256(idx, _mm256_set1_epi32(7));
     return _mm256_blendv_epi8(_mm256_permutevar8x32_epi32(lo, low3), _mm256_permutevar8x32_epi32(hi, low3),

@@ -57,6 +57,7 @@ struct Avx512 {
   static I srli64_32(I a) { return _mm512_srli_epi64(a, 32); }
   static I xor3(I a, I b, I c) { return _mm512_ternarylogic_epi32(a, b, c, 0x96); }
   static I concat_shift(I lo, I hi, I idx) { return _mm512_permutex2var_epi32(lo, idx, hi); }
+  static I permute(I a, I idx) { return _mm512_permutexvar_epi32(idx, a); }  // lane k from lane idx[k]
   // Soft errors (soft_error_hits): bit b set where block b's (w1 << 32 | w0) < limit (unsigned).
   static I set1_64(std::uint64_t v) { return _mm512_set1_epi64(static_cast<long long>(v)); }
   static unsigned block_hits(I c, I limit) {

@@ -48,6 +48,7 @@ struct KernelParams {
   // stochastic rounding
   std::uint32_t sr_mask = 0xffffffffu;  // keeps the top sr_bits bits of the fraction and the random number
   std::uint32_t sr_seed_lo = 0, sr_seed_hi = 0;  // the Philox4x32-10 key (philox.hpp): the seed's two words
+  bool sr_half = false;  // sr_bits <= 16: the 16-bit stream (philox.hpp, sr_word), two elements per word
   // decoding to float (simulate mode, decode_array)
   std::int32_t dec_add = 0;          // (127 - bias) << 23
   bool sub_by_shift = false;         // emin == -126: a format subnormal is the float subnormal man << (23 - m)

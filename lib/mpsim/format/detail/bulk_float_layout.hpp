@@ -39,7 +39,7 @@ void float_layout_loop(const float* in, void* out, std::size_t n, std::uint64_t 
   const I kLow = S::set1((1 << sh0) - 1), kKeep = S::set1(~((1 << sh0) - 1)), kHalfM1 = S::set1(((1 << sh0) - 1) >> 1);
   const I kHalf = S::set1(1 << (sh0 - 1)), kBit = S::set1(1 << sh0), kQuiet = S::set1(0x00400000);
   const I kSrMask = S::set1(static_cast<std::int32_t>(p.sr_mask));
-  PhiloxLanes<S> sr(p.sr_seed_lo, p.sr_seed_hi, index0);
+  PhiloxLanes<S> sr(p.sr_seed_lo, p.sr_seed_hi, index0, p.sr_half);
   // The pattern to truncate at bit sh0 (element i of the call, input bits b).
   auto rounded = [&](std::size_t i, I b) __attribute__((always_inline)) {
     if constexpr (MODE == Mode::nearest_even) return S::add(S::add(b, kHalfM1), S::and_(S::srl(b, sh0), kOne));

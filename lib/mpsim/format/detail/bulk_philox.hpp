@@ -22,6 +22,14 @@ namespace {
 // of two consecutive block vectors; the second is kept for the next vector of the call, so a call in
 // order still evaluates one block vector per vector. Only philox.hpp's constants are used here (see the
 // top of bulk_kernel.hpp).
+//
+// The 16-bit stream (sr_bits <= 16, KernelParams::sr_half; philox.hpp sr_word): element e takes word e % 4
+// of block e / 8, its high half where e % 8 < 4, its low half moved to the top otherwise. One block vector
+// then serves two element vectors: the first takes quarters 0 .. W / 8 - 1 of it, lane j from lane
+// 4 (j / 8) + j % 4 shifted left by 16 where j % 8 >= 4 (one vpermd and one vpsllvd), the second the
+// same from quarter W / 8 on. The low 16 bits left in the high-half lanes belong to the next element;
+// the kernels' sr_mask (top sr_bits <= 16 bits) clears them. A misaligned call (r = index0 % 8) takes
+// lanes r .. r + W - 1 of two consecutive element vectors, as above.
 template <class S>
 struct PhiloxLanes {
   using I = typename S::I;
@@ -30,14 +38,24 @@ struct PhiloxLanes {
   I ctr0;                  // (lo32(q0 + b), hi32(q0), 0, 0) for block b of the call's first vector
   I shift;                 // iota + r: the lanes of two block vectors a misaligned call takes
   int r;
+  bool half = false;       // the 16-bit stream
   std::size_t ahead_pos = ~std::size_t{0};
   I ahead;
+  // The 16-bit stream: the lanes and shifts of the first element vector of a block vector (the second
+  // adds W / 2 to the lanes), and the block vector last evaluated, for elements pair_pos .. + 2W - 1.
+  I half_idx, half_cnt;
+  std::size_t pair_pos = ~std::size_t{0};
+  I pair;
 
-  // Element i of the call takes word i % 4 of block index0 / 4 + i / 4 (stochastic rounding).
-  PhiloxLanes(std::uint32_t seed_lo, std::uint32_t seed_hi, std::uint64_t index0)
-      : PhiloxLanes(seed_lo, seed_hi, FirstBlock{index0 >> 2}) {
-    r = static_cast<int>(index0 & 3);
+  // Element i of the call takes word i % 4 of block index0 / 4 + i / 4 (stochastic rounding), or with
+  // `half` its half of word i % 4 of block index0 / 8 + i / 8 (the 16-bit stream).
+  PhiloxLanes(std::uint32_t seed_lo, std::uint32_t seed_hi, std::uint64_t index0, bool half_words = false)
+      : PhiloxLanes(seed_lo, seed_hi, FirstBlock{half_words ? index0 >> 3 : index0 >> 2}) {
+    half = half_words;
+    r = static_cast<int>(index0 & (half ? 7 : 3));
     shift = S::add(S::iota(), S::set1(r));
+    half_idx = S::or_(S::template slli<2>(S::template srli<3>(S::iota())), S::and_(S::iota(), S::set1(3)));
+    half_cnt = S::template slli<2>(S::and_(S::iota(), S::set1(4)));
   }
 
   // blocks(4 j) is the W / 4 blocks q0 + j .. q0 + j + W / 4 - 1 (soft errors: one block per element).
@@ -57,6 +75,7 @@ struct PhiloxLanes {
                           static_cast<std::int32_t>(static_cast<std::uint32_t>(q0 >> 32)), 0, 0),
                   S::block_iota());
     shift = S::add(S::iota(), S::set1(r));
+    half_idx = half_cnt = pair = S::zero();
   }
 
   // The W / 4 blocks starting with block q0 + pos / 4 (pos a multiple of 4). The high counter word stays
@@ -67,11 +86,25 @@ struct PhiloxLanes {
     return c;
   }
 
+  // The 16-bit stream's words of elements pos .. pos + W - 1 counted from block q0's first element (pos a
+  // multiple of W): from the block vector of blocks q0 + pos / 8 rounded down to a multiple of W / 4.
+  __attribute__((always_inline)) I halves(std::size_t pos) {
+    const std::size_t p2 = pos & ~(2 * std::size_t{S::W} - 1);
+    if (p2 != pair_pos) {
+      pair = blocks(p2 >> 1);  // blocks(4 j) starts at block q0 + j: element p2 is in block q0 + p2 / 8
+      pair_pos = p2;
+    }
+    const I idx = pos == p2 ? half_idx : S::add(half_idx, S::set1(S::W / 2));
+    return S::sllv(S::permute(pair, idx), half_cnt);
+  }
+
+  __attribute__((always_inline)) I words(std::size_t pos) { return half ? halves(pos) : blocks(pos); }
+
   // The random words of elements pos .. pos + W - 1 of the call (pos a multiple of W).
   __attribute__((always_inline)) I at(std::size_t pos) {
-    if (r == 0) return blocks(pos);
-    const I cur = pos == ahead_pos ? ahead : blocks(pos);
-    ahead = blocks(pos + S::W);
+    if (r == 0) return words(pos);
+    const I cur = pos == ahead_pos ? ahead : words(pos);
+    ahead = words(pos + S::W);
     ahead_pos = pos + S::W;
     return S::concat_shift(cur, ahead, shift);
   }

@@ -581,8 +581,9 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
   // (exceptions masked, no DAZ/FTZ, which would treat float subnormal inputs as zero), restored on
   // return with its flags.
   const Mxcsr<S, !UNIFORM && kFpuMode<MODE>> mxcsr(kMxcsrRounding<MODE>);
-  // Stochastic rounding: element index0 + blk + i draws word (index0 + blk + i) % 4 of its Philox block.
-  PhiloxLanes<S> sr(p.sr_seed_lo, p.sr_seed_hi, index0);
+  // Stochastic rounding: element index0 + blk + i draws word (index0 + blk + i) % 4 of its Philox block
+  // (with sr_half, its half of that word in the 16-bit stream: PhiloxLanes).
+  PhiloxLanes<S> sr(p.sr_seed_lo, p.sr_seed_hi, index0, p.sr_half);
 
   // Lookup counting (make_lut): round_uniform_or_not sends PLAIN calls here only where lut_ok holds.
   constexpr bool LUT = STATS && !UNIFORM && PLAIN && S::kHasLut;
