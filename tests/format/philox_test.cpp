@@ -117,8 +117,11 @@ TEST_CASE("streams of different seeds share no window of 64 consecutive rounding
   std::vector<Window> windows;
   windows.reserve(seeds.size() * (kLen - 63));
   std::uint64_t ups = 0;
+  // Both streams (philox.hpp): 32 random bits, and 16 (two elements per word: the decision of element
+  // 8q + 4 + k is bit 15 of the word whose bit 31 decides element 8q + k).
+  const int bits = GENERATE(32, 16);
   for (std::size_t k = 0; k < seeds.size(); ++k) {
-    round_array(std::span<const float>(x), std::span<std::uint16_t>(out), fp16(), Rounding::stochastic(seeds[k]));
+    round_array(std::span<const float>(x), std::span<std::uint16_t>(out), fp16(), Rounding::stochastic(seeds[k], bits));
     std::uint64_t w = 0;
     for (std::size_t i = 0; i < kLen; ++i) {
       const bool up = out[i] == 0x3c01;
@@ -139,9 +142,10 @@ TEST_CASE("streams of different seeds share no window of 64 consecutive rounding
                                   << windows[i - 1].at);
     }
   const double n = static_cast<double>(seeds.size() * kLen);
-  std::printf("birthday test: %zu seeds x %zu decisions, %zu windows of 64; repeated windows between seeds %llu, "
-              "within a seed %llu (expected by chance %.1e); share of up decisions %.5f (1/2 +- %.5f at 5 sigma)\n",
-              seeds.size(), kLen, windows.size(), (unsigned long long)repeats_across,
+  std::printf("birthday test, %d-bit stream: %zu seeds x %zu decisions, %zu windows of 64; repeated windows between "
+              "seeds %llu, within a seed %llu (expected by chance %.1e); share of up decisions %.5f (1/2 +- %.5f at 5 "
+              "sigma)\n",
+              bits, seeds.size(), kLen, windows.size(), (unsigned long long)repeats_across,
               (unsigned long long)repeats_within,
               static_cast<double>(windows.size()) * static_cast<double>(windows.size()) / 0x1p65,
               static_cast<double>(ups) / n, 5 * 0.5 / std::sqrt(n));
@@ -153,7 +157,7 @@ TEST_CASE("streams of different seeds share no window of 64 consecutive rounding
 TEST_CASE("stochastic rounding is unbiased per element over seeds", "[philox]") {
   // Element i holds x_i between fp16 neighbours lo_i < hi_i, at a fraction p_i of the gap (normal and
   // subnormal binades, p from 2^-10 to 1 - 2^-10). Over N seeds the mean of SR(x_i) has expectation
-  // x_i (up to the 2^-32 truncation of the fraction, sr_bits = 32) and standard deviation
+  // x_i (the fraction has at most 13 bits, so neither sr_bits = 32 nor 16 truncates it) and standard deviation
   // (hi_i - lo_i) sqrt(p_i (1 - p_i) / N): each element's mean must lie within 5 of them.
   constexpr int kSeeds = 4096;
   std::mt19937_64 rng(7);
@@ -174,11 +178,12 @@ TEST_CASE("stochastic rounding is unbiased per element over seeds", "[philox]") 
   }
   std::vector<double> sum(x.size(), 0.0);
   std::vector<float> out(x.size());
+  const int bits = GENERATE(32, 16);  // the two streams (philox.hpp)
   for (int s = 0; s < kSeeds; ++s) {
     BulkOptions opt;
-    opt.index0 = 1000003;  // not a multiple of 4
-    round_array(std::span<const float>(x), std::span<float>(out), fp16(), Rounding::stochastic(static_cast<std::uint64_t>(s)),
-                nullptr, opt);
+    opt.index0 = 1000003;  // not a multiple of 4 (nor of 8)
+    round_array(std::span<const float>(x), std::span<float>(out), fp16(),
+                Rounding::stochastic(static_cast<std::uint64_t>(s), bits), nullptr, opt);
     for (std::size_t i = 0; i < x.size(); ++i) sum[i] += out[i];
   }
   double worst_z = 0;
@@ -194,9 +199,9 @@ TEST_CASE("stochastic rounding is unbiased per element over seeds", "[philox]") 
     worst_z = std::max(worst_z, z);
     if (std::fabs(mean - x[i]) > 5 * sd + gap * 0x1p-32) ++outside;
   }
-  std::printf("SR unbiasedness: %zu elements (fp16, normal and subnormal gaps), mean over %d seeds; worst |mean - x| = "
-              "%.2f standard deviations, %llu beyond 5\n",
-              x.size(), kSeeds, worst_z, (unsigned long long)outside);
+  std::printf("SR unbiasedness, %d random bits: %zu elements (fp16, normal and subnormal gaps), mean over %d seeds; "
+              "worst |mean - x| = %.2f standard deviations, %llu beyond 5\n",
+              bits, x.size(), kSeeds, worst_z, (unsigned long long)outside);
   CHECK(outside == 0);
 }
 
@@ -233,6 +238,122 @@ TEST_CASE("the vector paths draw the specification's words at every alignment an
         }
   std::printf("SR vector paths vs round_bits at 8 first indices (aligned, misaligned, across 2^34 and 2^64), 3 "
               "paths, 1 and 3 threads: %llu results, %llu mismatches\n",
+              (unsigned long long)checked, (unsigned long long)bad);
+  CHECK(bad == 0);
+}
+
+TEST_CASE("the 16-bit stream: two elements per word of Random123's philox4x32_R, used by round_bits", "[philox]") {
+  // philox.hpp: with sr_bits <= 16 element i takes word i % 4 of the block at counter (i / 8, 0) under
+  // key = seed, its high half for i % 8 < 4 and its low half otherwise, at the top of the word.
+  std::mt19937_64 rng(16);
+  std::uint64_t checked = 0, bad = 0, same_as_32 = 0;
+  for (int i = 0; i < 100000; ++i) {
+    const std::uint64_t seed = i < 50000 ? static_cast<std::uint64_t>(i % 64) : rng();
+    const std::uint64_t index = i % 3 == 0 ? static_cast<std::uint64_t>(i) : rng();
+    const std::uint64_t q = index >> 3;
+    const std::uint32_t w = reference_philox({{static_cast<std::uint32_t>(q), static_cast<std::uint32_t>(q >> 32), 0, 0}},
+                                             static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32))
+                                .v[index & 3];
+    const std::uint32_t want = (index & 4) ? w << 16 : w & 0xffff0000u;
+    for (int b : {1, 7, 16}) {
+      ++checked;
+      bad += philox::sr_word(seed, index, b) != want;
+    }
+    for (int b : {17, 32}) {  // the 32-bit stream, unchanged
+      ++checked;
+      bad += philox::sr_word(seed, index, b) != sr_random(seed, index);
+    }
+    same_as_32 += (sr_random(seed, index) & 0xffff0000u) == want;
+  }
+  // round_bits with sr_bits = 16 on fp16: x = lo + k 2^-16 ulp(lo) (13 discarded bits, so the fraction
+  // truncated to 16 bits is k exactly) rounds up iff k + the element's 16 random bits >= 2^16.
+  std::uint64_t decisions = 0, wrong = 0;
+  for (int i = 0; i < 20000; ++i) {
+    const std::uint64_t seed = rng(), index = rng() >> (i & 31);
+    const int k = static_cast<int>(rng() % 8192) * 8;  // multiples of 8: 13 bits below fp16's ulp
+    const double lo = std::ldexp(1.0 + static_cast<double>(rng() % 1024) / 1024, static_cast<int>(rng() % 29) - 14);
+    const double ulp = std::ldexp(1.0, std::ilogb(lo) - 10);
+    const float x = static_cast<float>(lo + ulp * k / 65536.0);
+    const bool up_want = k + (philox::sr_word(seed, index, 16) >> 16) >= 65536;
+    const double got = round(static_cast<double>(x), fp16(), Rounding::stochastic(seed, 16), index);
+    ++decisions;
+    wrong += got != (up_want ? lo + ulp : lo);
+  }
+  std::printf("16-bit stream vs Random123: %llu (seed, index, bits) words, %llu mismatches (%llu of 100000 elements "
+              "would have drawn the same 16 bits from the 32-bit stream); round_bits fp16 sr_bits=16: %llu "
+              "decisions, %llu wrong\n",
+              (unsigned long long)checked, (unsigned long long)bad, (unsigned long long)same_as_32,
+              (unsigned long long)decisions, (unsigned long long)wrong);
+  CHECK(bad == 0);
+  // The 16-bit stream is not the 32-bit one's top halves: element i draws from block i / 8, not i / 4 (the two
+  // agree only where both counters are 0, elements 0 .. 3, or by chance, 1 in 2^16).
+  CHECK(same_as_32 < 100);
+  CHECK(wrong == 0);
+}
+
+TEST_CASE("the vector paths draw the 16-bit stream at every alignment, packed and simulated", "[philox]") {
+  // The kernels take two element vectors from one block vector (a permute and a shift) and, where the
+  // first index is not a multiple of 8, lanes of two element vectors: every start modulo 8, the 2^34
+  // boundary and the end of the index range; each path against round_bits(). (Thread counts: the call
+  // splits between threads only from 2^17 elements on, which the test above covers for the 32-bit stream;
+  // the split points are multiples of 64, so of 8, and take the same misaligned-start code.)
+  std::mt19937_64 rng(5);
+  std::vector<float> in(6000);
+  for (auto& v : in) v = std::ldexp(static_cast<float>(rng() % 65536) / 65536.0f + 1.0f, static_cast<int>(rng() % 40) - 30) *
+                         ((rng() & 1) ? -1.0f : 1.0f);
+  const std::uint64_t starts[] = {0, 1, 2, 3, 4, 5, 6, 7, 8195, (std::uint64_t{1} << 34) - 10003, ~std::uint64_t{0} - 30000};
+  std::uint64_t checked = 0, bad = 0;
+  for (const Format* f : {&fp16(), &bf16(), &fp8_e5m2(), &fp8_e4m3()})
+    for (int bits : {16, 7})
+      for (std::uint64_t index0 : starts)
+        for (Path path : {Path::scalar, Path::avx2, Path::avx512})
+          for (int threads : {1}) {
+            if (!path_available(path)) continue;
+            const Rounding r = Rounding::stochastic(0x0123456789abcdefull, bits);
+            BulkOptions opt;
+            opt.path = path;
+            opt.threads = threads;
+            opt.index0 = index0;
+            std::vector<float> out(in.size());
+            round_array(std::span<const float>(in), std::span<float>(out), *f, r, nullptr, opt);
+            std::vector<std::uint16_t> p16(in.size());
+            std::vector<std::uint8_t> p8(in.size());
+            if (f->storage_bytes() == 2) round_array(std::span<const float>(in), std::span<std::uint16_t>(p16), *f, r, nullptr, opt);
+            else round_array(std::span<const float>(in), std::span<std::uint8_t>(p8), *f, r, nullptr, opt);
+            for (std::size_t i = 0; i < in.size(); ++i) {
+              ++checked;
+              const float want = round(in[i], *f, r, index0 + i);
+              const std::uint64_t want_bits = round_bits(in[i], *f, r, index0 + i);
+              const bool ok = std::bit_cast<std::uint32_t>(want) == std::bit_cast<std::uint32_t>(out[i]) &&
+                              (f->storage_bytes() == 2 ? p16[i] : p8[i]) == want_bits;
+              if (!ok && ++bad <= 5)
+                UNSCOPED_INFO(f->name << " bits " << bits << " path " << to_string(path) << " index " << index0 + i);
+            }
+          }
+  // Three threads on 2^17 + 1000 elements (the engine splits from 2^17 on), fp16 packed, first index 5.
+  std::vector<float> big(std::size_t{1} << 17 | 1000);
+  for (auto& v : big) v = std::ldexp(static_cast<float>(rng() % 65536) / 65536.0f + 1.0f, static_cast<int>(rng() % 30) - 20);
+  std::uint64_t threaded = 0, threaded_bad = 0;
+  for (Path path : {Path::avx2, Path::avx512}) {
+    if (!path_available(path)) continue;
+    const Rounding r = Rounding::stochastic(77, 16);
+    BulkOptions opt;
+    opt.path = path;
+    opt.threads = 3;
+    opt.index0 = 5;
+    std::vector<std::uint16_t> out(big.size());
+    round_array(std::span<const float>(big), std::span<std::uint16_t>(out), fp16(), r, nullptr, opt);
+    for (std::size_t i = 0; i < big.size(); ++i) {
+      ++threaded;
+      threaded_bad += out[i] != round_bits(big[i], fp16(), r, 5 + i);
+    }
+  }
+  std::printf("16-bit stream, 3 threads, fp16 packed, %llu results: %llu mismatches\n", (unsigned long long)threaded,
+              (unsigned long long)threaded_bad);
+  CHECK(threaded_bad == 0);
+  std::printf("16-bit stream, vector paths vs round_bits: 4 formats simulated and packed, sr_bits 16 and 7, 11 "
+              "first indices (0..7, 8195, across 2^34, the end), 3 paths: %llu results, %llu "
+              "mismatches\n",
               (unsigned long long)checked, (unsigned long long)bad);
   CHECK(bad == 0);
 }

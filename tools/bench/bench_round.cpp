@@ -138,6 +138,8 @@ void register_all() {
   const RoundingMode others[] = {RoundingMode::toward_zero, RoundingMode::up, RoundingMode::down,
                                  RoundingMode::nearest_away, RoundingMode::to_odd};
   const Rounding sr = Rounding::stochastic(1, 32);
+  // 16 random bits: the 16-bit stream, two elements per Philox word (philox.hpp, sr_word).
+  const Rounding sr16 = Rounding::stochastic(1, 16);
   for (int set = 0; set < 2; ++set) {
     const float* in = input(set).data();
     std::span<const float> sin(input(set));
@@ -182,12 +184,17 @@ void register_all() {
     add("fp16", "sr", set, "packed", packed16(fp16(), sr, one_thread()));
     add("bf16", "sr", set, "packed", packed16(bf16(), sr, one_thread()));
     add("fp16", "sr", set, "simulate", simulate(fp16(), sr, one_thread()));
+    add("fp16", "sr16", set, "packed", packed16(fp16(), sr16, one_thread()));
+    add("bf16", "sr16", set, "packed", packed16(bf16(), sr16, one_thread()));
+    add("fp16", "sr16", set, "simulate", simulate(fp16(), sr16, one_thread()));
+    add("fp8_e4m3", "sr16", set, "packed", packed8(fp8_e4m3(), sr16, one_thread()));
     add("fp16+stats", "rne", set, "packed", packed16(fp16(), {}, one_thread(), &sink));
     add("fp16(sw)+stats", "rne", set, "packed", packed16(fp16(), {}, sw, &sink));
     add("bf16+stats", "rne", set, "packed", packed16(bf16(), {}, one_thread(), &sink));
     add("bf16+stats", "rne", set, "simulate", simulate(bf16(), {}, one_thread(), &sink));
     add("fp16+stats", "sr", set, "packed", packed16(fp16(), sr, one_thread(), &sink));
     add("fp16+stats", "sr", set, "simulate", simulate(fp16(), sr, one_thread(), &sink));
+    add("fp16+stats", "sr16", set, "packed", packed16(fp16(), sr16, one_thread(), &sink));
     add("fp16+stats", "rto", set, "packed", packed16(fp16(), Rounding::of(RoundingMode::to_odd), one_thread(), &sink));
     add("fp8_e4m3+stats", "rne", set, "packed", packed8(fp8_e4m3(), {}, one_thread(), &sink));
     add("fp8_e4m3+stats", "rne", set, "simulate", simulate(fp8_e4m3(), {}, one_thread(), &sink));
@@ -220,6 +227,8 @@ void register_all() {
       add("fp8_e5m2 avx2", "rne", set, "packed", packed8(fp8_e5m2(), {}, a2));
       add("fp16 avx2", "sr", set, "packed", packed16(fp16(), sr, a2));
       add("fp16 avx2", "sr", set, "simulate", simulate(fp16(), sr, a2));
+      add("fp16 avx2", "sr16", set, "packed", packed16(fp16(), sr16, a2));
+      add("bf16 avx2", "sr16", set, "packed", packed16(bf16(), sr16, a2));
       add("fp16+stats avx2", "rne", set, "packed", packed16(fp16(), {}, a2, &sink));
       add("fp16+stats avx2", "sr", set, "packed", packed16(fp16(), sr, a2, &sink));
     }

@@ -3,49 +3,117 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <limits>
 #include <vector>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "mpsim/error.hpp"
 #include "mpsim/format/bulk.hpp"
 
 namespace mpsim::analysis {
 
+namespace {
+
+// The sums of one block in two interleaved partial sums: element k of the block (counted from its first
+// element) goes to sum k % 2, and the block's sum is sum 0 + sum 1. The order of every addition is then
+// fixed by the block alone (not by the thread count or the machine), and the loop runs on SSE2 pairs of
+// doubles with masks instead of branches. The sequential form (one chain of dependent additions per sum,
+// and the compiler's branches for the selects, mispredicted on every other element in a tensor worth
+// measuring) took about 7 ns per value; docs/performance.md has the figures.
+#if defined(__SSE2__)
+struct Pairs {
+  __m128d abs = _mm_setzero_pd(), sq = _mm_setzero_pd(), f_abs = _mm_setzero_pd(), f_sq = _mm_setzero_pd(),
+          dot = _mm_setzero_pd(), sq_q = _mm_setzero_pd();
+  __m128i nonzero = _mm_setzero_si128(), flushed = _mm_setzero_si128(), overflowed = _mm_setzero_si128();
+
+  // Elements (x0, x1) before and (y0, y1) after rounding. counted: x != 0 and |x| <= max finite (so not
+  // NaN or inf); lost: counted and y == 0; kept: counted and |y| <= max finite. Masks are all ones or 0.
+  void add(__m128d x, __m128d y) {
+    const __m128d kAbs = _mm_castsi128_pd(_mm_set1_epi64x(0x7fffffffffffffffLL));
+    const __m128d kMax = _mm_set1_pd(std::numeric_limits<double>::max());
+    const __m128d zero = _mm_setzero_pd();
+    const __m128d ax_raw = _mm_and_pd(x, kAbs);
+    const __m128d counted = _mm_and_pd(_mm_cmpneq_pd(x, zero), _mm_cmple_pd(ax_raw, kMax));
+    const __m128d lost = _mm_and_pd(counted, _mm_cmpeq_pd(y, zero));
+    const __m128d kept = _mm_and_pd(counted, _mm_cmple_pd(_mm_and_pd(y, kAbs), kMax));
+    const __m128d ax = _mm_and_pd(ax_raw, counted), xx = _mm_mul_pd(ax, ax);
+    nonzero = _mm_sub_epi64(nonzero, _mm_castpd_si128(counted));  // a mask is -1
+    flushed = _mm_sub_epi64(flushed, _mm_castpd_si128(lost));
+    overflowed = _mm_sub_epi64(overflowed, _mm_castpd_si128(_mm_andnot_pd(kept, counted)));
+    abs = _mm_add_pd(abs, ax);
+    sq = _mm_add_pd(sq, xx);
+    f_abs = _mm_add_pd(f_abs, _mm_and_pd(ax, lost));
+    f_sq = _mm_add_pd(f_sq, _mm_and_pd(xx, lost));
+    dot = _mm_add_pd(dot, _mm_and_pd(_mm_mul_pd(x, y), kept));
+    sq_q = _mm_add_pd(sq_q, _mm_and_pd(_mm_mul_pd(y, y), kept));
+  }
+  static __m128d load(const float* p) { return _mm_cvtps_pd(_mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(p)))); }
+  static __m128d load(const double* p) { return _mm_loadu_pd(p); }
+  // The last element of an odd block with a zero beside it (not counted: it adds +0 to sum 1).
+  static __m128d load_one(float v) { return _mm_set_pd(0.0, v); }
+  static __m128d load_one(double v) { return _mm_set_pd(0.0, v); }
+  static double sum(__m128d v) { return _mm_cvtsd_f64(v) + _mm_cvtsd_f64(_mm_unpackhi_pd(v, v)); }
+  static std::uint64_t sum(__m128i v) {
+    return static_cast<std::uint64_t>(_mm_cvtsi128_si64(v)) + static_cast<std::uint64_t>(_mm_cvtsi128_si64(_mm_unpackhi_epi64(v, v)));
+  }
+};
+#endif
+
+}  // namespace
+
 template <class T>
 void MassLost::add_impl(std::span<const T> g, std::span<const T> q) {
   if (g.size() != q.size())
     throw Error(fmt::format("MassLost::add: {} values before rounding but {} after", g.size(), q.size()));
-  // Branch-free: a flushed element is about every other one in a tensor worth measuring, which a branch
-  // would mispredict; the masks select 0 instead.
+  const T* const gp = g.data();
+  const T* const qp = q.data();
   for (std::size_t b = 0; b < g.size(); b += kBlock) {
     const std::size_t e = std::min(g.size(), b + kBlock);
-    double abs = 0, sq = 0, f_abs = 0, f_sq = 0, dot = 0, sq_q = 0;
-    std::uint64_t nonzero = 0, flushed = 0, overflowed = 0;
+#if defined(__SSE2__)
+    Pairs s;
+    std::size_t i = b;
+    for (; i + 2 <= e; i += 2) s.add(Pairs::load(gp + i), Pairs::load(qp + i));
+    if (i < e) s.add(Pairs::load_one(gp[i]), Pairs::load_one(qp[i]));
+    nonzero_ += Pairs::sum(s.nonzero);
+    flushed_ += Pairs::sum(s.flushed);
+    overflowed_ += Pairs::sum(s.overflowed);
+    sum_abs_ += Pairs::sum(s.abs);
+    sum_sq_ += Pairs::sum(s.sq);
+    flushed_abs_ += Pairs::sum(s.f_abs);
+    flushed_sq_ += Pairs::sum(s.f_sq);
+    dot_ += Pairs::sum(s.dot);
+    sum_sq_q_ += Pairs::sum(s.sq_q);
+#else
+    // The same sums without SSE2: element k of the block in sum k % 2, the block's sum sum 0 + sum 1.
+    double abs[2] = {}, sq[2] = {}, f_abs[2] = {}, f_sq[2] = {}, dot[2] = {}, sq_q[2] = {};
     for (std::size_t i = b; i < e; ++i) {
-      const double x = g[i], y = q[i];
+      const int l = static_cast<int>((i - b) & 1);
+      const double x = gp[i], y = qp[i];
       const bool counted = x != 0 && std::isfinite(x);
       const bool lost = counted && y == 0;
       const bool kept = counted && std::isfinite(y);
       const double ax = counted ? std::abs(x) : 0.0, xx = ax * ax;
-      nonzero += counted;
-      flushed += lost;
-      overflowed += counted && !kept;
-      abs += ax;
-      sq += xx;
-      f_abs += lost ? ax : 0.0;
-      f_sq += lost ? xx : 0.0;
-      dot += kept ? x * y : 0.0;
-      sq_q += kept ? y * y : 0.0;
+      nonzero_ += counted;
+      flushed_ += lost;
+      overflowed_ += counted && !kept;
+      abs[l] += ax;
+      sq[l] += xx;
+      f_abs[l] += lost ? ax : 0.0;
+      f_sq[l] += lost ? xx : 0.0;
+      dot[l] += kept ? x * y : 0.0;
+      sq_q[l] += kept ? y * y : 0.0;
     }
-    nonzero_ += nonzero;
-    flushed_ += flushed;
-    overflowed_ += overflowed;
-    sum_abs_ += abs;
-    sum_sq_ += sq;
-    flushed_abs_ += f_abs;
-    flushed_sq_ += f_sq;
-    dot_ += dot;
-    sum_sq_q_ += sq_q;
+    sum_abs_ += abs[0] + abs[1];
+    sum_sq_ += sq[0] + sq[1];
+    flushed_abs_ += f_abs[0] + f_abs[1];
+    flushed_sq_ += f_sq[0] + f_sq[1];
+    dot_ += dot[0] + dot[1];
+    sum_sq_q_ += sq_q[0] + sq_q[1];
+#endif
   }
 }
 
@@ -118,7 +186,10 @@ MassLost MassLost::from_state(const nlohmann::json& j) {
 
 namespace {
 
-constexpr std::size_t kChunk = std::size_t{1} << 16;  // elements rounded at a time (bounded scratch)
+// Elements rounded at a time (bounded scratch; a call of round_array has a fixed cost, so not much fewer).
+// A multiple of MassLost::kBlock, so the blocks and hence the sums are those of one add() over the tensor.
+constexpr std::size_t kChunk = std::size_t{1} << 16;
+static_assert(kChunk % MassLost::kBlock == 0);
 
 bool fits_float(const Format& f) {
   // round_array's condition for float output (lib/mpsim/format/bulk.cpp, check_float_fits).
@@ -164,17 +235,25 @@ void add_rounded(MassLost& into, std::span<const float> g, const Format& fmt, co
     const std::size_t n = std::min(kChunk, g.size() - b);
     const auto chunk = g.subspan(b, n);
     bool exact = float_path && log2_scale >= -126 && log2_scale <= 127;
-    if (exact && log2_scale == 0) {
-      xf.assign(chunk.begin(), chunk.end());
-    } else if (exact) {
+    if (exact && log2_scale == 0) {  // no scaling: round the caller's values themselves
+      qf.resize(n);
+      round_array(chunk, std::span<float>(qf), fmt, r, nullptr, one_thread(index0 + b));
+      into.add(chunk, std::span<const float>(qf));
+      continue;
+    }
+    if (exact) {
       xf.resize(n);
-      // The float product is 2^k * g exactly unless it left float's normal range or g was subnormal;
-      // checked by undoing it, element by element.
-      for (std::size_t i = 0; i < n && exact; ++i) {
+      // The float product of a finite non-zero g and 2^k is 2^k * g exactly iff it is a normal float (it
+      // neither overflowed nor fell below 2^-126, where it may have been rounded or flushed): tested on the
+      // magnitude bits for the whole chunk, without branches (the loop vectorises).
+      std::uint32_t inexact = 0;
+      for (std::size_t i = 0; i < n; ++i) {
         xf[i] = chunk[i] * scale;
-        exact = !std::isfinite(chunk[i]) || (std::isfinite(xf[i]) && xf[i] / scale == chunk[i] &&
-                                             (xf[i] == 0 || std::abs(xf[i]) >= 0x1p-126f));
+        const std::uint32_t m = std::bit_cast<std::uint32_t>(chunk[i]) & 0x7fffffffu;
+        const std::uint32_t y = std::bit_cast<std::uint32_t>(xf[i]) & 0x7fffffffu;
+        inexact |= static_cast<std::uint32_t>((m != 0) & (m < 0x7f800000u) & ((y < 0x00800000u) | (y >= 0x7f800000u)));
       }
+      exact = inexact == 0;
     }
     if (exact) {
       qf.resize(n);

@@ -8,8 +8,10 @@
 // size, and the cosine also sees the rounding of the survivors.
 //
 // Sums run over the finite elements of g (NaN and inf are counted apart by the callers' reports) in
-// double, in blocks of kBlock whose partial sums are then added: products of two floats are exact in
-// double, and the summation's relative error stays below (kBlock + n / kBlock) * 2^-53. The cosine is NaN
+// double, in blocks of kBlock whose partial sums are then added, each block in 2 interleaved partial sums
+// (element k of a block in sum k % 2, then sum 0 + sum 1): products of two floats are exact in double,
+// the summation's relative error stays below (kBlock + n / kBlock) * 2^-53, and the bits depend only on
+// the values and their order (not on the thread count or the machine). The cosine is NaN
 // when it is undefined: no non-zero finite element, everything flushed (|q| = 0), or a finite g_i rounded
 // to a non-finite q_i (overflow to inf / NaN). The measures do not depend on a power-of-two scale applied
 // to both g and q, so the trainer's sites report them with the loss scale in.

@@ -166,6 +166,7 @@ class Quantizer {
       std::fill(el.begin() + static_cast<std::ptrdiff_t>(g_.begin(j) - e0),
                 el.begin() + static_cast<std::ptrdiff_t>(g_.end(j) - e0), std::uint8_t{0});
     if (stats) count_elements(jb, je, e0, el, s);
+    flush_scale_counts(s);
   }
 
  private:
@@ -206,6 +207,25 @@ class Quantizer {
     }
   }
 
+  // The scales' log2 histogram, counted per tile in an array and added to BlockStats::scale_log2 (a map)
+  // once per tile: a map increment per block of 16 or 32 elements was a visible part of the quantizer's
+  // time (docs/performance.md, bench_recipes).
+  void count_scale(int k) {
+    const int i = k - kScaleLog2Min;
+    ++scale_counts_[i];
+    scale_lo_ = std::min(scale_lo_, i);
+    scale_hi_ = std::max(scale_hi_, i);
+  }
+  void flush_scale_counts(BlockStats& s) {
+    for (int i = scale_lo_; i <= scale_hi_; ++i)
+      if (scale_counts_[i] != 0) {
+        s.scale_log2[i + kScaleLog2Min] += scale_counts_[i];
+        scale_counts_[i] = 0;
+      }
+    scale_lo_ = kScaleLog2Size;
+    scale_hi_ = -1;
+  }
+
   void fill_scaled(std::size_t b, std::size_t end, float v) {
     if (use_float_) std::fill(buf_f_.begin() + static_cast<std::ptrdiff_t>(b), buf_f_.begin() + static_cast<std::ptrdiff_t>(end), v);
     else std::fill(buf_d_.begin() + static_cast<std::ptrdiff_t>(b), buf_d_.begin() + static_cast<std::ptrdiff_t>(end), v);
@@ -233,7 +253,7 @@ class Quantizer {
     const float amax = std::bit_cast<float>(amax_bits);
     // An all-zero block takes the smallest scale (as gfloat's compute_scale_amax does).
     const int k = amax == 0 ? kE8m0MinExp : mx_scale_exponent(amax);
-    ++s.scale_log2[k];
+    count_scale(k);
     if (stats) {
       // |V| / X above the element's largest value, compared exactly: |V| > max_elem * 2^k.
       const double sat_above = std::ldexp(f_.element.max_finite, k);
@@ -259,13 +279,20 @@ class Quantizer {
     const float block_scale = std::clamp(amax / kE2m1Max / t_, kE4m3Tiny, kE4m3Max);
     const auto s8 = round_bits(block_scale, f_.scale);
     const float total = t_ * decode_float(s8, f_.scale);
-    ++s.scale_log2[std::ilogb(total)];
-    for (std::size_t i = b; i < end; ++i) {
-      const float v = x_[i] / total;
-      if (stats) s.saturated += std::fabs(v) > kE2m1Max;
-      const float c = std::clamp(v, -kE2m1Max, kE2m1Max);
-      if (use_float_) buf_f_[i - e0] = c;
-      else buf_d_[i - e0] = c;
+    count_scale(std::ilogb(total));
+    if (stats) {
+      std::uint64_t saturated = 0;
+      for (std::size_t i = b; i < end; ++i) saturated += std::fabs(x_[i] / total) > kE2m1Max;
+      s.saturated += saturated;
+    }
+    // One loop per buffer type, without the tests inside, so that each vectorises (the division stays a
+    // division: torchao divides, and x / total is not x * (1 / total) in float).
+    if (use_float_) {
+      float* const out = buf_f_.data() + (b - e0);
+      for (std::size_t i = b; i < end; ++i) out[i - b] = std::clamp(x_[i] / total, -kE2m1Max, kE2m1Max);
+    } else {
+      double* const out = buf_d_.data() + (b - e0);
+      for (std::size_t i = b; i < end; ++i) out[i - b] = std::clamp(x_[i] / total, -kE2m1Max, kE2m1Max);
     }
     return static_cast<std::uint8_t>(s8);
   }
@@ -284,6 +311,10 @@ class Quantizer {
   std::vector<float> buf_f_;
   std::vector<double> buf_d_;
   std::vector<std::size_t> nan_blocks_;
+  // log2 of a scale: MX k in [-127, 127], nvfp4 ilogb of a float in [-149, 127].
+  static constexpr int kScaleLog2Min = -149, kScaleLog2Size = 127 - kScaleLog2Min + 1;
+  std::uint64_t scale_counts_[kScaleLog2Size] = {};
+  int scale_lo_ = kScaleLog2Size, scale_hi_ = -1;
 };
 
 // nvfp4's per-tensor scale T from the bits of the tensor's largest magnitude (max_magnitude_bits).

@@ -1,5 +1,5 @@
 // Bulk rounding engine: argument checks, path choice (cpuid), threads, Stats, and the scalar path.
-// The vector kernels live in bulk_kernel.hpp, compiled per ISA in bulk_avx2.cpp and bulk_avx512.cpp.
+// The vector kernels live in detail/bulk_kernel.hpp (by topic), compiled per ISA in bulk_avx2.cpp and bulk_avx512.cpp.
 // The scalar path calls round_bits() per element: it is the specification the vector paths are
 // tested against bit for bit (tests/format/bulk_exhaustive_test.cpp).
 #include "mpsim/format/bulk.hpp"
@@ -93,7 +93,7 @@ Path best_path() {
 }
 
 // emin + 23 - m <= 127: the float 2^(emin + 23 - m) that round_loop adds to format-subnormal lanes
-// (bulk_kernel.hpp, round_fpu) is finite; only formats whose smallest normal is above 2^(104 + m) fail it.
+// (detail/bulk_round.hpp, round_fpu) is finite; only formats whose smallest normal is above 2^(104 + m) fail it.
 // The vector kernels know signed formats with a zero (the NaN-less OCP fp6 / fp4 types act as saturating
 // formats there); the unsigned, zero-less e8m0 runs the scalar code.
 bool vector_supported(const Format& f) {
@@ -314,6 +314,7 @@ bd::KernelParams make_params(const Format& f, const Rounding& r, const BulkOptio
   p.sr_mask = r.sr_bits >= 32 ? 0xffffffffu : ~((1u << (32 - r.sr_bits)) - 1);
   p.sr_seed_lo = static_cast<std::uint32_t>(r.seed);
   p.sr_seed_hi = static_cast<std::uint32_t>(r.seed >> 32);
+  p.sr_half = r.sr_bits <= 16;
   p.dec_add = (127 - f.bias) * (1 << 23);
   p.sub_by_shift = f.emin == -126;
   p.sub_scale = std::ldexp(1.0f, f.emin - m);
@@ -375,7 +376,8 @@ void to_stats(const bd::StatsAcc& a, std::size_t n, Stats& s) {
 }
 
 // Runs the vector kernel of `path` over in[begin, end), splitting where the stochastic index crosses
-// a multiple of 2^34 (the high word of the Philox block counter index / 4 changes there).
+// a multiple of 2^34 (the high word of the Philox block counter index / 4 changes there; that of the
+// 16-bit stream's index / 8 at multiples of 2^35, which are among them).
 void vector_range(Path path, const float* in, void* out, std::size_t out_size, bd::OutKind kind, std::size_t begin,
                   std::size_t end, std::uint64_t index0, const bd::KernelParams& p, bool want_stats, Stats& local) {
   auto* kernel = path == Path::avx512 ? bd::round_f32_avx512 : bd::round_f32_avx2;

@@ -1,9 +1,9 @@
-// The AVX2 (+F16C) kernels of the bulk engine: bulk_kernel.hpp over 8 lanes of __m256i.
+// The AVX2 (+F16C) kernels of the bulk engine: detail/bulk_kernel.hpp over 8 lanes of __m256i.
 // Compiled with -mavx2 -mfma -mf16c (lib/mpsim/format/meson.build); bulk.cpp calls it only after
 // __builtin_cpu_supports says the CPU has them.
 #include <immintrin.h>
 
-#include "mpsim/format/bulk_kernel.hpp"
+#include "mpsim/format/detail/bulk_kernel.hpp"
 
 namespace mpsim::bulk_detail {
 namespace {
@@ -61,7 +61,7 @@ struct Avx2 {
   static I srlv(I a, I n) { return _mm256_srlv_epi32(a, n); }
   static I max(I a, I b) { return _mm256_max_epi32(a, b); }
   static I min(I a, I b) { return _mm256_min_epi32(a, b); }
-  // Philox lanes (bulk_kernel.hpp, PhiloxLanes): one block's four words per 128-bit half.
+  // Philox lanes (detail/bulk_philox.hpp, PhiloxLanes): one block's four words per 128-bit half.
   static I set4(std::int32_t w0, std::int32_t w1, std::int32_t w2, std::int32_t w3) {
     return _mm256_setr_epi32(w0, w1, w2, w3, w0, w1, w2, w3);
   }
@@ -80,7 +80,8 @@ struct Avx2 {
     const unsigned k = static_cast<unsigned>(_mm256_movemask_pd(_mm256_castsi256_pd(lt)));
     return (k & 1u) | (k >> 1 & 2u);
   }
-  // Lane k of the 16 lanes lo:hi from lane idx[k] (idx = iota + r, r in 0..3).
+  static I permute(I a, I idx) { return _mm256_permutevar8x32_epi32(a, idx); }  // lane k from lane idx[k]
+  // Lane k of the 16 lanes lo:hi from lane idx[k] (idx = iota + r, r in 0..7).
   static I concat_shift(I lo, I hi, I idx) {
     const I low3 = _mm256_and_si256(idx, _mm256_set1_epi32(7));
     return _mm256_blendv_epi8(_mm256_permutevar8x32_epi32(lo, low3), _mm256_permutevar8x32_epi32(hi, low3),
@@ -106,7 +107,7 @@ struct Avx2 {
   static I minu(I a, I b) { return _mm256_min_epu32(a, b); }
   static bool any(M m) { return !_mm256_testz_si256(m, m); }
   static I count(I c, M m) { return _mm256_sub_epi32(c, m); }
-  // No lookup counting (bulk_kernel.hpp, make_lut): AVX2 has neither vplzcntd nor a 32-entry permute.
+  // No lookup counting (detail/bulk_counters.hpp, make_lut): AVX2 has neither vplzcntd nor a 32-entry permute.
   static constexpr bool kHasLut = false;
   // Lanes where the unsigned sum f + r carries out of 32 bits.
   static M carry(I f, I r) {

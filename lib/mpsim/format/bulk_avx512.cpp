@@ -1,4 +1,4 @@
-// The AVX-512 (F/BW/VL/DQ/CD) kernels of the bulk engine: bulk_kernel.hpp over 16 lanes of __m512i with
+// The AVX-512 (F/BW/VL/DQ/CD) kernels of the bulk engine: detail/bulk_kernel.hpp over 16 lanes of __m512i with
 // mask registers. Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512cd (meson.build); bulk.cpp
 // calls it only after __builtin_cpu_supports says the CPU has them. Where the compiler cannot build it,
 // meson compiles this file with MPSIM_NO_AVX512 and the path reports itself unavailable.
@@ -7,7 +7,7 @@
 #ifndef MPSIM_NO_AVX512
 #include <immintrin.h>
 
-#include "mpsim/format/bulk_kernel.hpp"
+#include "mpsim/format/detail/bulk_kernel.hpp"
 
 namespace mpsim::bulk_detail {
 namespace {
@@ -31,7 +31,7 @@ struct Avx512 {
   static void stream32(void* p, I v) { _mm512_stream_si512(static_cast<__m512i*>(p), v); }
   static void stream16(std::uint16_t* p, I v) { _mm256_stream_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(v)); }
   static void stream8(std::uint8_t* p, I v) { _mm_stream_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtepi32_epi8(v)); }
-  // vpmovdw / vpmovdb narrow one vector in one instruction: no grouping (store_group, bulk_kernel.hpp).
+  // vpmovdw / vpmovdb narrow one vector in one instruction: no grouping (store_group, detail/bulk_store.hpp).
   template <OutKind KIND>
   static constexpr int group() { return 1; }
 
@@ -48,7 +48,7 @@ struct Avx512 {
   static I srlv(I a, I n) { return _mm512_srlv_epi32(a, n); }
   static I max(I a, I b) { return _mm512_max_epi32(a, b); }
   static I min(I a, I b) { return _mm512_min_epi32(a, b); }
-  // Philox lanes (bulk_kernel.hpp, PhiloxLanes): one block's four words per 128-bit quarter.
+  // Philox lanes (detail/bulk_philox.hpp, PhiloxLanes): one block's four words per 128-bit quarter.
   static I set4(std::int32_t w0, std::int32_t w1, std::int32_t w2, std::int32_t w3) { return _mm512_set4_epi32(w3, w2, w1, w0); }
   static I block_iota() { return _mm512_setr_epi32(0, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0); }
   static I add_block_lane0(I c, std::int32_t v) { return _mm512_mask_add_epi32(c, 0x1111, c, _mm512_set1_epi32(v)); }
@@ -57,6 +57,7 @@ struct Avx512 {
   static I srli64_32(I a) { return _mm512_srli_epi64(a, 32); }
   static I xor3(I a, I b, I c) { return _mm512_ternarylogic_epi32(a, b, c, 0x96); }
   static I concat_shift(I lo, I hi, I idx) { return _mm512_permutex2var_epi32(lo, idx, hi); }
+  static I permute(I a, I idx) { return _mm512_permutexvar_epi32(idx, a); }  // lane k from lane idx[k]
   // Soft errors (soft_error_hits): bit b set where block b's (w1 << 32 | w0) < limit (unsigned).
   static I set1_64(std::uint64_t v) { return _mm512_set1_epi64(static_cast<long long>(v)); }
   static unsigned block_hits(I c, I limit) {
@@ -83,7 +84,7 @@ struct Avx512 {
   static I minu(I a, I b) { return _mm512_min_epu32(a, b); }
   static bool any(M m) { return m != 0; }
   static I count(I c, M m) { return _mm512_mask_add_epi32(c, m, c, _mm512_set1_epi32(1)); }
-  // Lookup counting (bulk_kernel.hpp, make_lut): vplzcntd (AVX-512CD) and a 32-entry vpermi2d.
+  // Lookup counting (detail/bulk_counters.hpp, make_lut): vplzcntd (AVX-512CD) and a 32-entry vpermi2d.
   static constexpr bool kHasLut = true;
   static I lzcnt(I v) { return _mm512_lzcnt_epi32(v); }
   static I xor_mask(I v, M m, I c) { return _mm512_mask_xor_epi32(v, m, v, c); }

@@ -15,7 +15,7 @@ enum class OutKind : std::uint8_t { f32, u8, u16, u32 };
 // Same order as mpsim::RoundingMode (bulk.cpp static_asserts it).
 enum class Mode : std::uint8_t { nearest_even, toward_zero, up, down, nearest_away, to_odd, stochastic };
 
-// The float32 -> format algorithm all vector paths share (see bulk_kernel.hpp), for formats with
+// The float32 -> format algorithm all vector paths share (see detail/bulk_kernel.hpp), for formats with
 // man_bits <= 22 and emin >= -126 (every named format but fp32/fp64):
 //   E = biased float exponent, Ee = max(E, 1), d = Ee - (127 + emin)
 //   sh = (23 - m) + max(-d, 0)            bits of the 24-bit significand below the result's quantum
@@ -48,6 +48,7 @@ struct KernelParams {
   // stochastic rounding
   std::uint32_t sr_mask = 0xffffffffu;  // keeps the top sr_bits bits of the fraction and the random number
   std::uint32_t sr_seed_lo = 0, sr_seed_hi = 0;  // the Philox4x32-10 key (philox.hpp): the seed's two words
+  bool sr_half = false;  // sr_bits <= 16: the 16-bit stream (philox.hpp, sr_word), two elements per word
   // decoding to float (simulate mode, decode_array)
   std::int32_t dec_add = 0;          // (127 - bias) << 23
   bool sub_by_shift = false;         // emin == -126: a format subnormal is the float subnormal man << (23 - m)
@@ -59,18 +60,18 @@ struct KernelParams {
   std::int32_t ovf_y_pos = 0, ovf_y_neg = 0;  // float bits of the overflow results (simulate mode)
   bool float_layout_ovf_ok = false;  // float_layout and IEEE: decode_finite_vec is right for overflow too
   bool float_layout = false;         // exp_bits 8, bias 127: an encoding is a float bit pattern >> (23 - m)
-  // round_loop's lookup counting (bulk_kernel.hpp, make_lut) applies: both caps below 2^15.
+  // round_loop's lookup counting (detail/bulk_counters.hpp, make_lut) applies: both caps below 2^15.
   bool lut_ok = false;
   bool half_layout = false;          // IEEE binary16's encoding (e5m10, bias 15, IEEE inf/NaN): F16C decodes it
   bool uniform = false;              // emin == -126: every finite float rounds at bit 23 - m of its pattern
   // No daz, flush, neg_zero, ovf_special or saturate, and cap_pos == cap_neg outside the directed modes up/down:
   // the kernels instantiated for such formats test none of these per vector (fp16, fp8 e4m3 / e5m2).
-  // Outside uniform formats also emax + 24 - m <= 127, so that round_loop's simulate-mode C (bulk_kernel.hpp, simulate_fpu) is finite.
+  // Outside uniform formats also emax + 24 - m <= 127, so that round_loop's simulate-mode C (detail/bulk_round.hpp, simulate_fpu) is finite.
   bool plain = false;
   std::int32_t ek_max = 0;           // float bits of 2^(emax + 1): simulate_fpu clamps 2^E there
   // plain, float_layout, IEEE NaN and inf, overflow to inf: rounding is integer arithmetic on the signed
   // float bit pattern, a carry past max_finite gives inf in every mode that should overflow, and only
-  // NaN inputs need a fix (bf16, tf32; bulk_kernel.hpp float_layout_loop).
+  // NaN inputs need a fix (bf16, tf32; detail/bulk_float_layout.hpp).
   bool float_fast = false;
   // exact hardware instruction
   bool f16c = false;                 // fp16 with subnormals kept, mode rne/rtz/ru/rd (vcvtps2ph is exact) or rna (two of them)
@@ -111,7 +112,7 @@ struct SoftErrorParams {
   bool all = false;
   std::uint32_t bits = 0;  // m, the number of eligible bits
 };
-// The draws of elements index0 .. index0 + n' - 1 (bulk_kernel.hpp, soft_error_hits); returns n'.
+// The draws of elements index0 .. index0 + n' - 1 (detail/bulk_philox.hpp, soft_error_hits); returns n'.
 std::size_t soft_error_hits_avx2(std::uint64_t index0, std::size_t n, const SoftErrorParams& p,
                                  std::uint64_t* hit_words, std::uint8_t* bit_of);
 std::size_t soft_error_hits_avx512(std::uint64_t index0, std::size_t n, const SoftErrorParams& p,

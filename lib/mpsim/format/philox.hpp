@@ -4,11 +4,18 @@
 // key, the generator of cuRAND's and PyTorch's CUDA random numbers. tests/format/philox_test.cpp checks it
 // against Random123's philox4x32 (the authors' code, Debian librandom123-dev) and its known-answer vectors.
 //
-// Stochastic rounding's stream (docs/formats.md): the key is the 64-bit seed (low word first), the
-// counter of element i is (lo32(i / 4), hi32(i / 4), 0, 0), and element i takes word i % 4 of that
-// block. Four elements per evaluation because a vector kernel then lays one block's four words in four
-// neighbouring lanes and evaluates W / 4 blocks with one 32x32->64 multiply instruction per round
-// (bulk_kernel.hpp): a quarter of the multiplies of one evaluation per element.
+// Stochastic rounding's streams (docs/formats.md): the key is the 64-bit seed (low word first).
+// - sr_bits 17..32 (the 32-bit stream): the counter of element i is (lo32(i / 4), hi32(i / 4), 0, 0), and
+//   element i takes word i % 4 of that block. Four elements per evaluation because a vector kernel then
+//   lays one block's four words in four neighbouring lanes and evaluates W / 4 blocks with one 32x32->64
+//   multiply instruction per round (detail/bulk_philox.hpp): a quarter of the multiplies of one
+//   evaluation per element.
+// - sr_bits 1..16 (the 16-bit stream): the counter of element i is (lo32(i / 8), hi32(i / 8), 0, 0), and
+//   element i takes word i % 4 of that block, its high half where i % 8 < 4 and its low half otherwise:
+//   two elements per word, half the evaluations of the 32-bit stream. Each half-word is the top 16 bits
+//   of one output word or the bottom 16 (Philox's words are uniform over 2^32, so each half is uniform
+//   over 2^16); the vector kernel takes both halves of a lane from one block vector (a permute and a shift).
+//   The element's sr_bits random bits are the top ones of its half.
 #pragma once
 
 #include <cstdint>
@@ -54,6 +61,18 @@ MPSIM_HD constexpr Block sr_block(std::uint64_t seed, std::uint64_t index) {
 // The 32 random bits of element `index` under `seed`.
 MPSIM_HD constexpr std::uint32_t sr_random(std::uint64_t seed, std::uint64_t index) {
   return sr_block(seed, index).v[index & 3];
+}
+
+// The random bits of element `index` under `seed` for stochastic rounding with `bits` random bits, at the
+// top of the word (the caller keeps the top `bits`): sr_random for bits > 16, else the element's half of
+// the 16-bit stream (elements 8q .. 8q + 7 share block q: word i % 4, high half for i % 8 < 4).
+MPSIM_HD constexpr std::uint32_t sr_word(std::uint64_t seed, std::uint64_t index, int bits) {
+  if (bits > 16) return sr_random(seed, index);
+  const std::uint64_t q = index >> 3;
+  const std::uint32_t w = generate(Block{{static_cast<std::uint32_t>(q), static_cast<std::uint32_t>(q >> 32), 0u, 0u}},
+                                   static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32))
+                              .v[index & 3];
+  return (index & 4) ? w << 16 : w & 0xffff0000u;
 }
 
 }  // namespace mpsim::philox

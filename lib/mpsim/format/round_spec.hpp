@@ -193,7 +193,7 @@ MPSIM_HD std::uint64_t round_double_bits(std::uint64_t xbits, const FormatSpec& 
       // probability frac/2^sr_bits.
       const int b = r.sr_bits;
       const std::uint64_t frac = frac32 >> (32 - b);
-      const std::uint64_t rnd = philox::sr_random(r.seed, index) >> (32 - b);
+      const std::uint64_t rnd = philox::sr_word(r.seed, index, b) >> (32 - b);  // the stream of b bits
       up = (frac + rnd) >> b;
       break;
     }

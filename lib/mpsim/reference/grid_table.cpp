@@ -103,7 +103,7 @@ std::uint64_t GridTable::decide(bool negative, const Position& p, const Rounding
       case RoundingMode::stochastic: {
         const int b = r.sr_bits;
         const auto frac_bits = static_cast<std::uint64_t>(std::floor(std::ldexp(p.frac, b)));
-        const std::uint64_t rnd = sr_random(r.seed, index) >> (32 - b);
+        const std::uint64_t rnd = philox::sr_word(r.seed, index, b) >> (32 - b);
         away = frac_bits + rnd >= (std::uint64_t{1} << b);
         break;
       }

@@ -173,7 +173,7 @@ std::uint64_t reference_round(const Rational& x, bool negative_zero, const Forma
         const int b = r.sr_bits;
         const Rational scaled = below / (vhi - vlo) * pow2(b);
         const BigInt frac_bits = mp::numerator(scaled) / mp::denominator(scaled);  // floor(frac * 2^b)
-        const std::uint64_t rnd = sr_random(r.seed, index) >> (32 - b);
+        const std::uint64_t rnd = philox::sr_word(r.seed, index, b) >> (32 - b);
         take_hi = frac_bits + rnd >= (BigInt(1) << b);
         break;
       }
