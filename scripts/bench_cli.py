@@ -129,7 +129,6 @@ def main():
         # mpsim's output against ml_dtypes' (the same rounding: nearest-even, subnormals kept).
         checks = []
         if have_ml_dtypes:
-            import ml_dtypes
             x = np.load(src)
             for fmt, label, typ in FORMATS:
                 subprocess.run([args.mpsim, "round", "--to", fmt, src, out], check=True, capture_output=True)

@@ -5,8 +5,9 @@
 Trains small models (a CNN on 16x16 images, batch 64; an MLP 784-512-512-10, batch 128; an LSTM language model,
 vocabulary 256, embedding 64, hidden 128, batch 16 x 32 tokens) with SGD, plain
 and with a monitor (every format: fp16, bf16, fp8_e4m3, fp8_e5m2; writing steps.csv, hist/ and run.json
-into a temporary folder) sampling every 10th step and every step, and with the fp16 emulation hooks; each monitor (the gradient mass lost in the first format, the default)
-also with mass=False (none) and mass=True (every format): what the mass lost costs. The
+into a temporary folder) sampling every 10th step and every step, and with the fp16 emulation hooks; each
+monitor (the gradient mass lost in the first format, the default) also with mass=False (none) and mass=True
+(every format): what the mass lost costs. The
 configurations run in alternating blocks of --block steps, --rounds times, so that a machine's load
 changes hit them alike; the table gives each one's median time per step and its ratio to plain. --clock cpu
 times the process's CPU time (time.process_time) instead of the wall clock: with one torch thread on a machine

@@ -12,7 +12,9 @@ data/mma/recorded/<gpu>_<format>.npz, one compressed archive per GPU and input f
 Usage: mma_recorded_convert.py <git dir of the MATLAB-tensor-core snapshot> <output dir>
 Every value is checked to round-trip exactly through its stored encoding.
 """
-import subprocess, sys, pathlib
+import subprocess
+import sys
+import pathlib
 import numpy as np
 import ml_dtypes
 

@@ -66,7 +66,7 @@ def read_steps(path):
         with open(path, newline="") as f:
             rows = list(csv.DictReader(f))
     except OSError as e:
-        raise BadRun(f"{path}: cannot read ({e.strerror})")
+        raise BadRun(f"{path}: cannot read ({e.strerror})") from e
     if not rows or "step" not in rows[0] or "loss" not in rows[0]:
         raise BadRun(f"{path}: not an mpsim steps.csv (no step and loss columns)")
     return rows
@@ -88,7 +88,7 @@ def export(run_dir, logdir):
                 snap = json.load(f)
             step = int(snap["step"])
         except (OSError, ValueError, KeyError, TypeError) as e:
-            raise BadRun(f"{path}: not an mpsim histogram snapshot ({e})")
+            raise BadRun(f"{path}: not an mpsim histogram snapshot ({e})") from e
         snapshots.append((step, path, snap))
 
     # Every event is built (and the inputs checked) before the event file is opened: a bad run leaves no file.
@@ -100,7 +100,7 @@ def export(run_dir, logdir):
             step = int(row["step"])
             values = [scalar_summary(scalar_tag(k), float(v)) for k, v in row.items() if k != "step" and v not in ("", None)]
         except ValueError as e:
-            raise BadRun(f"{os.path.join(run_dir, 'steps.csv')}: line {line}: {e}")
+            raise BadRun(f"{os.path.join(run_dir, 'steps.csv')}: line {line}: {e}") from e
         events.append(event_pb2.Event(step=step, wall_time=now, summary=summary_pb2.Summary(value=values)))
         scalars += len(values)
     note = "log2|x| of the values, one bucket per binade (zeros, inf and NaN left out)"
@@ -111,7 +111,7 @@ def export(run_dir, logdir):
                 try:
                     v = histogram_summary(f"{group}/{name}", hist, note)
                 except (KeyError, TypeError, ValueError) as e:
-                    raise BadRun(f"{path}: {group}/{name}: not a histogram ({e})")
+                    raise BadRun(f"{path}: {group}/{name}: not a histogram ({e})") from e
                 if v is not None:
                     values.append(v)
         events.append(event_pb2.Event(step=step, wall_time=now, summary=summary_pb2.Summary(value=values)))

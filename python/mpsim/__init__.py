@@ -21,8 +21,6 @@ from pkgutil import extend_path
 
 __path__ = extend_path(__path__, __name__)
 
-import math as _math
-
 import numpy as _np
 
 from . import _core

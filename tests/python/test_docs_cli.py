@@ -10,7 +10,6 @@
 Each check prints what it compared."""
 import os
 import re
-import shlex
 import subprocess
 import sys
 import textwrap

@@ -11,7 +11,6 @@ import subprocess
 import numpy as np
 import pytest
 
-import mpsim
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("dask")

@@ -1,6 +1,5 @@
 """CPU torch tensors through the module without copies, against torch's own casts; non-CPU tensors and
 unsupported dtypes rejected with a Python exception. Skipped where torch is not importable."""
-import numpy as np
 import pytest
 
 import mpsim

@@ -4,7 +4,6 @@ process fed the concatenated data: every histogram bin, every underflow-counter 
 A DDP model under the monitor merges its ranks' activation gradients the same way."""
 import csv
 import json
-import os
 from pathlib import Path
 
 import numpy as np

@@ -414,7 +414,7 @@ def test_mass_lost_equals_numpy_per_site_and_for_the_update_direction(tmp_path):
         for site, t in captured.items():
             want = numpy_mass(t, fmt)
             check(act["sites"][site], want, f"{fmt} {site}")
-            for k, w in zip(("l1_lost", "l2sq_lost", "cosine"), want[2:]):
+            for k, _w in zip(("l1_lost", "l2sq_lost", "cosine"), want[2:]):
                 col = f"{site}:{k}" + ("" if fmt == formats[0] else f"@{fmt}")
                 assert float(row[col]) == act["sites"][site][k], col  # steps.csv holds the same numbers
             u = next(e for e in underflow["formats"][fmt]["activation_grad"]["tensors"] if e["tensor"] == site)
@@ -425,7 +425,7 @@ def test_mass_lost_equals_numpy_per_site_and_for_the_update_direction(tmp_path):
         wg = report["formats"][fmt]["weight_grad"]["total"]
         check(wg, update, f"{fmt} update direction")
         check(underflow["formats"][fmt]["weight_grad"]["total"], update, f"underflow.json {fmt} weight_grad total")
-        for k, w in zip(("l1_lost", "l2sq_lost", "cosine"), update[2:]):
+        for k, _w in zip(("l1_lost", "l2sq_lost", "cosine"), update[2:]):
             assert float(row[f"{fmt}:w_{k}"]) == wg[k]
         flushed[fmt] = (wg["mass_flushed_num"], wg["mass_nonzero_num"], wg["l1_lost"], wg["cosine"])
     print(f"mass lost: {compared} site / total entries equal to numpy over torch's casts (worst relative error "
