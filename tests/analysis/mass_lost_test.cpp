@@ -43,6 +43,46 @@ TEST_CASE("mass lost: fp16 flushes the tiny values of a written-out tensor", "[m
   CHECK(s.l1_lost == Approx(double(l1)).epsilon(1e-15));
   CHECK(s.l2sq_lost == Approx(double(l2)).epsilon(1e-15));
   CHECK(s.cosine == Approx(double(cosine)).epsilon(1e-15));
+  // The flushed values are tiny, -tiny and tie: their signed sum is tie, of a flushed sum |g| of 2 tiny + tie.
+  const long double down = ((long double)tiny + tie) / (2.0L * tiny + tie), bias = (long double)tie / sum_abs;
+  std::printf("  flushed mass pushing down %.17g (want %.17Lg), lost bias %.17g (want %.17Lg)\n", s.push_down, down,
+              s.lost_bias, bias);
+  CHECK(s.push_down == Approx(double(down)).epsilon(1e-15));
+  CHECK(s.lost_bias == Approx(double(bias)).epsilon(1e-15));
+}
+
+TEST_CASE("mass lost: the sign of the flushed mass, and states without it", "[mass_lost]") {
+  // A logit gradient's shape: many small positive values (wrong words) and one large negative (the target).
+  std::vector<float> g(1000, std::ldexp(1.0f, -30));
+  g[0] = -0.5f;
+  MassLost m;
+  add_rounded(m, g, fp16(), Rounding{}, 0);
+  const MassLostStats s = m.stats();
+  const long double lost = 999.0L * std::ldexp(1.0L, -30), total = lost + 0.5L;
+  std::printf("999 x 2^-30 and one -0.5 in fp16: %llu flushed, pushing down %.17g (want 1), lost bias %.17g "
+              "(want %.17Lg = l1_lost %.17g)\n",
+              (unsigned long long)s.flushed, s.push_down, s.lost_bias, lost / total, s.l1_lost);
+  CHECK(s.flushed == 999);
+  CHECK(s.push_down == 1.0);
+  CHECK(s.lost_bias == Approx(double(lost / total)).epsilon(1e-15));
+  CHECK(s.lost_bias == s.l1_lost);
+  // Nothing flushed: no share of nothing (NaN), no bias.
+  MassLost none;
+  none.add(std::vector<float>{1.0f, -1.0f}, std::vector<float>{1.0f, -1.0f});
+  CHECK(std::isnan(none.stats().push_down));
+  CHECK(none.stats().lost_bias == 0.0);
+  // A state written before the signed sum existed (mpsim 0.2.0) gives NaN, also after a merge; the round trip
+  // of a new state keeps it; a signed sum beyond the flushed sum |g| is refused.
+  nlohmann::json old = m.state();
+  old.erase("flushed_signed");
+  MassLost merged = MassLost::from_state(old);
+  merged += m;
+  CHECK(std::isnan(MassLost::from_state(old).stats().push_down));
+  CHECK(std::isnan(merged.stats().lost_bias));
+  CHECK(MassLost::from_state(m.state()).stats().lost_bias == s.lost_bias);
+  nlohmann::json bad = m.state();
+  bad["flushed_signed"] = -2 * bad["flushed_abs"].get<double>();
+  CHECK_THROWS_WITH(MassLost::from_state(bad), Catch::Contains("flushed_signed"));
 }
 
 TEST_CASE("mass lost: undefined cosine, empty tensors, overflow", "[mass_lost]") {

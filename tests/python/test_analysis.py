@@ -13,7 +13,7 @@ import pytest
 import mpsim
 
 RNG_SEED = 20261125
-MASS_LOST_KEYS = ("mass_nonzero_num", "mass_flushed_num", "l1_lost", "l2sq_lost", "cosine")
+MASS_LOST_KEYS = ("mass_nonzero_num", "mass_flushed_num", "l1_lost", "l2sq_lost", "cosine", "push_down", "lost_bias")
 
 
 def gradients():

@@ -6,6 +6,7 @@
 // unknown --only name refused before anything is written.
 #include "catch_compat.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -160,4 +161,77 @@ TEST_CASE("mpsim study: an unknown --only name is refused, naming it and the kno
   CHECK(r.output.find("'mixed-fp17_none'") != std::string::npos);
   CHECK(r.output.find("mixed-fp16_dynamic_growth_interval_") != std::string::npos);
   CHECK(!fs::exists(dir / "study"));
+}
+
+TEST_CASE("mpsim study recipes: the recipe rows, their dy operands' mass and sign in steps.csv", "[study_cli]") {
+  ScratchDir dir("study-recipes");
+  const auto r = run_mpsim(dir, "study recipes --model lstm --vocab 4096 --size 8 --batch 2 --steps 2 --seeds 1 "
+                                "--jobs 2 --only fp8-none_none --out " + quote((dir / "study").string()));
+  REQUIRE(r.status == 0);
+  std::ifstream f(dir / "study" / "summary.json");
+  const auto summary = nlohmann::json::parse(f);
+  CHECK(summary["grid"] == "recipes");
+  CHECK(summary["model_config"]["vocab"] == 4096);
+  REQUIRE(summary["rows"].size() == 2);
+  CHECK(summary["rows"][1]["policy"] == "fp8-none");
+  // fp8-none: every scale 1. The output layer's dy, (p - y) / 64 over 4,096 words, has its wrong words'
+  // gradients near 2^-18, below e5m2's flush threshold 2^-17, and its targets' near -2^-6: steps.csv's columns
+  // of that operand show a flush that is almost all push-down.
+  const auto& fp8 = summary["rows"][1];
+  const double down = fp8["activation_grad_push_down_mean"].get<double>();
+  std::ifstream steps(dir / "study" / "runs" / "fp8-none_none" / "seed1" / "steps.csv");
+  std::string header, row;
+  std::getline(steps, header);
+  std::vector<std::string> names, values;
+  for (std::stringstream hs(header); std::getline(hs, row, ',');) names.push_back(row);
+  std::size_t rows_read = 0, with_flush = 0, one_sided = 0;
+  for (std::string line; std::getline(steps, line); ++rows_read) {
+    values.clear();
+    for (std::stringstream ls(line); std::getline(ls, row, ',');) values.push_back(row);
+    if (!line.empty() && line.back() == ',') values.push_back("");
+    REQUIRE(values.size() == names.size());
+    for (std::size_t i = 0; i < names.size(); ++i)
+      if (names[i] == "fc/wgrad_dy:zero" && std::stod(values[i]) > 0.5) ++with_flush;
+      else if (names[i] == "fc/wgrad_dy:push_down" && std::stod(values[i]) > 0.9) ++one_sided;
+  }
+  const bool has_columns = std::find(names.begin(), names.end(), "fc/wgrad_dy:push_down") != names.end() &&
+                           std::find(names.begin(), names.end(), "step:lost_bias") != names.end();
+  std::printf("study recipes: %zu rows; fp8-none: %zu of %zu steps flushed most of fc/wgrad_dy, %zu of them with "
+              "over 90 %% of it pushing down; over all sites push_down %.4g, l1 lost %.4g%%\n",
+              summary["rows"].size(), with_flush, rows_read, one_sided, down,
+              fp8["activation_grad_l1_lost_pct_mean"].get<double>());
+  CHECK(has_columns);
+  CHECK(rows_read == 2);
+  CHECK(with_flush == rows_read);
+  CHECK(one_sided == rows_read);
+  CHECK(fp8["activation_grad_lost_pct_mean"].get<double>() > 0);
+  CHECK((down >= 0 && down <= 1));
+  CHECK(summary["rows"][0]["activation_grad_push_down_mean"] == "nan");  // fp32 flushes nothing
+}
+
+TEST_CASE("mpsim study --out: an earlier study is refused unless --force, which removes its files", "[study_cli]") {
+  ScratchDir dir("study-force");
+  const std::string args = "study loss-scaling --model lstm --size 8 --batch 2 --steps 1 --seeds 1 --jobs 1 "
+                           "--only mixed-bf16_none --out " + quote((dir / "study").string());
+  REQUIRE(run_mpsim(dir, args).status == 0);
+  // An old run folder this study would not write, and a file of the user's.
+  fs::create_directories(dir / "study" / "runs" / "old_row" / "seed1");
+  { std::ofstream(dir / "study" / "runs" / "old_row" / "seed1" / "steps.csv") << "step\n"; }
+  { std::ofstream(dir / "study" / "notes.txt") << "mine\n"; }
+  const auto refused = run_mpsim(dir, args);
+  CHECK(refused.status == 2);
+  CHECK(refused.output.find("holds a previous study") != std::string::npos);
+  CHECK(refused.output.find("--force") != std::string::npos);
+  CHECK(fs::exists(dir / "study" / "runs" / "old_row"));
+  const auto forced = run_mpsim(dir, args + " --force");
+  CHECK(forced.status == 0);
+  std::size_t folders = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir / "study" / "runs")) ++folders;
+  std::printf("--force: refused with status %d; after --force %zu run folders, old row %s, notes.txt %s\n",
+              refused.status, folders, fs::exists(dir / "study" / "runs" / "old_row") ? "kept" : "removed",
+              fs::exists(dir / "study" / "notes.txt") ? "kept" : "removed");
+  CHECK(!fs::exists(dir / "study" / "runs" / "old_row"));
+  CHECK(folders == 2);
+  CHECK(fs::exists(dir / "study" / "notes.txt"));
+  CHECK(fs::exists(dir / "study" / "summary.json"));
 }

@@ -188,8 +188,9 @@ TEST_CASE("small gradients underflow in fp16 without scaling and survive with a 
   const auto header = lines(slurp(plain.out / "steps.csv"))[0];
   CHECK(header ==
         "step,loss,metric,scale,skipped,grad_norm,swallowed,lin/act_grad:zero,lin/act_grad:subnormal,"
-        "lin/act_grad:overflow,lin/act_grad:l1_lost,lin/act_grad:l2sq_lost,lin/act_grad:cosine,step:l1_lost,"
-        "step:l2sq_lost,step:cosine");
+        "lin/act_grad:overflow,lin/act_grad:l1_lost,lin/act_grad:l2sq_lost,lin/act_grad:cosine,"
+        "lin/act_grad:push_down,lin/act_grad:lost_bias,step:l1_lost,step:l2sq_lost,step:cosine,step:push_down,"
+        "step:lost_bias");
   CHECK(lines(slurp(full.out / "steps.csv"))[0] == header);  // same columns under fp32 (all zero)
   CHECK(fs::exists(full.out / "hist/step_000001.json"));
   const auto snap = nlohmann::json::parse(slurp(full.out / "hist/step_000010.json"));
@@ -214,7 +215,7 @@ TEST_CASE("steps.csv's gradient mass lost matches the first step recomputed by h
     after.insert(after.end(), a.begin(), a.end());
   });
   model->forward_backward(0, 1.0f, prec);  // step 1: batch 0, loss scale 1, accumulate 1
-  long double abs = 0, sq = 0, f_abs = 0, f_sq = 0, dot = 0, sq_q = 0;
+  long double abs = 0, sq = 0, f_abs = 0, f_sq = 0, f_down = 0, f_signed = 0, dot = 0, sq_q = 0;
   int flushed = 0;
   for (std::size_t i = 0; i < before.size(); ++i) {
     const long double g = before[i], q = after[i];
@@ -225,6 +226,8 @@ TEST_CASE("steps.csv's gradient mass lost matches the first step recomputed by h
       ++flushed;
       f_abs += std::fabs(g);
       f_sq += g * g;
+      f_signed += g;
+      if (g > 0) f_down += g;
     }
     dot += g * q;
     sq_q += q * q;
@@ -238,10 +241,15 @@ TEST_CASE("steps.csv's gradient mass lost matches the first step recomputed by h
   std::map<std::string, double> v;
   for (std::size_t i = 0; i < names.size(); ++i) v[names[i]] = cells[i].empty() ? NAN : std::stod(cells[i]);
   const double l1 = double(f_abs / abs), l2 = double(f_sq / sq), cos = double(dot / std::sqrt(sq * sq_q));
+  const double down = double(f_down / f_abs), bias = double(f_signed / abs);
   std::printf("tiny model, mixed-fp16, step 1: %zu activation gradients, %d flushed; |g| lost %.6g (csv %.6g), "
-              "g^2 lost %.6g (csv %.6g), cosine %.12f (csv %.12f)\n",
+              "g^2 lost %.6g (csv %.6g), cosine %.12f (csv %.12f), lost pushing down %.6g (csv %.6g), lost bias "
+              "%.6g (csv %.6g)\n",
               before.size(), flushed, l1, v["lin/act_grad:l1_lost"], l2, v["lin/act_grad:l2sq_lost"], cos,
-              v["lin/act_grad:cosine"]);
+              v["lin/act_grad:cosine"], down, v["lin/act_grad:push_down"], bias, v["lin/act_grad:lost_bias"]);
+  CHECK(v["lin/act_grad:push_down"] == Approx(down).epsilon(1e-5));
+  CHECK(v["lin/act_grad:lost_bias"] == Approx(bias).epsilon(1e-5));
+  CHECK(v["step:push_down"] == v["lin/act_grad:push_down"]);
   CHECK(flushed > 0);
   CHECK(v["lin/act_grad:l1_lost"] == Approx(l1).epsilon(1e-5));  // the CSV prints shares to 6 digits
   CHECK(v["lin/act_grad:l2sq_lost"] == Approx(l2).epsilon(1e-5));
@@ -255,7 +263,7 @@ TEST_CASE("steps.csv's gradient mass lost matches the first step recomputed by h
   full.policy = "fp32";
   run_training(full, tiny::make);
   const auto fp32_row = lines(slurp(full.out / "steps.csv")).at(1);
-  CHECK(fp32_row.substr(fp32_row.size() - 6) == ",0,0,1");
+  CHECK(fp32_row.substr(fp32_row.size() - 12) == ",0,0,1,nan,0");  // nothing flushed: no push-down share
 }
 
 TEST_CASE("pure-fp16 keeps the weights representable in fp16 after every update", "[trainer]") {

@@ -21,16 +21,29 @@ std::string metric_text(const nlohmann::json& v) {
   return v.is_number() ? fmt::format("{:.5g}", v.get<double>()) : v.is_string() ? v.get<std::string>() : v.dump();
 }
 
+void add_study(CLI::App* cmd, const std::string& grid);
+
 void setup(CLI::App& app) {
   auto* study = app.add_subcommand("study", "Studies that run many trainings and summarise them");
   study->require_subcommand(1);
-  auto* cmd = study->add_subcommand(
-      "loss-scaling", "fp32 vs mixed-fp16 (no scaling, static, dynamic, hysteresis), mixed-bf16, pure-fp16, over seeds");
+  add_study(study->add_subcommand("loss-scaling", "fp32 vs mixed-fp16 (no scaling, static, dynamic, hysteresis), "
+                                                  "mixed-bf16, pure-fp16, over seeds"),
+            "loss-scaling");
+  add_study(study->add_subcommand("recipes", "the fp8 / fp4 scaling recipes (docs/recipes.md) beside fp32, mixed-bf16 "
+                                             "and mixed-fp16 with and without loss scaling, over seeds"),
+            "recipes");
+}
+
+void add_study(CLI::App* cmd, const std::string& grid) {
   auto c = std::make_shared<mpsim::train::StudyConfig>();
+  c->grid = grid;
   auto out = std::make_shared<std::string>();
   auto scales = std::make_shared<std::string>();
   cmd->add_option("--model", c->model, "ssd | lstm")->required();
   cmd->add_option("--out", *out, "output folder")->required();
+  cmd->add_flag("--force", c->force,
+                "an --out that holds a previous study: remove its files (summary.json, summary.md, summary.csv, "
+                "seeds.csv, runs/) instead of refusing");
   cmd->add_option("--steps", c->steps, "steps per run (default: the model's study default)");
   cmd->add_option("--seeds", c->seeds, "seeds per configuration")->capture_default_str();
   cmd->add_option("--jobs", c->jobs, "runs in parallel")->capture_default_str();
@@ -50,6 +63,10 @@ void setup(CLI::App& app) {
                   "verdict tolerance: a row matches fp32 when its paired interval lies within +-this % of fp32's mean")
       ->capture_default_str();
   cmd->add_option("--corpus", c->model_config.corpus_path, "lstm: train on this UTF-8 text file");
+  cmd->add_option("--vocab", c->model_config.vocab,
+                  "lstm: tokens of the generated language, 20..262144 (default 32; other sizes: Zipf words)");
+  cmd->add_option("--zipf", c->model_config.zipf, "lstm: Zipf exponent of a --vocab other than 32 (default 1)")
+      ->check(CLI::Range(0.0, 1e6));
   cmd->add_option("--batch", c->model_config.batch, "batch size (0: the model's default)");
   cmd->add_option("--size", c->model_config.size, "model width (0: the model's default)");
   cmd->callback([c, out, scales, only] {
@@ -87,8 +104,8 @@ void setup(CLI::App& app) {
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const auto summary = mpsim::train::summarise_study(config, plan, results, wall);
     mpsim::train::write_study(config, plan, results, summary);
-    fmt::print("loss-scaling study on {} ({} steps{}, {} seeds, {:.0f} s); vs fp32 seed by seed, tolerance {:.4g}:\n",
-               config.model, plan.steps,
+    fmt::print("{} study on {} ({} steps{}, {} seeds, {:.0f} s); vs fp32 seed by seed, tolerance {:.4g}:\n",
+               config.grid, config.model, plan.steps,
                config.accumulate > 1 ? fmt::format(" of {} micro-batches", config.accumulate) : std::string(),
                config.seeds, wall, summary["rows"][0]["tolerance"].get<double>());
     for (const auto& row : summary["rows"])

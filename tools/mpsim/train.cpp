@@ -92,6 +92,10 @@ void setup(CLI::App& app) {
   cmd->add_flag("--dump-grads", c->dump_grads,
                 "at the histogram steps also write the unscaled gradients, grads/step_NNNNNN.safetensors");
   cmd->add_option("--corpus", c->model_config.corpus_path, "lstm: train on this UTF-8 text file");
+  cmd->add_option("--vocab", c->model_config.vocab,
+                  "lstm: tokens of the generated language, 20..262144 (default 32; other sizes: Zipf words)");
+  cmd->add_option("--zipf", c->model_config.zipf, "lstm: Zipf exponent of a --vocab other than 32 (default 1)")
+      ->check(CLI::Range(0.0, 1e6));
   cmd->add_option("--batch", c->model_config.batch, "batch size (0: the model's default)");
   cmd->add_option("--size", c->model_config.size, "model width (0: the model's default)");
   cmd->callback([cmd, c, out, resume, hist, scaler_state, force, policy, scaler] {

@@ -27,7 +27,7 @@ namespace {
 #if defined(__SSE2__)
 struct Pairs {
   __m128d abs = _mm_setzero_pd(), sq = _mm_setzero_pd(), f_abs = _mm_setzero_pd(), f_sq = _mm_setzero_pd(),
-          dot = _mm_setzero_pd(), sq_q = _mm_setzero_pd();
+          f_signed = _mm_setzero_pd(), dot = _mm_setzero_pd(), sq_q = _mm_setzero_pd();
   __m128i nonzero = _mm_setzero_si128(), flushed = _mm_setzero_si128(), overflowed = _mm_setzero_si128();
 
   // Elements (x0, x1) before and (y0, y1) after rounding. counted: x != 0 and |x| <= max finite (so not
@@ -48,6 +48,7 @@ struct Pairs {
     sq = _mm_add_pd(sq, xx);
     f_abs = _mm_add_pd(f_abs, _mm_and_pd(ax, lost));
     f_sq = _mm_add_pd(f_sq, _mm_and_pd(xx, lost));
+    f_signed = _mm_add_pd(f_signed, _mm_and_pd(x, lost));  // the flushed values with their signs
     dot = _mm_add_pd(dot, _mm_and_pd(_mm_mul_pd(x, y), kept));
     sq_q = _mm_add_pd(sq_q, _mm_and_pd(_mm_mul_pd(y, y), kept));
   }
@@ -85,11 +86,12 @@ void MassLost::add_impl(std::span<const T> g, std::span<const T> q) {
     sum_sq_ += Pairs::sum(s.sq);
     flushed_abs_ += Pairs::sum(s.f_abs);
     flushed_sq_ += Pairs::sum(s.f_sq);
+    flushed_signed_ += Pairs::sum(s.f_signed);
     dot_ += Pairs::sum(s.dot);
     sum_sq_q_ += Pairs::sum(s.sq_q);
 #else
     // The same sums without SSE2: element k of the block in sum k % 2, the block's sum sum 0 + sum 1.
-    double abs[2] = {}, sq[2] = {}, f_abs[2] = {}, f_sq[2] = {}, dot[2] = {}, sq_q[2] = {};
+    double abs[2] = {}, sq[2] = {}, f_abs[2] = {}, f_sq[2] = {}, f_signed[2] = {}, dot[2] = {}, sq_q[2] = {};
     for (std::size_t i = b; i < e; ++i) {
       const int l = static_cast<int>((i - b) & 1);
       const double x = gp[i], y = qp[i];
@@ -104,6 +106,7 @@ void MassLost::add_impl(std::span<const T> g, std::span<const T> q) {
       sq[l] += xx;
       f_abs[l] += lost ? ax : 0.0;
       f_sq[l] += lost ? xx : 0.0;
+      f_signed[l] += lost ? x : 0.0;
       dot[l] += kept ? x * y : 0.0;
       sq_q[l] += kept ? y * y : 0.0;
     }
@@ -111,6 +114,7 @@ void MassLost::add_impl(std::span<const T> g, std::span<const T> q) {
     sum_sq_ += sq[0] + sq[1];
     flushed_abs_ += f_abs[0] + f_abs[1];
     flushed_sq_ += f_sq[0] + f_sq[1];
+    flushed_signed_ += f_signed[0] + f_signed[1];
     dot_ += dot[0] + dot[1];
     sum_sq_q_ += sq_q[0] + sq_q[1];
 #endif
@@ -128,6 +132,8 @@ MassLost& MassLost::operator+=(const MassLost& o) {
   sum_sq_ += o.sum_sq_;
   flushed_abs_ += o.flushed_abs_;
   flushed_sq_ += o.flushed_sq_;
+  flushed_signed_ += o.flushed_signed_;
+  signed_known_ = signed_known_ && o.signed_known_;
   dot_ += o.dot_;
   sum_sq_q_ += o.sum_sq_q_;
   return *this;
@@ -143,13 +149,20 @@ MassLostStats MassLost::stats() const {
   s.cosine = (overflowed_ > 0 || sum_sq_ == 0 || sum_sq_q_ == 0)
                  ? std::nan("")
                  : std::clamp(dot_ / (std::sqrt(sum_sq_) * std::sqrt(sum_sq_q_)), -1.0, 1.0);  // rounding may pass 1
+  // |flushed_signed_| <= flushed_abs_ holds in floating point too (rounding is monotone and odd), so the
+  // share stays in [0, 1].
+  s.push_down = (!signed_known_ || flushed_abs_ == 0) ? std::nan("")
+                                                      : (flushed_abs_ + flushed_signed_) / (2 * flushed_abs_);
+  s.lost_bias = !signed_known_ ? std::nan("") : sum_abs_ > 0 ? flushed_signed_ / sum_abs_ : 0.0;
   return s;
 }
 
 nlohmann::json MassLost::state() const {
-  return {{"nonzero", nonzero_},        {"flushed", flushed_},         {"overflowed", overflowed_},
+  nlohmann::json j = {{"nonzero", nonzero_},        {"flushed", flushed_},         {"overflowed", overflowed_},
           {"sum_abs", sum_abs_},        {"sum_sq", sum_sq_},           {"flushed_abs", flushed_abs_},
           {"flushed_sq", flushed_sq_},  {"dot", dot_},                 {"sum_sq_q", sum_sq_q_}};
+  if (signed_known_) j["flushed_signed"] = flushed_signed_;
+  return j;
 }
 
 MassLost MassLost::from_state(const nlohmann::json& j) {
@@ -164,6 +177,10 @@ MassLost MassLost::from_state(const nlohmann::json& j) {
     m.flushed_sq_ = j.at("flushed_sq").get<double>();
     m.dot_ = j.at("dot").get<double>();
     m.sum_sq_q_ = j.at("sum_sq_q").get<double>();
+    // States written by mpsim 0.2.0 (checkpoints, MassLostCounter JSON) lack the signed sum: the signed
+    // measures are then unknown (NaN) rather than a wrong 0.
+    m.signed_known_ = j.contains("flushed_signed");
+    if (m.signed_known_) m.flushed_signed_ = j.at("flushed_signed").get<double>();
     // get<std::uint64_t> wraps a negative integer and get<double> takes any number: a state is checked for
     // what add() can produce (counts that are non-negative integers, flushed and overflowed among the
     // counted, sums that are finite and non-negative: <g, q> too, as a rounding keeps the sign or gives 0).
@@ -178,6 +195,9 @@ MassLost MassLost::from_state(const nlohmann::json& j) {
       if (!std::isfinite(v) || v < 0)
         throw Error(fmt::format("gradient mass state: \"{}\" is {}, not a finite sum", key, j.at(key).dump()));
     }
+    if (m.signed_known_ && !(std::abs(m.flushed_signed_) <= m.flushed_abs_))
+      throw Error(fmt::format("gradient mass state: \"flushed_signed\" is {}, beyond the flushed sum |g| {}",
+                              j.at("flushed_signed").dump(), m.flushed_abs_));
   } catch (const nlohmann::json::exception& e) {
     throw Error(fmt::format("gradient mass state: {}", e.what()));
   }
@@ -271,7 +291,9 @@ nlohmann::json mass_lost_json(const MassLostStats& s) {
           {"mass_flushed_num", s.flushed},
           {"l1_lost", s.l1_lost},
           {"l2sq_lost", s.l2sq_lost},
-          {"cosine", std::isnan(s.cosine) ? nlohmann::json() : nlohmann::json(s.cosine)}};
+          {"cosine", std::isnan(s.cosine) ? nlohmann::json() : nlohmann::json(s.cosine)},
+          {"push_down", std::isnan(s.push_down) ? nlohmann::json() : nlohmann::json(s.push_down)},
+          {"lost_bias", std::isnan(s.lost_bias) ? nlohmann::json() : nlohmann::json(s.lost_bias)}};
 }
 
 }  // namespace mpsim::analysis

@@ -7,6 +7,17 @@
 // smallest ones, so 60 % of them can carry 1e-6 of the mass. These measures weigh each element by its
 // size, and the cosine also sees the rounding of the survivors.
 //
+// The flushed mass has a sign, and its sign is what harms (issue 34 item 5): a softmax's logit gradient is
+// (p - y) / N, positive for the wrong words (gradient descent pushes their logits down) and negative for the
+// target (pushed up). When the many small positive ones flush and the one large negative one survives, the
+// rounded gradient is not just smaller but one-sided. So, of the flushed elements:
+//   push_down = sum of the flushed g_i > 0 / sum |g_i| flushed: the share of the lost mass that pushed its
+//               value down (a descent step lowers an element whose gradient is positive); NaN when nothing
+//               was flushed
+//   lost_bias = sum of the flushed g_i (signed) / sum |g_i| over all: in [-l1_lost, l1_lost]; +l1_lost when
+//               every flushed element pushed down, 0 when the flushes cancel
+// Neither depends on a positive scale applied to g.
+//
 // Sums run over the finite elements of g (NaN and inf are counted apart by the callers' reports) in
 // double, in blocks of kBlock whose partial sums are then added, each block in 2 interleaved partial sums
 // (element k of a block in sum k % 2, then sum 0 + sum 1): products of two floats are exact in double,
@@ -32,6 +43,9 @@ struct MassLostStats {
   double l1_lost = 0;                // share of sum |g| flushed (0 when sum |g| = 0)
   double l2sq_lost = 0;              // share of sum g^2 flushed (0 when sum g^2 = 0)
   double cosine = 0;                 // <g, q> / (|g| |q|); NaN when undefined (see above)
+  double push_down = 0;              // share of the flushed sum |g| with g > 0; NaN when nothing was flushed
+                                     // (or the sums came from a state written before they existed)
+  double lost_bias = 0;              // signed sum of the flushed g / sum |g| (NaN as push_down's state case)
 };
 
 class MassLost {
@@ -62,6 +76,8 @@ class MassLost {
   std::uint64_t nonzero_ = 0, flushed_ = 0, overflowed_ = 0;
   double sum_abs_ = 0, sum_sq_ = 0;          // over the finite g
   double flushed_abs_ = 0, flushed_sq_ = 0;  // over the flushed g
+  double flushed_signed_ = 0;                // the flushed g with their signs
+  bool signed_known_ = true;                 // false after a state without "flushed_signed" (mpsim 0.2.0)
   double dot_ = 0, sum_sq_q_ = 0;            // <g, q> and |q|^2 over the finite g with a finite q
 };
 
@@ -74,7 +90,8 @@ void add_rounded(MassLost& into, std::span<const float> g, const Format& fmt, co
 void add_rounded(MassLost& into, std::span<const double> g, const Format& fmt, const Rounding& r, int log2_scale,
                  std::uint64_t index0 = 0);
 
-// {"mass_nonzero_num", "mass_flushed_num", "l1_lost", "l2sq_lost", "cosine"} (cosine null when NaN).
+// {"mass_nonzero_num", "mass_flushed_num", "l1_lost", "l2sq_lost", "cosine", "push_down", "lost_bias"}
+// (null where NaN).
 nlohmann::json mass_lost_json(const MassLostStats&);
 
 }  // namespace mpsim::analysis

@@ -1,6 +1,9 @@
 #include "mpsim/models/corpus.hpp"
 
+#include <fmt/core.h>
+
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -29,18 +32,47 @@ GeneratedLanguage::GeneratedLanguage() {
   }
 }
 
+GeneratedLanguage::GeneratedLanguage(int v, double s) : GeneratedLanguage() {
+  if (v < min_vocab || v > max_vocab)
+    throw Error(fmt::format("--vocab {}: the generated language takes {} to {} tokens (17 of them brackets and the "
+                            "separator)",
+                            v, min_vocab, max_vocab));
+  if (!(std::isfinite(s) && s >= 0)) throw Error(fmt::format("--zipf {}: must be finite and >= 0", s));
+  zipf = s;
+  if (v == default_vocab) return;  // the language above, whatever s (it has no Zipf law)
+  vocab = v;
+  words = v - first_word;
+  zipf_cdf.resize(words);
+  double total = 0;
+  for (int r = 0; r < words; ++r) zipf_cdf[r] = total += std::pow(static_cast<double>(r + 1), -s);
+  for (double& c : zipf_cdf) c /= total;
+  zipf_cdf.back() = 1.0;  // u < 1 always lands inside the table
+  Rng rng(kLanguageSeed, 0x21bf, static_cast<std::uint64_t>(v));
+  successor.assign(static_cast<std::size_t>(words) * 3, 0);
+  for (auto& next : successor) next = first_word + zipf_word(rng.uniform());
+}
+
+int GeneratedLanguage::zipf_word(double u) const {
+  return static_cast<int>(std::upper_bound(zipf_cdf.begin(), zipf_cdf.end(), u) - zipf_cdf.begin());
+}
+
 std::vector<std::int32_t> GeneratedLanguage::sample(std::uint64_t seed, std::uint64_t a, std::uint64_t b,
                                                     int count) const {
   Rng rng(seed, a, b);
   std::vector<std::int32_t> out;
   out.reserve(count + max_body + 3);
+  const bool zipf_language = !zipf_cdf.empty();
   while (static_cast<int>(out.size()) < count) {
     const int kind = rng.below(kinds);
     out.push_back(first_open + kind);
     const int body = min_body + rng.below(max_body - min_body + 1);
-    int w = rng.below(words);
+    int w = zipf_language ? zipf_word(rng.uniform()) : rng.below(words);
     for (int i = 0; i < body; ++i) {
       out.push_back(first_word + w);
+      if (zipf_language && rng.uniform() < 0.5) {
+        w = zipf_word(rng.uniform());
+        continue;
+      }
       const double u = rng.uniform();
       const int pick = u < 0.6 ? 0 : u < 0.9 ? 1 : 2;
       w = successor[w * 3 + pick] - first_word;

@@ -53,6 +53,8 @@ void write_layer_dump(const std::filesystem::path& path, const LayerDumpOptions&
   if (!ssd && !lstm) throw Error("layer dump: unknown model '" + o.model + "' (expected ssd or lstm)");
   if (lstm && !o.config.corpus_path.empty())
     throw Error("layer dump: the lstm is dumped on the generated corpus only (no --corpus)");
+  if (lstm && (o.config.vocab != 0 || !std::isnan(o.config.zipf)))
+    throw Error("layer dump: the lstm is dumped on the default generated language only (no --vocab, --zipf)");
   if (!(std::isfinite(o.loss_scale) && o.loss_scale > 0))
     throw Error("layer dump: the loss scale must be a positive finite number, got " + std::to_string(o.loss_scale));
   const int batch = o.config.batch > 0 ? o.config.batch : (ssd ? kSsdDefaultBatch : kLstmDefaultBatch);

@@ -30,11 +30,16 @@ class LstmLm final : public nn::Model {
     if (cfg.batch < 0 || cfg.size < 0) throw Error("lstm: batch and size must be positive");
     B_ = cfg.batch > 0 ? cfg.batch : 16;
     H_ = cfg.size > 0 ? cfg.size : 64;
+    const bool language_set = cfg.vocab != 0 || !std::isnan(cfg.zipf);
     if (!cfg.corpus_path.empty()) {
+      if (language_set) throw Error("lstm: --vocab and --zipf shape the generated language; --corpus brings its own");
       text_ = load_text_corpus(cfg.corpus_path, kSteps + 1);
       V_ = static_cast<int>(text_->vocab.size());
     } else {
-      V_ = GeneratedLanguage::vocab;
+      if (language_set)
+        lang_ = GeneratedLanguage(cfg.vocab != 0 ? cfg.vocab : GeneratedLanguage::default_vocab,
+                                  std::isnan(cfg.zipf) ? GeneratedLanguage::default_zipf : cfg.zipf);
+      V_ = lang_.vocab;
     }
     const int G = 4 * H_;
     auto take = [&](std::size_t n) {
@@ -98,9 +103,8 @@ class LstmLm final : public nn::Model {
       const auto& v = text_->validation;
       for (std::size_t s = 0; s + kSteps + 1 <= v.size() && windows < kEvalWindows; s += kSteps, ++windows) append_window(v, s, all_in, all_tg);
     } else {
-      GeneratedLanguage lang;
       for (; windows < kEvalWindows; ++windows) {
-        const auto seq = lang.sample(kEvalSeed, 1, windows, kSteps + 1);
+        const auto seq = lang_.sample(kEvalSeed, 1, windows, kSteps + 1);
         append_window(seq, 0, all_in, all_tg);
       }
     }

@@ -50,6 +50,7 @@ class SsdLite final : public nn::Model {
     const int width = cfg.size > 0 ? cfg.size : 16;
     if (cfg.batch < 0 || cfg.size < 0) throw Error("ssd: batch and size must be positive");
     if (!cfg.corpus_path.empty()) throw Error("ssd: --corpus is for the lstm model only");
+    if (cfg.vocab != 0 || !std::isnan(cfg.zipf)) throw Error("ssd: --vocab and --zipf are for the lstm model only");
     auto add = [&](const std::string& name, int C, int OC) {
       Conv c;
       c.name = name;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -31,6 +32,8 @@ struct ModelConfig {
   int batch = 0;            // 0 = the model's default
   int size = 0;             // width/scale knob, 0 = the model's default
   std::string corpus_path;  // lstm: a UTF-8 text file instead of the generated corpus (empty = generated)
+  int vocab = 0;            // lstm: tokens of the generated language (0 = its default 32; models/corpus.hpp)
+  double zipf = std::numeric_limits<double>::quiet_NaN();  // lstm: its Zipf exponent (NaN = unset: 1)
 };
 
 // What the model suggests to the training loop (the study uses it; a user may override it).

@@ -313,6 +313,16 @@ Precision Precision::evaluation_copy() const {
   return p;
 }
 
+void Precision::observe_operand(std::string_view site, std::span<const float> in, const recipe::QuantizedOperand& q,
+                                std::size_t rows, std::size_t cols) {
+  if (!q.hadamard) return observer_(site, OpClass::matmul_input, in, q.values);
+  // nvfp4's wgrad operands are quantized after the random Hadamard transform: the values to compare with what
+  // the GEMM multiplies are the transformed ones (an orthogonal change of basis, recipe.hpp hadamard16).
+  observed_before_.assign(in.begin(), in.end());
+  recipe::hadamard16(observed_before_, rows, cols);
+  observer_(site, OpClass::matmul_input, observed_before_, q.values);
+}
+
 void Precision::quantize_operand(std::string_view layer, recipe::Role role, float* data, std::size_t rows,
                                  std::size_t cols, OperandScales* scales) {
   const std::span<const float> in(data, rows * cols);
@@ -334,7 +344,7 @@ void Precision::quantize_operand(std::string_view layer, recipe::Role role, floa
     } else {
       if (fresh.q.quantized) stats_[site].merge(fresh.q.stats);
       if (scales) fill_scales(fresh.q, role, *scales);
-      if (observer_) observer_(site, OpClass::matmul_input, in, fresh.q.values);
+      if (observer_) observe_operand(site, in, fresh.q, rows, cols);
       std::copy(fresh.q.values.begin(), fresh.q.values.end(), data);
       return;
     }
@@ -342,7 +352,7 @@ void Precision::quantize_operand(std::string_view layer, recipe::Role role, floa
   const recipe::QuantizedOperand& q = hit->q;
   if (q.quantized) stats_[site].merge(q.stats);
   if (scales) fill_scales(q, role, *scales);
-  if (observer_) observer_(site, OpClass::matmul_input, in, q.values);
+  if (observer_) observe_operand(site, in, q, rows, cols);
   std::copy(q.values.begin(), q.values.end(), data);
 }
 

@@ -140,7 +140,8 @@ class Precision final : public GemmQuantizer {
 
   // A tap on every rounding site, for tools that record what one step computed (models/layer_dump.hpp):
   // round() calls it with the values before and after rounding (the same values where the policy leaves
-  // `cls` in fp32). While one is set, the models' rounded_input() (sites.hpp) passes their inputs through
+  // `cls` in fp32); under a recipe quantize_operand() calls it for every operand at "<layer>/<role>" with
+  // class matmul_input (nvfp4's wgrad operands: before = the Hadamard-transformed operand). While one is set, the models' rounded_input() (sites.hpp) passes their inputs through
   // round() under fp32 too, so every site is seen whatever the policy. Empty function: no tap.
   using SiteObserver =
       std::function<void(std::string_view site, OpClass cls, std::span<const float> before, std::span<const float> after)>;
@@ -165,6 +166,10 @@ class Precision final : public GemmQuantizer {
   std::map<std::string, CachedOperand> weight_cache_;
   std::vector<float> observed_before_;
   void fill_scales(const recipe::QuantizedOperand& q, recipe::Role role, OperandScales& out) const;
+  // Calls the observer with an operand before and after its quantization (before: Hadamard-transformed when
+  // the recipe quantized the transformed operand).
+  void observe_operand(std::string_view site, std::span<const float> in, const recipe::QuantizedOperand& q,
+                       std::size_t rows, std::size_t cols);
 };
 
 }  // namespace mpsim::nn

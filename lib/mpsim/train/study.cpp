@@ -155,6 +155,19 @@ std::vector<StudyEntry> study_grid(const StudyConfig& config, int steps, const n
   grid.push_back({"fp32", "fp32", "none"});
   grid.push_back({"mixed-bf16, no scaling", "mixed-bf16", "none"});
   grid.push_back({"mixed-fp16, no scaling", "mixed-fp16", "none"});
+  if (config.grid == "recipes") {
+    // Each recipe scales its own operands (docs/recipes.md); no loss scaler, as TE and torchao train fp8.
+    // fp8-none is the same formats with every scale 1: what the scaling rescues.
+    grid.push_back({"mixed-fp16, dynamic (GradScaler)", "mixed-fp16", "dynamic" + interval});
+    for (const char* spec : {"fp8-none", "fp8-tensorwise-delayed", "fp8-tensorwise-current", "fp8-rowwise",
+                             "fp8-rowwise-gw-hp", "fp8-blockwise", "mxfp8", "mxfp8:scaling_mode=rceil", "mxfp6_e3m2",
+                             "mxfp4", "nvfp4", "nvfp4:rht=0,sr=0,2d=0"})
+      grid.push_back({spec, spec, "none"});
+    grid.push_back({"mixed-fp16 on H100's matrix unit, dynamic", "mixed-fp16:mma=h100", "dynamic" + interval});
+    return grid;
+  }
+  if (config.grid != "loss-scaling")
+    throw Error(fmt::format("study '{}': unknown (expected loss-scaling or recipes)", config.grid));
   const auto scales = config.static_scales.empty() ? study_static_scales(config.model) : config.static_scales;
   for (double s : scales)
     grid.push_back({fmt::format("mixed-fp16, static {}", s), "mixed-fp16", fmt::format("static:{}", s), s});
@@ -194,6 +207,19 @@ StudyPlan plan_study(const StudyConfig& config, const ModelFactory& factory) {
   if (config.seeds < 1) throw Error(fmt::format("--seeds {}: must be >= 1", config.seeds));
   if (config.jobs < 1) throw Error(fmt::format("--jobs {}: must be >= 1", config.jobs));
   if (config.out.empty()) throw Error("--out: an output folder is required");
+  if (std::filesystem::exists(config.out) && !std::filesystem::is_directory(config.out))
+    throw Error(fmt::format("--out {}: exists and is not a folder", config.out.string()));
+  if (!config.force) {
+    // As `mpsim train --out` (trainer.cpp, validate): an earlier study's runs would mix with this one's.
+    std::string found;
+    for (const char* name : kPreviousStudyFiles)
+      if (std::error_code ec; std::filesystem::exists(config.out / name, ec))
+        found += (found.empty() ? "" : ", ") + std::string(name);
+    if (!found.empty())
+      throw Error(fmt::format("--out {}: holds a previous study ({}); choose another folder, or pass --force to "
+                              "replace that study's files",
+                              config.out.string(), found));
+  }
   for (double s : config.static_scales)
     if (!(std::isfinite(s) && s > 0)) throw Error(fmt::format("static scale {}: must be finite and > 0", s));
   if (config.steps < 0) throw Error(fmt::format("--steps {}: must be >= 1", config.steps));
@@ -228,6 +254,11 @@ StudyPlan plan_study(const StudyConfig& config, const ModelFactory& factory) {
 
 std::vector<TrainSummary> run_plan(const StudyConfig& config, const StudyPlan& plan, const ModelFactory& factory,
                                    const StudyProgress& progress) {
+  if (config.force)
+    for (const char* name : kPreviousStudyFiles)
+      if (std::error_code ec; std::filesystem::remove_all(config.out / name, ec) == static_cast<std::uintmax_t>(-1))
+        throw Error(fmt::format("--out {}: cannot remove the previous study's {}: {}", config.out.string(), name,
+                                ec.message()));
   const auto& runs = plan.runs;
   std::vector<TrainSummary> results(runs.size());
   std::vector<std::string> errors(runs.size());
@@ -261,7 +292,8 @@ nlohmann::json summarise_study(const StudyConfig& config, const StudyPlan& plan,
                                const std::vector<TrainSummary>& results, double wall_seconds) {
   const auto& grid = plan.grid;
   struct Row {
-    std::vector<double> metric, loss, lost_pct, l1_lost_pct, l2sq_lost_pct, cosine, skipped, swallowed_pct;
+    std::vector<double> metric, loss, lost_pct, l1_lost_pct, l2sq_lost_pct, cosine, push_down, lost_bias, skipped,
+        swallowed_pct;
     int diverged = 0;
   };
   std::vector<Row> rows(grid.size());
@@ -277,6 +309,8 @@ nlohmann::json summarise_study(const StudyConfig& config, const StudyPlan& plan,
     r.l1_lost_pct.push_back(100.0 * mass.l1_lost);
     r.l2sq_lost_pct.push_back(100.0 * mass.l2sq_lost);
     r.cosine.push_back(mass.cosine);
+    r.push_down.push_back(mass.push_down);
+    r.lost_bias.push_back(mass.lost_bias);
     r.skipped.push_back(s.skipped_steps);
     r.swallowed_pct.push_back(100.0 * s.swallowed_fraction());
     if (run_diverged(s)) r.diverged += 1;
@@ -323,6 +357,8 @@ nlohmann::json summarise_study(const StudyConfig& config, const StudyPlan& plan,
                         {"activation_grad_l1_lost_pct_mean", mean(r.l1_lost_pct)},
                         {"activation_grad_l2sq_lost_pct_mean", mean(r.l2sq_lost_pct)},
                         {"activation_grad_cosine_per_seed", cos},
+                        {"activation_grad_push_down_mean", finite_or_string(mean(r.push_down))},
+                        {"activation_grad_lost_bias_mean", finite_or_string(mean(r.lost_bias))},
                         {"skipped_steps_mean", mean(r.skipped)},
                         {"updates_swallowed_pct_mean", mean(r.swallowed_pct)},
                         {"skipped_steps_per_seed", r.skipped},
@@ -332,7 +368,12 @@ nlohmann::json summarise_study(const StudyConfig& config, const StudyPlan& plan,
   }
   return {{"schema", "mpsim-study-2"},
           {"mpsim_version", kVersion},
+          {"grid", config.grid},
           {"model", config.model},
+          {"model_config", {{"batch", config.model_config.batch},
+                            {"size", config.model_config.size},
+                            {"vocab", config.model_config.vocab},
+                            {"zipf", finite_or_string(config.model_config.zipf)}}},
           {"steps", plan.steps},
           {"seeds", config.seeds},
           {"accumulate", config.accumulate},
@@ -354,16 +395,17 @@ namespace {
 std::string seeds_csv(const StudyConfig& config, const StudyPlan& plan, const std::vector<TrainSummary>& results) {
   std::string csv = "configuration,runs,seed,final_metric,final_loss,diverged,activation_grad_lost_pct,"
                     "updates_swallowed_pct,skipped_steps,activation_grad_l1_lost_pct,activation_grad_l2sq_lost_pct,"
-                    "activation_grad_cosine\n";
+                    "activation_grad_cosine,activation_grad_push_down,activation_grad_lost_bias\n";
   for (std::size_t i = 0; i < results.size(); ++i) {
     const auto& s = results[i];
     const StudyEntry& e = plan.grid[i / config.seeds];
     const auto mass = s.act_grad_mass.stats();
-    csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{}\n", csv_text(e.label), study_run_folder(e),
+    csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", csv_text(e.label), study_run_folder(e),
                        plan.runs[i].seed, csv_number(s.final_metric.value), csv_number(s.final_loss),
                        run_diverged(s) ? 1 : 0, csv_number(100.0 * s.act_grad_lost_fraction()),
                        csv_number(100.0 * s.swallowed_fraction()), s.skipped_steps, csv_number(100.0 * mass.l1_lost),
-                       csv_number(100.0 * mass.l2sq_lost), csv_number(mass.cosine));
+                       csv_number(100.0 * mass.l2sq_lost), csv_number(mass.cosine), csv_number(mass.push_down),
+                       csv_number(mass.lost_bias));
   }
   return csv;
 }
@@ -373,13 +415,14 @@ std::string summary_csv(const StudyPlan& plan, const nlohmann::json& summary) {
       "configuration,policy,scaler,log2_static_scale,metric,higher_is_better,seeds,metric_mean,metric_sd,ci95_low,"
       "ci95_high,delta_vs_fp32,paired_delta_sd,paired_ci95_low,paired_ci95_high,paired_ci_level,paired_ci_low,"
       "paired_ci_high,tolerance,diverged_seeds,activation_grad_lost_pct,activation_grad_l1_lost_pct,"
-      "activation_grad_l2sq_lost_pct,updates_swallowed_pct,skipped_steps_mean,verdict,runs\n";
+      "activation_grad_l2sq_lost_pct,updates_swallowed_pct,skipped_steps_mean,verdict,runs,activation_grad_push_down,"
+      "activation_grad_lost_bias\n";
   for (std::size_t g = 0; g < plan.grid.size(); ++g) {
     const auto& r = summary["rows"][g];
     auto n = [&](const nlohmann::json& v) { return csv_number(json_number(v)); };
     const std::string log2_scale =
         plan.grid[g].static_scale > 0 ? csv_number(std::log2(plan.grid[g].static_scale)) : std::string();
-    csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+    csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
                        csv_text(plan.grid[g].label), plan.grid[g].policy, csv_text(plan.grid[g].scaler), log2_scale,
                        r["metric"].get<std::string>(), r["higher_is_better"].get<bool>() ? 1 : 0,
                        r["seeds"].get<int>(), n(r["metric_mean"]), n(r["metric_sd"]), n(r["metric_ci95"][0]),
@@ -388,14 +431,16 @@ std::string summary_csv(const StudyPlan& plan, const nlohmann::json& summary) {
                        n(r["tolerance"]), r["diverged_seeds"].get<int>(), n(r["activation_grad_lost_pct_mean"]),
                        n(r["activation_grad_l1_lost_pct_mean"]), n(r["activation_grad_l2sq_lost_pct_mean"]),
                        n(r["updates_swallowed_pct_mean"]), n(r["skipped_steps_mean"]), r["verdict"].get<std::string>(),
-                       r["runs"].get<std::string>());
+                       r["runs"].get<std::string>(), n(r["activation_grad_push_down_mean"]),
+                       n(r["activation_grad_lost_bias_mean"]));
   }
   return csv;
 }
 
 std::string summary_md(const StudyConfig& config, const StudyPlan& plan, const nlohmann::json& summary) {
   const bool higher = summary["higher_is_better"].get<bool>();
-  std::string md = fmt::format("# Loss-scaling study: {}\n\n", config.model);
+  std::string md = fmt::format("# {} study: {}\n\n", config.grid == "recipes" ? "Scaling-recipe" : "Loss-scaling",
+                               config.model);
   md += fmt::format(
       "{} steps per run{}, seeds 1..{}, default optimiser and learning rate of the model; metric: {} ({} is "
       "better); {}{}. Tolerance: {} % of fp32's mean = {:.4g}. Wall time {:.0f} s.\n\n",
@@ -414,21 +459,25 @@ std::string summary_md(const StudyConfig& config, const StudyPlan& plan, const n
   const double level = json_number(summary["rows"][0]["paired_ci_level"]);
   md += fmt::format(
       "| configuration | policy | scaler | final metric (mean ± sd) | vs fp32, seed by seed: mean [95% interval] | "
-      "[{:.4g}% interval] | activation grads lost | Σ\\|g\\| lost | Σg² lost | skipped steps | updates swallowed | "
-      "verdict |\n",
+      "[{:.4g}% interval] | activation grads lost | Σ\\|g\\| lost | Σg² lost | lost pushing down | skipped steps | "
+      "updates swallowed | verdict |\n",
       100 * level);
-  md += "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  md += "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (std::size_t g = 0; g < plan.grid.size(); ++g) {
     const auto& r = summary["rows"][g];
     const auto& e = plan.grid[g];
     auto v = [&](const char* key) { return json_number(r[key]); };
     md += fmt::format(
         "| {} | {} | {}{} | {:.4f} ± {:.4f} | {:+.4f} [{:+.4f}, {:+.4f}] | [{:+.4f}, {:+.4f}] | {:.3g}% | {:.3g}% | "
-        "{:.3g}% | {:.1f} | {:.3g}% | {} |\n",
+        "{:.3g}% | {} | {:.1f} | {:.3g}% | {} |\n",
         e.label, e.policy, e.scaler, e.clip_norm > 0 ? fmt::format(", clip {}", e.clip_norm) : "", v("metric_mean"),
         v("metric_sd"), v("delta_vs_fp32"), json_number(r["paired_ci95"][0]), json_number(r["paired_ci95"][1]),
         json_number(r["paired_ci"][0]), json_number(r["paired_ci"][1]), v("activation_grad_lost_pct_mean"),
-        v("activation_grad_l1_lost_pct_mean"), v("activation_grad_l2sq_lost_pct_mean"), v("skipped_steps_mean"),
+        v("activation_grad_l1_lost_pct_mean"), v("activation_grad_l2sq_lost_pct_mean"),
+        std::isnan(v("activation_grad_push_down_mean"))
+            ? std::string("–")
+            : fmt::format("{:.3g}%", 100 * v("activation_grad_push_down_mean")),
+        v("skipped_steps_mean"),
         v("updates_swallowed_pct_mean"), r["verdict"].get<std::string>());
   }
   md += "\n## Verdict rule\n\n";
@@ -443,7 +492,11 @@ std::string summary_md(const StudyConfig& config, const StudyPlan& plan, const n
         "- *Σ\\|g\\| lost*, *Σg² lost*: the share of the activation gradients' sum of magnitudes and of their sum of "
         "squares that the format flushed to zero, over all steps and sites (lib/mpsim/analysis/mass_lost.hpp), "
         "mean over seeds; each run's steps.csv has them per step and site, with the cosine between the gradients "
-        "before and after rounding.\n"
+        "before and after rounding. Under a scaling recipe the gradients between layers stay fp32 and these "
+        "columns count the GEMMs' gradient operands (<layer>/dgrad_dy, <layer>/wgrad_dy) instead.\n"
+        "- *lost pushing down*: of the flushed Σ\\|g\\|, the share whose gradient was positive, i.e. would have "
+        "pushed its value (a logit, an activation) down; 50 % is a flush without bias, 100 % a one-sided one "
+        "(mean over seeds; – where nothing was flushed).\n"
         "- *skipped steps*: optimiser steps skipped because the unscaled gradients held inf/NaN (mean over seeds).\n"
         "- *vs fp32, seed by seed*: the mean of metric - fp32 metric over the seeds, with the 95 % interval of that "
         "mean (Student's t on the paired differences), then the wider Bonferroni interval the verdict uses.\n"

@@ -27,6 +27,9 @@
 namespace mpsim::train {
 
 struct StudyConfig {
+  // Which grid (study_grid): "loss-scaling" (fp16 loss scaling, the scale sweep, bf16, pure fp16) or "recipes"
+  // (the fp8 / fp4 scaling recipes beside fp32, bf16 and fp16 with and without loss scaling).
+  std::string grid = "loss-scaling";
   std::string model = "ssd";
   nn::ModelConfig model_config;
   int steps = 0;                  // 0 = the model's default (nn::TrainHints::steps)
@@ -42,7 +45,13 @@ struct StudyConfig {
   // +-tolerance_pct % of fp32's mean final metric.
   double tolerance_pct = 1.0;
   std::filesystem::path out;
+  // An `out` that holds an earlier study's files (kPreviousStudyFiles) is refused by plan_study unless
+  // `force`; with it, run_plan removes those files before the first run (nothing else in `out` is touched).
+  bool force = false;
 };
+
+// The files and folders of a study in its output folder (what `force` removes; nothing else is).
+inline constexpr const char* kPreviousStudyFiles[] = {"summary.json", "summary.md", "summary.csv", "seeds.csv", "runs"};
 
 struct StudyEntry {
   std::string label;   // "mixed-fp16 + static:128"
@@ -63,6 +72,9 @@ int study_growth_interval(int steps);
 // the dynamic scaler; the dynamic kinds with
 // study_growth_interval(steps).
 // The rows are added in one place (study.cpp, study_grid); a new policy is one more line there.
+// With config.grid == "recipes": fp32, mixed-bf16, mixed-fp16 without scaling and dynamic, every recipe of
+// recipe::recipe_names (mxfp6 as e3m2 only) with its default options, mxfp8 with RCEIL scales, nvfp4 without
+// its three techniques, and mixed-fp16 on H100's matrix unit (mma=h100), dynamic.
 std::vector<StudyEntry> study_grid(const StudyConfig& config, int steps, const nn::TrainHints& hints);
 // runs/<this>/seed<k>: the configuration's folder name (policy, scaler, clipping), which --only takes.
 std::string study_run_folder(const StudyEntry& entry);

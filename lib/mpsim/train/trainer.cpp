@@ -25,7 +25,11 @@ namespace {
 constexpr const char* kCheckpointName = "checkpoint.safetensors";
 
 nlohmann::json model_config_json(const nn::ModelConfig& m) {
-  return {{"batch", m.batch}, {"size", m.size}, {"corpus_path", m.corpus_path}};
+  nlohmann::json j = {{"batch", m.batch}, {"size", m.size}, {"corpus_path", m.corpus_path}};
+  // Written only when set, so that runs and checkpoints of the default language keep their bytes.
+  if (m.vocab != 0) j["vocab"] = m.vocab;
+  if (!std::isnan(m.zipf)) j["zipf"] = m.zipf;
+  return j;
 }
 
 // The optimiser config with placeholders for the model's values, for checks before the model exists.
@@ -43,6 +47,22 @@ std::string number(double v) {
 
 std::string fraction(std::uint64_t part, std::uint64_t whole) {
   return whole ? fmt::format("{:.6g}", static_cast<double>(part) / static_cast<double>(whole)) : "0";
+}
+
+// Under a scaling recipe the gradients between layers stay fp32 and the rounding of the gradient happens
+// inside the GEMMs, at their dy operands (sites "<layer>/dgrad_dy", "<layer>/wgrad_dy", nn/policy.hpp): one
+// forward/backward under a copy of the policy finds them (its recipe state is its own; the gradients it adds
+// are zeroed). Empty without a recipe.
+std::vector<std::string> gradient_operand_sites(nn::Model& model, const std::vector<nn::Param>& params,
+                                                const nn::PrecisionPolicy& policy) {
+  if (!policy.recipe) return {};
+  nn::Precision probe(policy);
+  model.forward_backward(0, 1.0f, probe);
+  for (const auto& p : params) std::fill(p.grad.begin(), p.grad.end(), 0.0f);
+  std::vector<std::string> sites;
+  for (const auto& [site, _] : probe.site_stats())
+    if (site.ends_with("/dgrad_dy") || site.ends_with("/wgrad_dy")) sites.push_back(site);
+  return sites;
 }
 
 // The activation-gradient rounding sites of a model: one forward/backward under a probe policy that
@@ -247,6 +267,10 @@ struct Run {
   // Set by prepare(): the activation-gradient sites (the CSV's columns), the steps that write histograms,
   // and how often the metric is evaluated.
   std::vector<std::string> act_sites;
+  // The sites of steps.csv's per-site columns and of the activation-gradient totals: act_sites, then under a
+  // recipe its gradient operands (gradient_operand_sites).
+  std::vector<std::string> grad_sites;
+  std::set<std::string, std::less<>> grad_site_set;
   std::set<std::string> act_site_set;
   std::vector<int> hist_steps;
   std::set<int> hist_set;
@@ -312,6 +336,9 @@ void resume(Run& run, const std::filesystem::path& path) {
 void prepare(Run& run) {
   run.act_sites = activation_grad_sites(*run.model, run.params);
   run.act_site_set = std::set<std::string>(run.act_sites.begin(), run.act_sites.end());
+  run.grad_sites = run.act_sites;
+  for (auto& s : gradient_operand_sites(*run.model, run.params, run.policy)) run.grad_sites.push_back(std::move(s));
+  run.grad_site_set = {run.grad_sites.begin(), run.grad_sites.end()};
   run.hist_steps = run.config.hist_steps;
   if (run.hist_steps.empty()) run.hist_steps = {1, run.total_steps};
   run.hist_set = std::set<int>(run.hist_steps.begin(), run.hist_steps.end());
@@ -322,7 +349,7 @@ void prepare(Run& run) {
   // both (under fp32 the same values). It changes no value the run computes.
   run.precision.observe([&run](std::string_view site, nn::OpClass cls, std::span<const float> before,
                                std::span<const float> after) {
-    if (cls != nn::OpClass::activation_grad) return;
+    if (cls != nn::OpClass::activation_grad && !run.grad_site_set.contains(site)) return;
     auto it = run.step_mass.find(site);
     if (it == run.step_mass.end()) it = run.step_mass.emplace(std::string(site), analysis::MassLost{}).first;
     it->second.add(before, after);
@@ -332,8 +359,9 @@ void prepare(Run& run) {
 std::string csv_header(const std::vector<std::string>& act_sites) {
   std::string csv = "step,loss,metric,scale,skipped,grad_norm,swallowed";
   for (const auto& s : act_sites) csv += fmt::format(",{0}:zero,{0}:subnormal,{0}:overflow", s);
-  for (const auto& s : act_sites) csv += fmt::format(",{0}:l1_lost,{0}:l2sq_lost,{0}:cosine", s);
-  return csv + ",step:l1_lost,step:l2sq_lost,step:cosine\n";
+  for (const auto& s : act_sites)
+    csv += fmt::format(",{0}:l1_lost,{0}:l2sq_lost,{0}:cosine,{0}:push_down,{0}:lost_bias", s);
+  return csv + ",step:l1_lost,step:l2sq_lost,step:cosine,step:push_down,step:lost_bias\n";
 }
 
 // Forward and backward over the step's micro-batches from the scaled loss; returns the mean loss.
@@ -420,7 +448,7 @@ void write_gradients(const Run& run, int step, double scale, const std::filesyst
 // The step's activation-gradient columns (zero, subnormal, overflow fractions per site), added to the totals.
 std::string site_columns(Run& run) {
   std::string cols;
-  for (const auto& site : run.act_sites) {
+  for (const auto& site : run.grad_sites) {
     const auto it = run.precision.site_stats().find(site);
     const Stats st = it == run.precision.site_stats().end() ? Stats{} : it->second;
     const std::uint64_t nz = st.nonzero_finite();
@@ -433,9 +461,11 @@ std::string site_columns(Run& run) {
   analysis::MassLost step;
   auto mass_columns = [](const analysis::MassLost& m) {
     const auto s = m.stats();
-    return fmt::format(",{:.6g},{:.6g},{}", s.l1_lost, s.l2sq_lost, number(s.cosine));
+    return fmt::format(",{:.6g},{:.6g},{},{},{}", s.l1_lost, s.l2sq_lost, number(s.cosine),
+                       std::isnan(s.push_down) ? std::string("nan") : fmt::format("{:.6g}", s.push_down),
+                       std::isnan(s.lost_bias) ? std::string("nan") : fmt::format("{:.6g}", s.lost_bias));
   };
-  for (const auto& site : run.act_sites) {
+  for (const auto& site : run.grad_sites) {
     const auto it = run.step_mass.find(site);
     const analysis::MassLost m = it == run.step_mass.end() ? analysis::MassLost{} : it->second;
     cols += mass_columns(m);
@@ -543,7 +573,7 @@ void write_run_json(const Run& run, const TrainSummary& summary) {
   cfg["policy_formats"] = run.policy.describe();
   cfg["scaler_spec"] = to_spec(run.scaler_config);
   cfg["parameters"] = run.shapes;
-  const nlohmann::json j = {{"schema", "mpsim-train-run-1"},
+  nlohmann::json j = {{"schema", "mpsim-train-run-1"},
                             {"mpsim_version", kVersion},
                             {"config", cfg},
                             {"summary", summary.to_json()},
@@ -554,6 +584,10 @@ void write_run_json(const Run& run, const TrainSummary& summary) {
                               {"histograms", "hist/step_NNNNNN.json"},
                               {"gradients", run.config.dump_grads ? "grads/step_NNNNNN.safetensors" : ""},
                               {"checkpoint", kCheckpointName}}}};
+  if (run.grad_sites.size() > run.act_sites.size())  // a recipe's dy operands: steps.csv has their columns too
+    j["gradient_operand_sites"] =
+        std::vector<std::string>(run.grad_sites.begin() + static_cast<std::ptrdiff_t>(run.act_sites.size()),
+                                 run.grad_sites.end());
   io::write_text_file(run.config.out / "run.json", j.dump(2) + "\n");
 }
 
@@ -602,7 +636,7 @@ TrainSummary run_training(const TrainConfig& config, const ModelFactory& factory
 
   // Nothing has been written so far; from here on the outputs appear.
   OutputFolder out(config.out, config.previous_run);
-  std::string csv = csv_header(run.act_sites);
+  std::string csv = csv_header(run.grad_sites);
   StepResult last;
   int step = run.start_step;
   for (step = run.start_step + 1; step <= run.total_steps; ++step) {

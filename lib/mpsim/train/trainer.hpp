@@ -4,11 +4,12 @@
 //   steps.csv    one row per step: step, loss, metric (at eval steps), scale, skipped, grad_norm (unscaled,
 //                the model's units), swallowed (of the weights whose update was non-zero, the share that did
 //                not change: the update fell below half the stored weight's spacing; empty when skipped), and for
-//                every activation-gradient rounding site S three columns S:zero, S:subnormal, S:overflow,
+//                every activation-gradient rounding site S (under a scaling recipe also its GEMMs' gradient
+//                operands, <layer>/dgrad_dy and <layer>/wgrad_dy) three columns S:zero, S:subnormal, S:overflow,
 //                the fractions of that step's non-zero finite gradients at S flushed to zero / left
 //                subnormal / overflowed (0 where the policy does not round S); then the gradient mass lost
-//                (analysis/mass_lost.hpp) per site, S:l1_lost, S:l2sq_lost, S:cosine, and for the whole
-//                step (every site's gradients concatenated) step:l1_lost, step:l2sq_lost, step:cosine
+//                (analysis/mass_lost.hpp) per site, S:l1_lost, S:l2sq_lost, S:cosine, S:push_down,
+//                S:lost_bias, and the same for the whole step (every site's gradients concatenated) step:...
 //   hist/step_NNNNNN.json   log2 histograms (analysis::Log2Histogram) of activation gradients and weight
 //                gradients at the rounding sites (values before rounding, loss scale included) and of the
 //                unscaled fp32 master gradients, at the chosen steps
