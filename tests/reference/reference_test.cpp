@@ -97,12 +97,20 @@ TEST_CASE("reference: NaN payloads and input subnormals", "[reference]") {
 TEST_CASE("reference: stochastic rounding follows the documented rule", "[reference]") {
   // x = 1 + 2^-12 in fp16 is a quarter of an ulp above 1: with b random bits, floor(frac * 2^b) = 2^(b-2),
   // so it rounds up iff (rnd >> (32 - b)) >= 3 * 2^(b-2).
+  // The random bits of element i are the documented streams (lib/mpsim/format/philox.hpp), restated here
+  // from 32-bit words: for b > 16 element i's word; for b <= 16 the high (i % 8 < 4) or low half of word
+  // i % 4 of block i / 8, i.e. of the 32-bit stream's element 4 (i / 8) + i % 4.
+  const auto rnd = [](std::uint64_t i, int b) -> std::uint32_t {
+    if (b > 16) return sr_random(7, i);
+    const std::uint32_t w = sr_random(7, (i >> 3) * 4 + (i & 3));
+    return (i & 4) ? w << 16 : w & 0xffff0000u;
+  };
   const Rational x = 1 + pow2(-12);
-  for (int b : {2, 5, 32}) {
+  for (int b : {2, 5, 16, 32}) {
     const Rounding r = Rounding::stochastic(7, b);
     int ups = 0;
     for (std::uint64_t i = 0; i < 2000; ++i) {
-      const std::uint64_t want = (sr_random(7, i) >> (32 - b)) >= (3ull << (b - 2)) ? 0x3c01 : 0x3c00;
+      const std::uint64_t want = (rnd(i, b) >> (32 - b)) >= (3ull << (b - 2)) ? 0x3c01 : 0x3c00;
       const std::uint64_t got = reference_round(x, false, fp16(), r, i);
       REQUIRE(got == want);
       ups += got == 0x3c01;
