@@ -108,6 +108,15 @@ inline void check_failures(const std::vector<analysis::InputFailure>& failures, 
   exit_status() = 1;
 }
 
+// The end of a pass over the inputs (analysis/tensor_passes.hpp): the progress line closed, then the failures
+// checked as above. Returns the pass.
+template <class Pass>
+const Pass& finish_pass(const Pass& pass, io::ProgressBar& progress) {
+  progress.finish();
+  check_failures(pass.failures, pass.tensors.size());
+  return pass;
+}
+
 // The report in its envelope (analysis/report.hpp, which the Python package's reports share) to --json, the
 // tidy CSV to --csv.
 inline void write_outputs(const CommonOptions& o, const analysis::Report& report, const analysis::TidyCsv& csv) {

@@ -34,10 +34,8 @@ void run_block(const CommonOptions& o, const BlockFormat& bf, bool per_tensor) {
   analysis::RangeCounter total_values(fp32());
   BlockStats total_stats;
   const auto pass = analysis::count_dequantized(files, input_options(o, progress.get()), bf);
-  const auto& results = pass.tensors;
+  const auto& results = finish_pass(pass, *progress).tensors;
   const auto& failures = pass.failures;
-  progress->finish();
-  check_failures(failures, results.size());
 
   nlohmann::json tensors = nlohmann::json::array();
   analysis::TidyCsv csv;
@@ -98,10 +96,8 @@ void run(const Options& opts) {
   const auto progress = input_progress("hist", files);
   analysis::RangeCounter total(f);
   const auto pass = analysis::count_ranges(files, input_options(o, progress.get()), f);
-  const auto& results = pass.tensors;
+  const auto& results = finish_pass(pass, *progress).tensors;
   const auto& failures = pass.failures;
-  progress->finish();
-  check_failures(failures, results.size());
 
   nlohmann::json tensors = nlohmann::json::array();
   analysis::TidyCsv csv;

@@ -59,10 +59,8 @@ void run(const Options& opts) {
   std::vector<analysis::RoundingError> total;
   for (const auto& r : rs) total.emplace_back(f, r, k);
   const auto pass = analysis::measure_rounding_errors(files, input_options(o, progress.get()), f, rs, k, bf);
-  const auto& results = pass.tensors;
+  const auto& results = finish_pass(pass, *progress).tensors;
   const auto& failures = pass.failures;
-  progress->finish();
-  check_failures(failures, results.size());
 
   nlohmann::json tensors = nlohmann::json::array();
   analysis::TidyCsv csv;

@@ -50,10 +50,8 @@ void run_block_comparison(const CommonOptions& o, const std::string& mode, const
   const auto files = analysis::expand_inputs(o.inputs);
   const auto progress = input_progress("underflow", files, analysis::telemetry_reads(targets));
   const auto pass = analysis::scaling_pass(files, input_options(o, progress.get()), targets, o.scale, r);
-  const auto& results = pass.tensors;
+  const auto& results = finish_pass(pass, *progress).tensors;
   const auto& failures = pass.failures;
-  progress->finish();
-  check_failures(failures, results.size());
 
   std::vector<analysis::ScalingResult> total(targets.size());
   nlohmann::json tensors = nlohmann::json::array();
@@ -125,10 +123,8 @@ void run(const Options& opts) {
   const auto progress = input_progress("underflow", files);
   analysis::RangeCounter total(f, r);  // also validates format and mode before any input is read
   const auto pass = analysis::count_underflow(files, input_options(o, progress.get()), f, r, uo.log2_scale);
-  const auto& results = pass.tensors;
+  const auto& results = finish_pass(pass, *progress).tensors;
   const auto& failures = pass.failures;
-  progress->finish();
-  check_failures(failures, results.size());
 
   nlohmann::json tensors = nlohmann::json::array();
   analysis::TidyCsv csv;
