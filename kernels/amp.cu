@@ -29,8 +29,8 @@ __global__ void unscale_f16_kernel(std::uint16_t* x, std::uint32_t n, float* fou
   }
 }
 
-__global__ void update_scale_kernel(float* scale, int* tracker, const float* found_inf, double growth,
-                                    double backoff, int interval) {
+__global__ void update_scale_kernel(float* scale, int* tracker, const float* found_inf, double growth, double backoff,
+                                    int interval) {
   if (*found_inf) {
     *scale = static_cast<float>((*scale) * backoff);
     *tracker = 0;

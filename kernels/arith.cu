@@ -8,8 +8,8 @@ namespace mpsim::cuda {
 namespace {
 
 template <class T, int Op>
-__global__ void arith_kernel(const std::uint16_t* a, const std::uint16_t* b, const std::uint16_t* c,
-                             std::uint16_t* out, std::uint32_t n) {
+__global__ void arith_kernel(const std::uint16_t* a, const std::uint16_t* b, const std::uint16_t* c, std::uint16_t* out,
+                             std::uint32_t n) {
   for (std::uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
     out[i] = static_cast<std::uint16_t>(hw_arith<T, Op>(a[i], b[i], c ? c[i] : 0u));
 }
@@ -29,8 +29,8 @@ __global__ void unary_kernel(int op, const std::uint16_t* a, std::uint16_t* out,
   }
 }
 
-using ArithLaunch = void (*)(unsigned, const std::uint16_t*, const std::uint16_t*, const std::uint16_t*,
-                             std::uint16_t*, std::uint32_t);
+using ArithLaunch = void (*)(unsigned, const std::uint16_t*, const std::uint16_t*, const std::uint16_t*, std::uint16_t*,
+                             std::uint32_t);
 template <class T, int Op>
 void launch(unsigned g, const std::uint16_t* a, const std::uint16_t* b, const std::uint16_t* c, std::uint16_t* o,
             std::uint32_t n) {
@@ -60,8 +60,8 @@ void arith_16(std::uint8_t op, Half16 fmt, std::span<const std::uint16_t> a, std
       launch<__nv_bfloat16, 0>, launch<__nv_bfloat16, 1>, launch<__nv_bfloat16, 2>,
       launch<__nv_bfloat16, 3>, launch<__nv_bfloat16, 4>, launch<__nv_bfloat16, 5>,
       launch<__nv_bfloat16, 6>, launch<__nv_bfloat16, 7>, launch<__nv_bfloat16, 8>};
-  (fmt == Half16::bf16 ? bf_ops : half_ops)[op](grid_for(n, 256), da.ptr, db.ptr, ternary ? dc.ptr : nullptr,
-                                                 dout.ptr, n);
+  (fmt == Half16::bf16 ? bf_ops : half_ops)[op](grid_for(n, 256), da.ptr, db.ptr, ternary ? dc.ptr : nullptr, dout.ptr,
+                                                n);
   check_launch(what);
   dout.download(out.data(), n, what);
 }
@@ -76,8 +76,7 @@ void unary_16(Unary op, Half16 fmt, std::span<const std::uint16_t> a, std::span<
   da.upload(a.data(), n, what);
   if (fmt == Half16::bf16)
     unary_kernel<__nv_bfloat16><<<grid_for(n, 256), 256>>>(static_cast<int>(op), da.ptr, dout.ptr, n);
-  else
-    unary_kernel<__half><<<grid_for(n, 256), 256>>>(static_cast<int>(op), da.ptr, dout.ptr, n);
+  else unary_kernel<__half><<<grid_for(n, 256), 256>>>(static_cast<int>(op), da.ptr, dout.ptr, n);
   check_launch(what);
   dout.download(out.data(), n, what);
 }

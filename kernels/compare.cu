@@ -1,7 +1,7 @@
 // Exhaustive comparisons on the device: for each of the 2^32 elements of a run, the hardware intrinsic
-// and the emulation (emu.hpp, the shared rounding specification) are computed side by side; mismatches are counted, the first few
-// recorded, and both outputs digested per 2^24-element block (digest.hpp), so nothing of size 2^32
-// ever leaves the GPU.
+// and the emulation (emu.hpp, the shared rounding specification) are computed side by side; mismatches are counted, the
+// first few recorded, and both outputs digested per 2^24-element block (digest.hpp), so nothing of size 2^32 ever
+// leaves the GPU.
 #include <algorithm>
 #include <vector>
 

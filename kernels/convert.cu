@@ -70,10 +70,22 @@ void convert_to_16(std::span<const float> in, std::span<std::uint16_t> out, Half
   const unsigned g = grid_for(n, kBlock);
   const bool bf = fmt == Half16::bf16;
   switch (mode) {
-    case emu::kNearestEven: bf ? to16_kernel<1, 0><<<g, kBlock>>>(din.ptr, dout.ptr, n) : to16_kernel<0, 0><<<g, kBlock>>>(din.ptr, dout.ptr, n); break;
-    case emu::kTowardZero: bf ? to16_kernel<1, 1><<<g, kBlock>>>(din.ptr, dout.ptr, n) : to16_kernel<0, 1><<<g, kBlock>>>(din.ptr, dout.ptr, n); break;
-    case emu::kUp: bf ? to16_kernel<1, 2><<<g, kBlock>>>(din.ptr, dout.ptr, n) : to16_kernel<0, 2><<<g, kBlock>>>(din.ptr, dout.ptr, n); break;
-    default: bf ? to16_kernel<1, 3><<<g, kBlock>>>(din.ptr, dout.ptr, n) : to16_kernel<0, 3><<<g, kBlock>>>(din.ptr, dout.ptr, n); break;
+    case emu::kNearestEven:
+      bf ? to16_kernel<1, 0><<<g, kBlock>>>(din.ptr, dout.ptr, n)
+         : to16_kernel<0, 0><<<g, kBlock>>>(din.ptr, dout.ptr, n);
+      break;
+    case emu::kTowardZero:
+      bf ? to16_kernel<1, 1><<<g, kBlock>>>(din.ptr, dout.ptr, n)
+         : to16_kernel<0, 1><<<g, kBlock>>>(din.ptr, dout.ptr, n);
+      break;
+    case emu::kUp:
+      bf ? to16_kernel<1, 2><<<g, kBlock>>>(din.ptr, dout.ptr, n)
+         : to16_kernel<0, 2><<<g, kBlock>>>(din.ptr, dout.ptr, n);
+      break;
+    default:
+      bf ? to16_kernel<1, 3><<<g, kBlock>>>(din.ptr, dout.ptr, n)
+         : to16_kernel<0, 3><<<g, kBlock>>>(din.ptr, dout.ptr, n);
+      break;
   }
   check_launch(what);
   dout.download(out.data(), n, what);
@@ -90,9 +102,11 @@ void convert_to_fp8(std::span<const float> in, std::span<std::uint8_t> out, Fp8 
   din.upload(in.data(), n, what);
   const unsigned g = grid_for(n, kBlock);
   if (fmt == Fp8::e4m3)
-    satfinite ? to_fp8_kernel<0, true><<<g, kBlock>>>(din.ptr, dout.ptr, n) : to_fp8_kernel<0, false><<<g, kBlock>>>(din.ptr, dout.ptr, n);
+    satfinite ? to_fp8_kernel<0, true><<<g, kBlock>>>(din.ptr, dout.ptr, n)
+              : to_fp8_kernel<0, false><<<g, kBlock>>>(din.ptr, dout.ptr, n);
   else
-    satfinite ? to_fp8_kernel<1, true><<<g, kBlock>>>(din.ptr, dout.ptr, n) : to_fp8_kernel<1, false><<<g, kBlock>>>(din.ptr, dout.ptr, n);
+    satfinite ? to_fp8_kernel<1, true><<<g, kBlock>>>(din.ptr, dout.ptr, n)
+              : to_fp8_kernel<1, false><<<g, kBlock>>>(din.ptr, dout.ptr, n);
   check_launch(what);
   dout.download(out.data(), n, what);
 }
@@ -107,7 +121,8 @@ void convert_from_16(std::span<const std::uint16_t> in, std::span<float> out, Ha
   DeviceBuffer<float> dout(n, what);
   din.upload(in.data(), n, what);
   const unsigned g = grid_for(n, kBlock);
-  fmt == Half16::bf16 ? from16_kernel<1><<<g, kBlock>>>(din.ptr, dout.ptr, n) : from16_kernel<0><<<g, kBlock>>>(din.ptr, dout.ptr, n);
+  fmt == Half16::bf16 ? from16_kernel<1><<<g, kBlock>>>(din.ptr, dout.ptr, n)
+                      : from16_kernel<0><<<g, kBlock>>>(din.ptr, dout.ptr, n);
   check_launch(what);
   dout.download(out.data(), n, what);
 }
@@ -122,7 +137,8 @@ void convert_from_fp8(std::span<const std::uint8_t> in, std::span<float> out, Fp
   DeviceBuffer<float> dout(n, what);
   din.upload(in.data(), n, what);
   const unsigned g = grid_for(n, kBlock);
-  fmt == Fp8::e4m3 ? from_fp8_kernel<0><<<g, kBlock>>>(din.ptr, dout.ptr, n) : from_fp8_kernel<1><<<g, kBlock>>>(din.ptr, dout.ptr, n);
+  fmt == Fp8::e4m3 ? from_fp8_kernel<0><<<g, kBlock>>>(din.ptr, dout.ptr, n)
+                   : from_fp8_kernel<1><<<g, kBlock>>>(din.ptr, dout.ptr, n);
   check_launch(what);
   dout.download(out.data(), n, what);
 }
@@ -142,7 +158,8 @@ double convert_bandwidth_gbs(std::uint64_t count, int repeats) {
   EventTimer t;
   for (int i = 0; i <= std::max(1, repeats); ++i) {
     t.begin();
-    to_fp16_rn_vec4_kernel<<<g, kBlock>>>(reinterpret_cast<const float4*>(din.ptr), reinterpret_cast<uint2*>(dout.ptr), n4);
+    to_fp16_rn_vec4_kernel<<<g, kBlock>>>(reinterpret_cast<const float4*>(din.ptr), reinterpret_cast<uint2*>(dout.ptr),
+                                          n4);
     check(cudaGetLastError(), what);
     const float e = t.end_ms();
     if (i) ms.push_back(e);  // the first run warms up

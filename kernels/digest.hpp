@@ -33,9 +33,7 @@ MPSIM_HD std::uint64_t digest_mix(std::uint64_t z) {
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
-MPSIM_HD std::uint64_t digest_term(std::uint64_t index, std::uint32_t bits) {
-  return digest_mix((index << 32) | bits);
-}
+MPSIM_HD std::uint64_t digest_term(std::uint64_t index, std::uint32_t bits) { return digest_mix((index << 32) | bits); }
 
 // Digests of an array held in memory (first element has index `index0`; blocks are aligned to
 // multiples of kDigestBlock of the global index). Throws mpsim::Error if an index reaches 2^32.

@@ -14,8 +14,8 @@
 #include <cstdint>
 
 #include "mpsim/format/hd/arith.hpp"
-#include "mpsim/format/host_device.hpp"
 #include "mpsim/format/hd/nan_rules.hpp"
+#include "mpsim/format/host_device.hpp"
 #include "mpsim/format/round_spec.hpp"
 
 namespace mpsim::emu {
@@ -27,25 +27,25 @@ struct DevFormat : spec::FormatSpec, hd::NanRules {};
 // The rounding mode, DAZ, the stochastic bits and the Philox key (spec::RoundingSpec).
 using DevRounding = spec::RoundingSpec;
 
-using spec::Mode;
-using spec::kNearestEven;
-using spec::kTowardZero;
-using spec::kUp;
-using spec::kDown;
-using spec::kNearestAway;
-using spec::kToOdd;
-using spec::kStochastic;
 using hd::bits_of;
 using hd::double_of;
 using hd::float_of;
-using spec::is_nan_enc;
-using hd::Op;
 using hd::kAdd;
-using hd::kSub;
-using hd::kMul;
 using hd::kDiv;
 using hd::kFma;
+using hd::kMul;
 using hd::kSqrt;
+using hd::kSub;
+using hd::Op;
+using spec::is_nan_enc;
+using spec::kDown;
+using spec::kNearestAway;
+using spec::kNearestEven;
+using spec::kStochastic;
+using spec::kToOdd;
+using spec::kTowardZero;
+using spec::kUp;
+using spec::Mode;
 
 // round_bits(double, ...) of the library under the device's profile (round_bits_like).
 MPSIM_HD std::uint64_t round_double(double x, const DevFormat& f, const DevRounding& r, std::uint64_t index = 0) {

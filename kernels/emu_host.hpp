@@ -11,8 +11,8 @@ namespace mpsim::emu {
 
 // The profile is applied here (apply_profile + its NaN rule), so a kernel or a host loop calling
 // round_float()/arith() with the result reproduces round_bits_like().
-inline void make_dev(const Format& fmt_in, const Rounding& r_in, const Profile& profile, Operation op,
-                     DevFormat& f, DevRounding& r) {
+inline void make_dev(const Format& fmt_in, const Rounding& r_in, const Profile& profile, Operation op, DevFormat& f,
+                     DevRounding& r) {
   Format fmt = fmt_in;
   Rounding rr = r_in;
   apply_profile(profile, fmt, rr, op);

@@ -25,7 +25,8 @@ __global__ void simt_gemm_kernel(const __half* a, const __half* b, float* c, int
   if (i >= m || j >= n) return;
   float acc = 0.f;
   for (int p = 0; p < k; ++p)
-    acc = __fmaf_rn(__half2float(a[static_cast<std::size_t>(i) * k + p]), __half2float(b[static_cast<std::size_t>(p) * n + j]), acc);
+    acc = __fmaf_rn(__half2float(a[static_cast<std::size_t>(i) * k + p]),
+                    __half2float(b[static_cast<std::size_t>(p) * n + j]), acc);
   c[static_cast<std::size_t>(i) * n + j] = acc;
 }
 
@@ -81,8 +82,9 @@ const char* gemm_name(Gemm g) {
 double gemm(Gemm kind, int m, int n, int k, std::span<const std::uint16_t> a, std::span<const std::uint16_t> b,
             std::span<float> c, int repeats) {
   const std::string what = std::string("gemm ") + gemm_name(kind);
-  if (m < 1 || n < 1 || k < 1) throw Error(what + ": shape " + std::to_string(m) + "x" + std::to_string(n) + "x" +
-                                           std::to_string(k) + " has an empty dimension");
+  if (m < 1 || n < 1 || k < 1)
+    throw Error(what + ": shape " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) +
+                " has an empty dimension");
   const std::uint64_t mk = std::uint64_t(m) * k, kn = std::uint64_t(k) * n, mn = std::uint64_t(m) * n;
   if (mk >= (1ull << 31) || kn >= (1ull << 31) || mn >= (1ull << 31))
     throw Error(what + ": a matrix of shape " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) +
@@ -114,19 +116,18 @@ double gemm(Gemm kind, int m, int n, int k, std::span<const std::uint16_t> a, st
       case Gemm::wmma_f16: {
         const std::uint64_t warps = std::uint64_t(m / 16) * (n / 16);
         const unsigned blocks = static_cast<unsigned>((warps * 32 + 127) / 128);
-        if (kind == Gemm::wmma_f32)
-          wmma_gemm_kernel<float><<<blocks, 128>>>(da.ptr, db.ptr, dc.ptr, m, n, k);
-        else
-          wmma_gemm_kernel<__half><<<blocks, 128>>>(da.ptr, db.ptr, dh.ptr, m, n, k);
+        if (kind == Gemm::wmma_f32) wmma_gemm_kernel<float><<<blocks, 128>>>(da.ptr, db.ptr, dc.ptr, m, n, k);
+        else wmma_gemm_kernel<__half><<<blocks, 128>>>(da.ptr, db.ptr, dh.ptr, m, n, k);
         break;
       }
       default: {
         // Row-major C = A B is column-major C^T = B^T A^T: pass B first, with leading dimensions n and k.
         if (kind == Gemm::cublas_16f) {
           const __half alpha = __float2half(1.f), beta = __float2half(0.f);
-          check_cublas(cublasGemmEx(handle->h, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &alpha, db.ptr, CUDA_R_16F, n, da.ptr,
-                                    CUDA_R_16F, k, &beta, dh.ptr, CUDA_R_16F, n, CUBLAS_COMPUTE_16F, CUBLAS_GEMM_DEFAULT),
-                       what.c_str());
+          check_cublas(
+              cublasGemmEx(handle->h, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &alpha, db.ptr, CUDA_R_16F, n, da.ptr,
+                           CUDA_R_16F, k, &beta, dh.ptr, CUDA_R_16F, n, CUBLAS_COMPUTE_16F, CUBLAS_GEMM_DEFAULT),
+              what.c_str());
         } else {
           const float alpha = 1.f, beta = 0.f;
           const cublasComputeType_t ct = kind == Gemm::cublas_32f ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_16F;

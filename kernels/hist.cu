@@ -13,7 +13,7 @@ namespace mpsim::cuda {
 
 namespace {
 
-constexpr int kBins = 277;  // -149 .. 127
+constexpr int kBins = 277;         // -149 .. 127
 constexpr int kSlots = kBins + 4;  // + zero, nan, -inf, +inf
 constexpr unsigned kThreads = 256;
 
@@ -24,8 +24,8 @@ __device__ __forceinline__ int slot_of(unsigned b) {
   return static_cast<int>(e) - 127 + 149;
 }
 
-__global__ void __launch_bounds__(kThreads) hist_kernel(const float4* x4, const float* x, std::uint32_t n,
-                                                        unsigned long long* counts) {
+__global__ void __launch_bounds__(kThreads)
+    hist_kernel(const float4* x4, const float* x, std::uint32_t n, unsigned long long* counts) {
   __shared__ unsigned int local[kSlots];
   for (int s = threadIdx.x; s < kSlots; s += blockDim.x) local[s] = 0;
   __syncthreads();
@@ -38,7 +38,8 @@ __global__ void __launch_bounds__(kThreads) hist_kernel(const float4* x4, const 
     atomicAdd(&local[slot_of(__float_as_uint(v.w))], 1u);
   }
   if (blockIdx.x == 0)
-    for (std::uint32_t i = n4 * 4 + threadIdx.x; i < n; i += blockDim.x) atomicAdd(&local[slot_of(__float_as_uint(x[i]))], 1u);
+    for (std::uint32_t i = n4 * 4 + threadIdx.x; i < n; i += blockDim.x)
+      atomicAdd(&local[slot_of(__float_as_uint(x[i]))], 1u);
   __syncthreads();
   for (int s = threadIdx.x; s < kSlots; s += blockDim.x)
     if (local[s]) atomicAdd(&counts[s], static_cast<unsigned long long>(local[s]));
@@ -94,7 +95,9 @@ double histogram_bandwidth_gbs(std::uint64_t count, int repeats) {
     std::memcpy(&host[i], &b, 4);
   }
   for (std::uint64_t off = 0; off < n; off += host.size())
-    check(cudaMemcpy(dx.ptr + off, host.data(), std::min<std::uint64_t>(host.size(), n - off) * 4, cudaMemcpyHostToDevice), what);
+    check(cudaMemcpy(dx.ptr + off, host.data(), std::min<std::uint64_t>(host.size(), n - off) * 4,
+                     cudaMemcpyHostToDevice),
+          what);
   std::vector<float> ms;
   EventTimer t;
   for (int i = 0; i <= std::max(1, repeats); ++i) {

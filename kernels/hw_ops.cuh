@@ -53,7 +53,9 @@ __device__ __forceinline__ std::uint32_t hw_convert(float x) {
 template <class T>
 __device__ __forceinline__ T from_bits(std::uint32_t b);
 template <>
-__device__ __forceinline__ __half from_bits<__half>(std::uint32_t b) { return __ushort_as_half(static_cast<unsigned short>(b)); }
+__device__ __forceinline__ __half from_bits<__half>(std::uint32_t b) {
+  return __ushort_as_half(static_cast<unsigned short>(b));
+}
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_bits<__nv_bfloat16>(std::uint32_t b) {
   return __ushort_as_bfloat16(static_cast<unsigned short>(b));

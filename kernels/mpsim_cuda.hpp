@@ -26,12 +26,12 @@ constexpr bool cuda_built() {
 
 struct DeviceInfo {
   bool present = false;
-  std::string why_absent;       // with present == false: the CUDA error that said so
+  std::string why_absent;  // with present == false: the CUDA error that said so
   std::string name;
   int ordinal = 0;
   int cc_major = 0, cc_minor = 0;
-  int driver_version = 0;       // cudaDriverGetVersion, e.g. 13000
-  int runtime_version = 0;      // cudaRuntimeGetVersion
+  int driver_version = 0;   // cudaDriverGetVersion, e.g. 13000
+  int runtime_version = 0;  // cudaRuntimeGetVersion
   int multiprocessors = 0;
   std::uint64_t global_memory = 0;
   std::uint64_t l2_bytes = 0;
@@ -65,12 +65,12 @@ void unary_16(Unary op, Half16 fmt, std::span<const std::uint16_t> a, std::span<
 // ---- exhaustive comparisons on the device (hardware vs the emu.hpp emulation, 2^32 elements) ----
 struct CompareResult {
   std::uint64_t elements = 0;
-  std::uint64_t mismatches = 0;       // hardware bits != emulated bits
-  std::uint64_t nan_mismatches = 0;   // ... of which both are NaN (a NaN-pattern difference only)
-  std::vector<std::uint64_t> first_mismatch_index;   // up to 16 smallest mismatching element indices
+  std::uint64_t mismatches = 0;                     // hardware bits != emulated bits
+  std::uint64_t nan_mismatches = 0;                 // ... of which both are NaN (a NaN-pattern difference only)
+  std::vector<std::uint64_t> first_mismatch_index;  // up to 16 smallest mismatching element indices
   std::vector<std::uint32_t> first_mismatch_hw, first_mismatch_emu;
   std::vector<std::uint64_t> hw_digests, emu_digests;  // per 2^24-element block (kernels/digest.hpp)
-  double gpu_ms = 0;                  // kernel time, cudaEvent-timed
+  double gpu_ms = 0;                                   // kernel time, cudaEvent-timed
 };
 // run: index into hw::convert_runs() / hw::arith_runs(); f, r: the emulation's parameters (with the
 // device profile applied, see runs_host.hpp dev_params).
@@ -79,11 +79,11 @@ CompareResult compare_arith(int run, const emu::DevFormat& f, const emu::DevRoun
 
 // ---- GEMM: C (m x n, row-major, float) = A (m x k, row-major fp16 bits) * B (k x n, row-major fp16) ----
 enum class Gemm : std::uint8_t {
-  simt_f32,          // one thread per C element, fp32 accumulation in order p = 0..k-1 with __fmaf_rn
-  wmma_f32,          // tensor cores (WMMA 16x16x16), fp32 accumulators
-  wmma_f16,          // tensor cores, fp16 accumulators (C rounded to fp16, returned as float)
-  cublas_16f,        // cublasGemmEx, CUBLAS_COMPUTE_16F
-  cublas_32f,        // CUBLAS_COMPUTE_32F
+  simt_f32,             // one thread per C element, fp32 accumulation in order p = 0..k-1 with __fmaf_rn
+  wmma_f32,             // tensor cores (WMMA 16x16x16), fp32 accumulators
+  wmma_f16,             // tensor cores, fp16 accumulators (C rounded to fp16, returned as float)
+  cublas_16f,           // cublasGemmEx, CUBLAS_COMPUTE_16F
+  cublas_32f,           // CUBLAS_COMPUTE_32F
   cublas_32f_fast_16f,  // CUBLAS_COMPUTE_32F_FAST_16F
 };
 const char* gemm_name(Gemm);
@@ -110,8 +110,8 @@ void amp_unscale_f32(std::vector<std::span<float>> grads, float& found_inf, floa
 void amp_unscale_f16(std::vector<std::span<std::uint16_t>> grads, float& found_inf, float inv_scale);
 // _amp_update_scale_: found_inf -> scale *= backoff, tracker = 0; else ++tracker, and when it reaches
 // growth_interval the scale grows (unless that overflows float) and the tracker resets.
-void amp_update_scale(float& scale, int& growth_tracker, float found_inf, double growth_factor,
-                      double backoff_factor, int growth_interval);
+void amp_update_scale(float& scale, int& growth_tracker, float found_inf, double growth_factor, double backoff_factor,
+                      int growth_interval);
 
 // ---- bandwidth reference ----
 // Device-to-device cudaMemcpy of `bytes` bytes; returns GB/s (median of repeats).

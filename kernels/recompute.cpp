@@ -90,9 +90,12 @@ DeviceRounding convert_device(const ConvertRun& run, const Profile& profile) {
 
 mpsim::ArithOp base_op(ArithOp op) {
   switch (op) {
-    case kAdd: case kAddSat: return mpsim::ArithOp::add;
-    case kSub: case kSubSat: return mpsim::ArithOp::sub;
-    case kMul: case kMulSat: return mpsim::ArithOp::mul;
+    case kAdd:
+    case kAddSat: return mpsim::ArithOp::add;
+    case kSub:
+    case kSubSat: return mpsim::ArithOp::sub;
+    case kMul:
+    case kMulSat: return mpsim::ArithOp::mul;
     case kDiv: return mpsim::ArithOp::div;
     default: return mpsim::ArithOp::fma;
   }
@@ -132,7 +135,8 @@ void arith_piece(const ArithRun& run, const ArithSetup& s, std::uint64_t begin, 
       default: res = fma_values(x, y, z, f, r, i); break;
     }
     const bool nan_operand = x != x || y != y || (op == mpsim::ArithOp::fma && z != z);
-    out[k] = static_cast<std::uint32_t>(s.device.is_plain() && !sat ? res : s.device.arith_result(res, nan_operand, sat));
+    out[k] =
+        static_cast<std::uint32_t>(s.device.is_plain() && !sat ? res : s.device.arith_result(res, nan_operand, sat));
   }
 }
 
@@ -150,8 +154,8 @@ inline std::uint64_t digest_loop(std::uint64_t begin, const std::uint32_t* out, 
   return sum;
 }
 #if defined(__x86_64__)
-__attribute__((target("avx512f,avx512dq"), optimize("tree-vectorize"))) std::uint64_t digest_loop_avx512(std::uint64_t begin,
-                                                                             const std::uint32_t* out, std::size_t n) {
+__attribute__((target("avx512f,avx512dq"), optimize("tree-vectorize"))) std::uint64_t digest_loop_avx512(
+    std::uint64_t begin, const std::uint32_t* out, std::size_t n) {
   std::uint64_t sum = 0;
   for (std::size_t k = 0; k < n; ++k) sum += digest_term(begin + k, out[k]);
   return sum;
@@ -169,7 +173,8 @@ std::uint64_t digest_piece(std::uint64_t begin, std::span<const std::uint32_t> o
 template <class Run, class Piece>
 std::uint64_t digest_of_block(const Run& run, std::uint64_t block, std::uint64_t elements, int threads, Piece piece) {
   if (block >= (elements >> kDigestBlockLog2))
-    throw Error(fmt::format("run {}: block {} does not exist (it has {})", run.name, block, elements >> kDigestBlockLog2));
+    throw Error(
+        fmt::format("run {}: block {} does not exist (it has {})", run.name, block, elements >> kDigestBlockLog2));
   std::mutex m;
   std::uint64_t total = 0;
   const std::uint64_t begin = block << kDigestBlockLog2;

@@ -28,9 +28,8 @@ std::uint32_t parse_hex(const nlohmann::json& v, const std::string& where) {
   // "0x" and 1 to 8 hex digits, as the recordings write them ("0x7fff"), and nothing else (std::stoull would
   // take "-1", "12zz" or 2^64 - 1 and wrap or cut).
   const std::string s = v.get<std::string>();
-  const std::string_view digits = s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X')
-                                      ? std::string_view(s).substr(2)
-                                      : std::string_view(s);
+  const std::string_view digits =
+      s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X') ? std::string_view(s).substr(2) : std::string_view(s);
   std::uint32_t out = 0;
   const auto [end, err] = std::from_chars(digits.data(), digits.data() + digits.size(), out, 16);
   if (digits.empty() || digits.size() > 8 || err != std::errc() || end != digits.data() + digits.size())
@@ -86,7 +85,8 @@ RunComparison compare_run(const std::string& file, const std::string& kind, cons
       l.input = describe(run, i);
       l.hw = parse_hex(m.at("hw"), where);
       std::uint32_t out = 0;
-      if constexpr (std::is_same_v<Run, ConvertRun>) convert_outputs(run, profile, i, std::span<std::uint32_t>(&out, 1));
+      if constexpr (std::is_same_v<Run, ConvertRun>)
+        convert_outputs(run, profile, i, std::span<std::uint32_t>(&out, 1));
       else arith_outputs(run, profile, i, std::span<std::uint32_t>(&out, 1));
       l.emulated = out;
       d.listed.push_back(l);
@@ -117,9 +117,8 @@ void check_recording(const nlohmann::json& doc, const std::string& file) {
     named([&] { return &find_profile(doc.at("profile").get<std::string>()); });
     for (const auto& rec : doc.at("runs")) {
       const std::string name = rec.at("name").get<std::string>();
-      const std::uint64_t blocks = named([&] {
-        return kind == "convert" ? block_count(find_convert_run(name)) : block_count(find_arith_run(name));
-      });
+      const std::uint64_t blocks = named(
+          [&] { return kind == "convert" ? block_count(find_convert_run(name)) : block_count(find_arith_run(name)); });
       const std::string where = fmt::format("{} run {}", file, name);
       for (const char* key : {"hw_digests", "emu_digests"}) {
         if (!rec.contains(key) && std::string_view(key) == "emu_digests") continue;
@@ -142,7 +141,8 @@ void check_recording(const nlohmann::json& doc, const std::string& file) {
 
 std::vector<RunComparison> compare_recording(const std::filesystem::path& dir, const RecordingOptions& o) {
   if (!std::filesystem::is_directory(dir))
-    throw Error(dir.string() + ": no such directory (expected data/hardware/<device>/ holding convert.json, arith.json)");
+    throw Error(dir.string() +
+                ": no such directory (expected data/hardware/<device>/ holding convert.json, arith.json)");
   std::vector<RunComparison> out;
   bool any_file = false;
   for (const char* name : {"convert.json", "arith.json"}) {
@@ -165,8 +165,7 @@ std::vector<RunComparison> compare_recording(const std::filesystem::path& dir, c
           out.push_back(compare_run(file, kind, find_convert_run(run), profile, rec, o, describe_convert_input));
         else if (kind == "arith")
           out.push_back(compare_run(file, kind, find_arith_run(run), profile, rec, o, describe_arith_input));
-        else
-          throw Error(file + ": kind '" + kind + "' holds no digests");
+        else throw Error(file + ": kind '" + kind + "' holds no digests");
       }
     } catch (const nlohmann::json::exception& e) {
       throw Error(file + ": not a recording of schema mpsim-hw-1 (" + e.what() + ")");
@@ -184,11 +183,13 @@ std::string format_comparison(const std::vector<RunComparison>& runs) {
                      r.blocks_compared, r.blocks_equal, r.seconds);
     if (!r.differing.empty()) {
       std::string list;
-      for (std::size_t k = 0; k < r.differing.size() && k < 16; ++k) list += (k ? " " : "") + std::to_string(r.differing[k]);
+      for (std::size_t k = 0; k < r.differing.size() && k < 16; ++k)
+        list += (k ? " " : "") + std::to_string(r.differing[k]);
       if (r.differing.size() > 16) list += " ...";
       s += fmt::format("  {} blocks differ from the hardware: {}\n", r.differing.size(), list);
     }
-    if (r.emu_digest_mismatches) s += fmt::format("  {} blocks differ from the device emulation's digests\n", r.emu_digest_mismatches);
+    if (r.emu_digest_mismatches)
+      s += fmt::format("  {} blocks differ from the device emulation's digests\n", r.emu_digest_mismatches);
     for (const auto& d : r.details) {
       s += fmt::format("  block {}: hardware digest {}, emulation {}\n", d.block, digest_hex(d.hw_digest),
                        digest_hex(d.emulated_digest));

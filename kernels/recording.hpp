@@ -18,9 +18,9 @@
 
 namespace mpsim::hw {
 
-struct ListedOutput {      // an element the recording lists with the hardware's output
+struct ListedOutput {  // an element the recording lists with the hardware's output
   std::uint64_t index = 0;
-  std::string input;       // readable
+  std::string input;  // readable
   std::uint32_t hw = 0;
   std::uint32_t emulated = 0;
 };
@@ -30,15 +30,15 @@ struct DifferingBlock {
   std::uint64_t hw_digest = 0, emulated_digest = 0;
   // First elements where the emulation under the recording's profile and under IEEE differ.
   std::vector<ElementDifference> profile_vs_ieee;
-  std::vector<std::string> inputs;  // readable, one per profile_vs_ieee entry
+  std::vector<std::string> inputs;   // readable, one per profile_vs_ieee entry
   std::vector<ListedOutput> listed;  // the recording's listed hardware outputs inside this block
 };
 
 struct RunComparison {
   std::string file, kind, name, intrinsic;
   std::uint64_t blocks_total = 0, blocks_compared = 0, blocks_equal = 0, emu_digest_mismatches = 0;
-  std::vector<std::uint64_t> differing;          // block numbers
-  std::vector<DifferingBlock> details;           // for the first differing blocks
+  std::vector<std::uint64_t> differing;  // block numbers
+  std::vector<DifferingBlock> details;   // for the first differing blocks
   double seconds = 0;
 };
 

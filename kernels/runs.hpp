@@ -94,11 +94,15 @@ MPSIM_HD std::uint32_t emulate_arith(ArithOp op, std::uint64_t i, const emu::Dev
   arith_operands(i, a, b, c);
   emu::Op base = emu::kAdd;
   switch (op) {
-    case kAdd: case kAddSat: base = emu::kAdd; break;
-    case kSub: case kSubSat: base = emu::kSub; break;
-    case kMul: case kMulSat: base = emu::kMul; break;
+    case kAdd:
+    case kAddSat: base = emu::kAdd; break;
+    case kSub:
+    case kSubSat: base = emu::kSub; break;
+    case kMul:
+    case kMulSat: base = emu::kMul; break;
     case kDiv: base = emu::kDiv; break;
-    case kFma: case kFmaSat: base = emu::kFma; break;
+    case kFma:
+    case kFmaSat: base = emu::kFma; break;
     default: break;
   }
   std::uint64_t out = emu::arith(base, a, b, c, f, r, i);

@@ -14,11 +14,11 @@
 namespace mpsim::hw {
 
 struct ConvertRun {
-  std::string name;      // "fp16_rn", "fp8_e4m3_satfinite", ...
-  std::string format;    // Format name
+  std::string name;    // "fp16_rn", "fp8_e4m3_satfinite", ...
+  std::string format;  // Format name
   RoundingMode mode;
-  bool saturate;         // __NV_SATFINITE, .satfinite
-  std::string intrinsic; // what the hardware kernel calls
+  bool saturate;          // __NV_SATFINITE, .satfinite
+  std::string intrinsic;  // what the hardware kernel calls
   // float: element i is the float with bits i (2^32); double: element j is f64_sample(j) (2^28).
   InputType input = InputType::float32;
   // The output as the hardware writes it: tf32 results are float patterns, the encoding << 13.
@@ -41,14 +41,16 @@ inline const std::vector<ConvertRun>& convert_runs() {
       {"bf16_rd", "bf16", RoundingMode::down, false, "__float2bfloat16_rd"},
       {"bf16_ru", "bf16", RoundingMode::up, false, "__float2bfloat16_ru"},
       {"fp8_e4m3_nosat", "fp8_e4m3", RoundingMode::nearest_even, false, "__nv_cvt_float_to_fp8(__NV_NOSAT, __NV_E4M3)"},
-      {"fp8_e4m3_satfinite", "fp8_e4m3", RoundingMode::nearest_even, true, "__nv_cvt_float_to_fp8(__NV_SATFINITE, __NV_E4M3)"},
+      {"fp8_e4m3_satfinite", "fp8_e4m3", RoundingMode::nearest_even, true,
+       "__nv_cvt_float_to_fp8(__NV_SATFINITE, __NV_E4M3)"},
       {"fp8_e5m2_nosat", "fp8_e5m2", RoundingMode::nearest_even, false, "__nv_cvt_float_to_fp8(__NV_NOSAT, __NV_E5M2)"},
-      {"fp8_e5m2_satfinite", "fp8_e5m2", RoundingMode::nearest_even, true, "__nv_cvt_float_to_fp8(__NV_SATFINITE, __NV_E5M2)"},
+      {"fp8_e5m2_satfinite", "fp8_e5m2", RoundingMode::nearest_even, true,
+       "__nv_cvt_float_to_fp8(__NV_SATFINITE, __NV_E5M2)"},
       {"tf32_rna", "tf32", RoundingMode::nearest_away, false, "cvt.rna.tf32.f32", InputType::float32, 13, false},
       {"tf32_rn", "tf32", RoundingMode::nearest_even, false, "cvt.rn.tf32.f32", InputType::float32, 13, false},
       {"tf32_rz", "tf32", RoundingMode::toward_zero, false, "cvt.rz.tf32.f32", InputType::float32, 13, false},
-      {"tf32_rna_satfinite", "tf32", RoundingMode::nearest_away, true, "cvt.rna.satfinite.tf32.f32",
-       InputType::float32, 13, false},
+      {"tf32_rna_satfinite", "tf32", RoundingMode::nearest_away, true, "cvt.rna.satfinite.tf32.f32", InputType::float32,
+       13, false},
       {"fp64_fp16_rn", "fp16", RoundingMode::nearest_even, false, "__double2half", InputType::float64, 0, false},
       {"fp64_bf16_rn", "bf16", RoundingMode::nearest_even, false, "__double2bfloat16", InputType::float64, 0, false},
   };
@@ -79,14 +81,15 @@ struct ArithRun {
 };
 
 inline std::string_view arith_op_name(ArithOp op) {
-  static constexpr std::string_view names[] = {"add", "sub", "mul", "div", "fma", "add_sat", "sub_sat", "mul_sat", "fma_sat"};
+  static constexpr std::string_view names[] = {"add",     "sub",     "mul",     "div",    "fma",
+                                               "add_sat", "sub_sat", "mul_sat", "fma_sat"};
   return op < kArithOpCount ? names[op] : "?";
 }
 
 inline const std::vector<ArithRun>& arith_runs() {
   static const std::vector<ArithRun> all = [] {
     std::vector<ArithRun> v;
-    static constexpr const char* intrinsics[] = {"__hadd", "__hsub", "__hmul", "__hdiv", "__hfma",
+    static constexpr const char* intrinsics[] = {"__hadd",     "__hsub",     "__hmul",     "__hdiv",    "__hfma",
                                                  "__hadd_sat", "__hsub_sat", "__hmul_sat", "__hfma_sat"};
     for (const char* fmt : {"fp16", "bf16"})
       for (int op = 0; op < kArithOpCount; ++op)

@@ -32,10 +32,10 @@ int main(int argc, char** argv) {
   analysis::Log2Histogram h = analysis::make_float_histogram();
   h.add(std::span<const float>(x));
   if (argc > 1) io::write_npy(std::string(argv[1]) + ".fp16.npy", io::make_npy(std::span<const float>(y)));
-  std::printf("%zu values to fp16: %llu rounded, %llu underflow, %llu overflow; binades %d..%d; "
-              "%zu mismatches against round_bits\n",
-              x.size(), static_cast<unsigned long long>(stats.rounded),
-              static_cast<unsigned long long>(stats.underflow), static_cast<unsigned long long>(stats.overflow),
-              h.lowest_nonempty(), h.highest_nonempty(), mismatches);
+  std::printf(
+      "%zu values to fp16: %llu rounded, %llu underflow, %llu overflow; binades %d..%d; "
+      "%zu mismatches against round_bits\n",
+      x.size(), static_cast<unsigned long long>(stats.rounded), static_cast<unsigned long long>(stats.underflow),
+      static_cast<unsigned long long>(stats.overflow), h.lowest_nonempty(), h.highest_nonempty(), mismatches);
   return mismatches == 0 ? 0 : 1;
 }

@@ -95,7 +95,8 @@ inline std::size_t range_begin(std::size_t n, int workers, int k, std::size_t al
 template <class Body>
 void parallel_for(std::size_t n, int workers, std::string_view site, Body&& body, std::size_t align = 1) {
   workers = std::max(workers, 1);
-  run_workers(workers, site, [&](int w) { body(w, range_begin(n, workers, w, align), range_begin(n, workers, w + 1, align)); });
+  run_workers(workers, site,
+              [&](int w) { body(w, range_begin(n, workers, w, align), range_begin(n, workers, w + 1, align)); });
 }
 
 // The number of hardware threads (at least 1): what `threads = 0` means everywhere.

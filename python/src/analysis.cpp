@@ -93,7 +93,8 @@ Counted counted_array(nb::handle obj) {
   Counted c;
   if (nb::try_cast(obj, c.x) && c.x.device_type() == nb::device::cpu::value &&
       (c.x.dtype() == nb::dtype<float>() || c.x.dtype() == nb::dtype<double>()) &&
-      (c.x.size() == 0 || c.x.stride_ptr() == nullptr || is_c_contiguous(c.x.ndim(), c.x.shape_ptr(), c.x.stride_ptr()))) {
+      (c.x.size() == 0 || c.x.stride_ptr() == nullptr ||
+       is_c_contiguous(c.x.ndim(), c.x.shape_ptr(), c.x.stride_ptr()))) {
     c.dtype = dtype_name(c.x.dtype());
     return c;
   }
@@ -187,15 +188,15 @@ void add_tensor_fields(nlohmann::json& j, const Counter& c, bool with_moments) {
 RangeCounter make_counter(const nb::handle& fmt, const std::string& mode) {
   const RoundingMode m = parse_rounding_mode(mode);
   if (m == RoundingMode::stochastic)
-    throw nb::value_error("UnderflowCounter: mode='sr' has no single outcome per value; use a deterministic mode "
-                          "(rne, rtz, ru, rd, rna, rto)");
+    throw nb::value_error(
+        "UnderflowCounter: mode='sr' has no single outcome per value; use a deterministic mode "
+        "(rne, rtz, ru, rd, rna, rto)");
   return RangeCounter(format_of(fmt), Rounding::of(m));
 }
 
-
 // The report of `mpsim <command>` over named counters (analysis/report.hpp: {"tensors": [...], "total": ...,
-// "failed": []} in the envelope), each entry made by `entry(label, counter)` plus the per-tensor fields the command line adds
-// (the moments with `with_moments`; shape and dtype for the tensors, not the total).
+// "failed": []} in the envelope), each entry made by `entry(label, counter)` plus the per-tensor fields the command
+// line adds (the moments with `with_moments`; shape and dtype for the tensors, not the total).
 template <class Entry>
 nlohmann::json report_over(const std::string& command, const std::vector<std::pair<std::string, const Counter*>>& named,
                            nlohmann::json header, bool with_moments, Entry entry) {
@@ -211,8 +212,8 @@ nlohmann::json report_over(const std::string& command, const std::vector<std::pa
   nlohmann::json tj = entry("total", total.range);
   if (with_moments && total.moments) tj.update(analysis::moment_stats_json(total.moments->stats()));
   // The envelope (command, tensors, total, failed, schema, version) as the command line writes it.
-  return analysis::report_json({.command = command, .fields = std::move(header), .tensors = std::move(tensors),
-                                .total = std::move(tj)});
+  return analysis::report_json(
+      {.command = command, .fields = std::move(header), .tensors = std::move(tensors), .total = std::move(tj)});
 }
 
 std::vector<std::pair<std::string, const Counter*>> named_counters(const nb::dict& counters) {
@@ -315,7 +316,7 @@ Counter counter_from_state_json(const nlohmann::json& j) {
   if (!j.is_object() || j.value("schema", "") != "mpsim-underflow-counter-2")
     throw Error("UnderflowCounter.from_json: not an mpsim-underflow-counter-2 object");
   const Format f = format_with_kwargs(parse_format(j.at("format").get<std::string>()),
-                                       j.at("subnormals").get<std::string>(), j.at("overflow").get<std::string>());
+                                      j.at("subnormals").get<std::string>(), j.at("overflow").get<std::string>());
   const Rounding r = Rounding::of(parse_rounding_mode(j.at("mode").get<std::string>()));
   // The layout's size, checked before anything is allocated for it (a corrupt state may claim any size).
   const std::size_t layout = RangeCounter(f, r).counts_size();
@@ -351,8 +352,11 @@ Counter counter_from_counts(nb::handle fmt, const std::string& mode, std::span<c
                            " counter has " + std::to_string(n) + " (without moments) or " +
                            std::to_string(n + Moments::kWords) + " (with them)")
                               .c_str());
-  Counter c{RangeCounter::from_counts(proto.format(), proto.rounding(), a.first(n), amax, amin_nonzero), std::nullopt,
-            0, {}, {}};
+  Counter c{RangeCounter::from_counts(proto.format(), proto.rounding(), a.first(n), amax, amin_nonzero),
+            std::nullopt,
+            0,
+            {},
+            {}};
   if (a.size() > n) c.moments = Moments::from_words(a.subspan(n), min, max);
   return c;
 }
@@ -386,15 +390,23 @@ void bind_analysis(nb::module_& m) {
                             "Counts of values by binade (bin n: 2^n <= |x| < 2^(n+1)), zeros, NaN, -inf and +inf "
                             "apart: the bins of `mpsim hist`.")
       .def("__init__", [](Log2Histogram* h) { new (h) Log2Histogram(analysis::make_float_histogram()); })
-      .def("add", [](Log2Histogram& h, nb::handle x) { add_to_histogram(h, x); }, "x"_a,
-           "Counts every element of a float32/float64 array or tensor.")
+      .def(
+          "add", [](Log2Histogram& h, nb::handle x) { add_to_histogram(h, x); }, "x"_a,
+          "Counts every element of a float32/float64 array or tensor.")
       .def(
           "merge", [](Log2Histogram& h, const Log2Histogram& o) -> Log2Histogram& { return h += o; }, "other"_a,
           nb::rv_policy::reference_internal, "Adds the counts of another histogram (in place; returns self).")
-      .def("__iadd__", [](Log2Histogram& h, const Log2Histogram& o) -> Log2Histogram& { return h += o; },
-           nb::rv_policy::reference_internal)
-      .def("__add__", [](const Log2Histogram& a, const Log2Histogram& b) { Log2Histogram r = a; r += b; return r; })
-      .def("__eq__", [](const Log2Histogram& a, const Log2Histogram& b) { return a == b; }, nb::is_operator())
+      .def(
+          "__iadd__", [](Log2Histogram& h, const Log2Histogram& o) -> Log2Histogram& { return h += o; },
+          nb::rv_policy::reference_internal)
+      .def("__add__",
+           [](const Log2Histogram& a, const Log2Histogram& b) {
+             Log2Histogram r = a;
+             r += b;
+             return r;
+           })
+      .def(
+          "__eq__", [](const Log2Histogram& a, const Log2Histogram& b) { return a == b; }, nb::is_operator())
       .def_prop_ro("total", &Log2Histogram::total)
       .def_prop_ro("finite_nonzero", &Log2Histogram::finite_nonzero)
       .def_ro("zero", &Log2Histogram::zero)
@@ -404,27 +416,33 @@ void bind_analysis(nb::module_& m) {
       .def_ro("min_exp", &Log2Histogram::min_exp)
       .def_ro("max_exp", &Log2Histogram::max_exp)
       .def("count", &Log2Histogram::count, "n"_a, "The count of bin n (2^n <= |x| < 2^(n+1)).")
-      .def("bins",
-           [](const Log2Histogram& h) {
-             nb::dict d;
-             for (int n = h.lowest_nonempty(); n <= h.highest_nonempty(); ++n)
-               if (h.count(n)) d[nb::int_(n)] = h.count(n);
-             return d;
-           },
-           "The non-empty bins as {n: count}, in increasing n.")
-      .def("to_json", [](const Log2Histogram& h) { return h.to_json().dump(); },
-           "The histogram object of `mpsim hist` JSON (its tensors[i]['histogram']), as a string.")
-      .def_static("from_json", [](const std::string& s) { return Log2Histogram::from_json(nlohmann::json::parse(s)); },
-                  "s"_a)
-      .def("counts_array", [](const Log2Histogram& h) { return to_numpy(h.counts()); },
-           "Every counter in one fixed layout (int64, 4 + 2098 values: zero, nan, -inf, +inf, bins 2^-1074 .. "
-           "2^1023): histograms of several processes merge with one sum of these arrays.")
-      .def_static("from_counts_array",
-                  [](const AnyArray& a) { return Log2Histogram::from_counts(input_span<std::int64_t>(a, "counts")); },
-                  "counts"_a)
+      .def(
+          "bins",
+          [](const Log2Histogram& h) {
+            nb::dict d;
+            for (int n = h.lowest_nonempty(); n <= h.highest_nonempty(); ++n)
+              if (h.count(n)) d[nb::int_(n)] = h.count(n);
+            return d;
+          },
+          "The non-empty bins as {n: count}, in increasing n.")
+      .def(
+          "to_json", [](const Log2Histogram& h) { return h.to_json().dump(); },
+          "The histogram object of `mpsim hist` JSON (its tensors[i]['histogram']), as a string.")
+      .def_static(
+          "from_json", [](const std::string& s) { return Log2Histogram::from_json(nlohmann::json::parse(s)); }, "s"_a)
+      .def(
+          "counts_array", [](const Log2Histogram& h) { return to_numpy(h.counts()); },
+          "Every counter in one fixed layout (int64, 4 + 2098 values: zero, nan, -inf, +inf, bins 2^-1074 .. "
+          "2^1023): histograms of several processes merge with one sum of these arrays.")
+      .def_static(
+          "from_counts_array",
+          [](const AnyArray& a) { return Log2Histogram::from_counts(input_span<std::int64_t>(a, "counts")); },
+          "counts"_a)
       .def("__getstate__", [](const Log2Histogram& h) { return h.to_json().dump(); })
       .def("__setstate__",
-           [](Log2Histogram* h, const std::string& s) { new (h) Log2Histogram(Log2Histogram::from_json(nlohmann::json::parse(s))); })
+           [](Log2Histogram* h, const std::string& s) {
+             new (h) Log2Histogram(Log2Histogram::from_json(nlohmann::json::parse(s)));
+           })
       .def("__repr__", [](const Log2Histogram& h) {
         return "mpsim.Histogram(total=" + std::to_string(h.total()) + ", zero=" + std::to_string(h.zero) +
                ", nan=" + std::to_string(h.nan) + ", binades " + std::to_string(h.lowest_nonempty()) + ".." +
@@ -435,13 +453,16 @@ void bind_analysis(nb::module_& m) {
                       "One pass over values that answers, for every power-of-two loss scale at once, how many "
                       "would underflow to zero, become subnormal or overflow in a format (`mpsim underflow`), with "
                       "the exact moments of the values (moments=False leaves them out).")
-      .def("__init__",
-           [](Counter* c, nb::handle fmt, const std::string& mode, bool moments) {
-             new (c) Counter{make_counter(fmt, mode), moments ? std::optional<Moments>(Moments()) : std::nullopt, 0, {}, {}};
-           },
-           "fmt"_a = "fp16", "mode"_a = "rne", "moments"_a = true)
-      .def("add", [](Counter& c, nb::handle x) { add_to_counter(c, x); }, "x"_a,
-           "Counts every element of a float32/float64 array or tensor (float16 / bfloat16 widened).")
+      .def(
+          "__init__",
+          [](Counter* c, nb::handle fmt, const std::string& mode, bool moments) {
+            new (c)
+                Counter{make_counter(fmt, mode), moments ? std::optional<Moments>(Moments()) : std::nullopt, 0, {}, {}};
+          },
+          "fmt"_a = "fp16", "mode"_a = "rne", "moments"_a = true)
+      .def(
+          "add", [](Counter& c, nb::handle x) { add_to_counter(c, x); }, "x"_a,
+          "Counts every element of a float32/float64 array or tensor (float16 / bfloat16 widened).")
       .def_static(
           "add_many",
           [](const std::vector<Counter*>& counters, nb::handle x) {
@@ -453,42 +474,67 @@ void bind_analysis(nb::module_& m) {
           "Counts every element of x into each of counters (any formats and modes), reading x once: each ends "
           "as its own add(x) would leave it, count for count.")
       .def(
-          "merge", [](Counter& c, const Counter& o) -> Counter& { merge_into(c, o); return c; }, "other"_a,
-          nb::rv_policy::reference_internal,
+          "merge",
+          [](Counter& c, const Counter& o) -> Counter& {
+            merge_into(c, o);
+            return c;
+          },
+          "other"_a, nb::rv_policy::reference_internal,
           "Adds the counts of another counter of the same format and mode (the moments only if both have them).")
-      .def("__iadd__", [](Counter& c, const Counter& o) -> Counter& { merge_into(c, o); return c; },
-           nb::rv_policy::reference_internal)
-      .def("__add__", [](const Counter& a, const Counter& b) { Counter r = a; merge_into(r, b); return r; })
-      .def("__eq__",  // the counts and moments; not the shape and dtype of what was added
+      .def(
+          "__iadd__",
+          [](Counter& c, const Counter& o) -> Counter& {
+            merge_into(c, o);
+            return c;
+          },
+          nb::rv_policy::reference_internal)
+      .def("__add__",
            [](const Counter& a, const Counter& b) {
-             return a.range.format() == b.range.format() && a.range.rounding().mode == b.range.rounding().mode &&
-                    a.range.counts() == b.range.counts() && a.range.amax() == b.range.amax() &&
-                    a.range.amin_nonzero() == b.range.amin_nonzero() && same_moments(a.moments, b.moments);
-           },
-           nb::is_operator())
+             Counter r = a;
+             merge_into(r, b);
+             return r;
+           })
+      .def(
+          "__eq__",  // the counts and moments; not the shape and dtype of what was added
+          [](const Counter& a, const Counter& b) {
+            return a.range.format() == b.range.format() && a.range.rounding().mode == b.range.rounding().mode &&
+                   a.range.counts() == b.range.counts() && a.range.amax() == b.range.amax() &&
+                   a.range.amin_nonzero() == b.range.amin_nonzero() && same_moments(a.moments, b.moments);
+          },
+          nb::is_operator())
       .def_prop_ro("format", [](const Counter& c) { return c.range.format(); })
       .def_prop_ro("mode", [](const Counter& c) { return std::string(short_name(c.range.rounding().mode)); })
       .def_prop_ro("total", [](const Counter& c) { return c.range.total(); })
-      .def_prop_ro("amax", [](const Counter& c) { return c.range.amax(); }, "Largest finite |x| seen (0 if none).")
-      .def_prop_ro("amin_nonzero", [](const Counter& c) { return c.range.amin_nonzero(); },
-                   "Smallest non-zero finite |x| seen (0 if none).")
+      .def_prop_ro(
+          "amax", [](const Counter& c) { return c.range.amax(); }, "Largest finite |x| seen (0 if none).")
+      .def_prop_ro(
+          "amin_nonzero", [](const Counter& c) { return c.range.amin_nonzero(); },
+          "Smallest non-zero finite |x| seen (0 if none).")
       .def_prop_ro("has_moments", [](const Counter& c) { return c.moments.has_value(); })
-      .def_prop_ro("shape", [](const Counter& c) -> std::optional<std::vector<std::int64_t>> {
+      .def_prop_ro(
+          "shape",
+          [](const Counter& c) -> std::optional<std::vector<std::int64_t>> {
             if (c.arrays != 1) return std::nullopt;
             return c.shape;
-          }, "The shape of the one array added (None after none or several).")
-      .def_prop_ro("dtype", [](const Counter& c) -> std::optional<std::string> {
+          },
+          "The shape of the one array added (None after none or several).")
+      .def_prop_ro(
+          "dtype",
+          [](const Counter& c) -> std::optional<std::string> {
             if (c.arrays != 1) return std::nullopt;
             return c.dtype;
-          }, "The dtype name of the one array added, as the command line names a file's (None after none or several).")
-      .def("moments",
-           [](const Counter& c) -> nb::object {
-             if (!c.moments) return nb::none();
-             return to_python(analysis::moment_stats_json(c.moments->stats()));
-           },
-           "{'min', 'max', 'mean', 'std', 'l1_norm', 'l2_norm'} of the finite values, exact (None values where a "
-           "statistic does not exist), as `mpsim underflow` reports them; None for a counter without moments.")
-      .def("histogram", [](const Counter& c) { return c.range.histogram(); }, "The log2 histogram of the values seen.")
+          },
+          "The dtype name of the one array added, as the command line names a file's (None after none or several).")
+      .def(
+          "moments",
+          [](const Counter& c) -> nb::object {
+            if (!c.moments) return nb::none();
+            return to_python(analysis::moment_stats_json(c.moments->stats()));
+          },
+          "{'min', 'max', 'mean', 'std', 'l1_norm', 'l2_norm'} of the finite values, exact (None values where a "
+          "statistic does not exist), as `mpsim underflow` reports them; None for a counter without moments.")
+      .def(
+          "histogram", [](const Counter& c) { return c.range.histogram(); }, "The log2 histogram of the values seen.")
       .def(
           "underflow",
           [](const Counter& c, int log2_scale) {
@@ -559,7 +605,8 @@ void bind_analysis(nb::module_& m) {
             d[tensor.c_str()] = nb::cast(c, nb::rv_policy::reference);
             return hist_report(d, log2_scale).dump(2) + "\n";
           },
-          "tensor"_a = "tensor", "log2_scale"_a = 0, "The JSON report `mpsim hist` writes, for these values as one tensor.")
+          "tensor"_a = "tensor", "log2_scale"_a = 0,
+          "The JSON report `mpsim hist` writes, for these values as one tensor.")
       .def(
           "significand_thresholds",
           [](const Counter& c, int mant_bits) {
@@ -582,15 +629,17 @@ void bind_analysis(nb::module_& m) {
           "[[t1, t2, t3] for sign +, then -]: the significand thresholds (in units of a mant_bits-bit field) of "
           "the transitions to subnormal, normal and overflow, from which counts_array()'s codes are made (the "
           "torch-op counting of mpsim.torch on a tensor's device builds the same counts from them).")
-      .def("counts_array", [](const Counter& c) { return to_numpy(counts_of(c)); },
-           "Every count in one fixed layout (int64) for this format and mode, then the moments' exact words "
-           "(Moments::words) when the counter has moments: counters of several processes merge with one sum of "
-           "these arrays (and a max of amax and max, a min of amin_nonzero and min).")
-      .def("to_json", [](const Counter& c) { return counter_state_json(c).dump(); },
-           "The counter's state as JSON (format, mode, amax, amin_nonzero, the non-zero counts, the moments' words, "
-           "shape and dtype); from_json reads it.")
-      .def_static("from_json", [](const std::string& s) { return counter_from_state_json(nlohmann::json::parse(s)); },
-                  "s"_a)
+      .def(
+          "counts_array", [](const Counter& c) { return to_numpy(counts_of(c)); },
+          "Every count in one fixed layout (int64) for this format and mode, then the moments' exact words "
+          "(Moments::words) when the counter has moments: counters of several processes merge with one sum of "
+          "these arrays (and a max of amax and max, a min of amin_nonzero and min).")
+      .def(
+          "to_json", [](const Counter& c) { return counter_state_json(c).dump(); },
+          "The counter's state as JSON (format, mode, amax, amin_nonzero, the non-zero counts, the moments' words, "
+          "shape and dtype); from_json reads it.")
+      .def_static(
+          "from_json", [](const std::string& s) { return counter_from_state_json(nlohmann::json::parse(s)); }, "s"_a)
       .def_static(
           "from_counts_array",
           [](nb::handle fmt, const std::string& mode, const AnyArray& a, double amax, double amin_nonzero, double min,
@@ -611,9 +660,11 @@ void bind_analysis(nb::module_& m) {
 
   m.def("_time_counter_add", &time_counter_add, "x"_a, "fmt"_a, "repeats"_a,
         "Benchmark support: best seconds of the C++ RangeCounter::add and Moments::add on float32 x.");
-  m.def("hist_report_json", [](const nb::dict& counters, int log2_scale) { return hist_report(counters, log2_scale).dump(2) + "\n"; },
-        "counters"_a, "log2_scale"_a = 0,
-        "The JSON `mpsim hist` writes, for {tensor name: UnderflowCounter} (one format and mode).");
+  m.def(
+      "hist_report_json",
+      [](const nb::dict& counters, int log2_scale) { return hist_report(counters, log2_scale).dump(2) + "\n"; },
+      "counters"_a, "log2_scale"_a = 0,
+      "The JSON `mpsim hist` writes, for {tensor name: UnderflowCounter} (one format and mode).");
   m.def(
       "mass_lost",
       [](const AnyArray& x, nb::handle fmt, int log2_scale, const std::string& mode) {
@@ -633,8 +684,8 @@ void bind_analysis(nb::module_& m) {
       "mass_lost_add",
       [](std::optional<std::string> state, const AnyArray& g, const AnyArray& q) {
         const std::span<const float> gs = input_span<float>(g, "g"), qs = input_span<float>(q, "q");
-        analysis::MassLost mass = state ? analysis::MassLost::from_state(nlohmann::json::parse(*state))
-                                        : analysis::MassLost{};
+        analysis::MassLost mass =
+            state ? analysis::MassLost::from_state(nlohmann::json::parse(*state)) : analysis::MassLost{};
         {
           nb::gil_scoped_release release;
           mass.add(gs, qs);
@@ -646,15 +697,17 @@ void bind_analysis(nb::module_& m) {
   m.def(
       "mass_lost_report",
       [](const std::string& state) {
-        return to_python(analysis::mass_lost_json(analysis::MassLost::from_state(nlohmann::json::parse(state)).stats()));
+        return to_python(
+            analysis::mass_lost_json(analysis::MassLost::from_state(nlohmann::json::parse(state)).stats()));
       },
       "state"_a, "What `mass_lost` reports (l1_lost, l2sq_lost, cosine, ...) for a MassLost state from mass_lost_add.");
-  m.def("underflow_report_json",
-        [](const nb::dict& counters, int log2_scale, double margin, bool with_sweep) {
-          return underflow_report(counters, log2_scale, margin, with_sweep).dump(2) + "\n";
-        },
-        "counters"_a, "log2_scale"_a = 0, "margin"_a = 2.0, "sweep"_a = false,
-        "The JSON `mpsim underflow` writes, for {tensor name: UnderflowCounter} (one format and mode).");
+  m.def(
+      "underflow_report_json",
+      [](const nb::dict& counters, int log2_scale, double margin, bool with_sweep) {
+        return underflow_report(counters, log2_scale, margin, with_sweep).dump(2) + "\n";
+      },
+      "counters"_a, "log2_scale"_a = 0, "margin"_a = 2.0, "sweep"_a = false,
+      "The JSON `mpsim underflow` writes, for {tensor name: UnderflowCounter} (one format and mode).");
 }
 
 }  // namespace mpsim::python

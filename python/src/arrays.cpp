@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <chrono>
 #include <string>
-#include <vector>
 #include <type_traits>
+#include <vector>
 
 #include "bindings.hpp"
 #include "mpsim/error.hpp"
@@ -85,8 +85,8 @@ void check_float_input(const AnyArray& x) {
 // out[i] = round(x[i]) in x's dtype under a resolved pair (x: float32 or float64, checked), with the GIL
 // released; `stats` (may be null) counts what it did. Soft errors (`se`, may be null: none) after the
 // rounding; returns how many elements they hit.
-std::uint64_t round_values_with(const DeviceRounding& device, const AnyArray& x, const WritableArray& out,
-                                Stats* stats, const BulkOptions& opt, const SoftErrors* se = nullptr) {
+std::uint64_t round_values_with(const DeviceRounding& device, const AnyArray& x, const WritableArray& out, Stats* stats,
+                                const BulkOptions& opt, const SoftErrors* se = nullptr) {
   std::uint64_t flipped = 0;
   auto run = [&](auto tag) {
     using T = decltype(tag);
@@ -141,8 +141,14 @@ class PreparedRounding {
  public:
   PreparedRounding(const Format& fmt, const std::string& mode, int sr_bits, const std::string& subnormals,
                    const std::string& overflow, const std::string& like, bool daz)
-      : fmt_(fmt), mode_(mode), sr_bits_(sr_bits), subnormals_(subnormals), overflow_(overflow), like_(like),
-        daz_(daz), f32_(resolve(fmt, subnormals, overflow, mode, sr_bits, 0, daz, like, false)),
+      : fmt_(fmt),
+        mode_(mode),
+        sr_bits_(sr_bits),
+        subnormals_(subnormals),
+        overflow_(overflow),
+        like_(like),
+        daz_(daz),
+        f32_(resolve(fmt, subnormals, overflow, mode, sr_bits, 0, daz, like, false)),
         f64_(resolve(fmt, subnormals, overflow, mode, sr_bits, 0, daz, like, true)) {}
 
   bool stochastic() const { return f32_.rounding.mode == RoundingMode::stochastic; }
@@ -173,9 +179,7 @@ class PreparedRounding {
 
   // The sums of the integer counters of round_values' stats dict over the calls since the last reset() (an
   // empty dict before the first call); max_abs and min_abs_nonzero are left out (not sums).
-  nb::dict totals() const {
-    return calls_ == 0 ? nb::dict() : counts_dict(totals_);
-  }
+  nb::dict totals() const { return calls_ == 0 ? nb::dict() : counts_dict(totals_); }
 
   void reset() {
     totals_ = {};
@@ -295,8 +299,8 @@ void decode_values(const AnyArray& bits, const WritableArray& out, const Format&
     } else {
       const std::span<float> o = output_span<float>(out, "out", in.size());
       if (fmt.exp_bits > 8 || fmt.man_bits > 23)
-        throw nb::value_error(("decode: " + fmt.name + " values do not all fit in float32; use dtype=numpy.float64")
-                                  .c_str());
+        throw nb::value_error(
+            ("decode: " + fmt.name + " values do not all fit in float32; use dtype=numpy.float64").c_str());
       nb::gil_scoped_release release;
       decode_array(in, o, fmt);
     }
@@ -364,7 +368,8 @@ void decode_blocks(const AnyArray& elements, const AnyArray& scales, float tenso
   q.tensor_scale = tensor_scale;
   const std::size_t row = row_len == 0 ? e.size() : row_len;
   const std::size_t rows = row == 0 ? 0 : e.size() / row;
-  const std::size_t expected = rows * ((row + static_cast<std::size_t>(bf.block) - 1) / static_cast<std::size_t>(bf.block));
+  const std::size_t expected =
+      rows * ((row + static_cast<std::size_t>(bf.block) - 1) / static_cast<std::size_t>(bf.block));
   if (s.size() != expected)
     throw nb::value_error(("scales has " + std::to_string(s.size()) + " elements; " + std::to_string(e.size()) +
                            " elements in rows of " + std::to_string(row) + " need " + std::to_string(expected))
@@ -393,12 +398,12 @@ double time_round_array(const AnyArray& x, const WritableArray& out, const Forma
 void bind_arrays(nb::module_& m) {
   using namespace nb::literals;
   m.def("round_into", &round_values, "x"_a, "out"_a, "fmt"_a, "mode"_a, "seed"_a, "sr_bits"_a, "subnormals"_a,
-        "overflow"_a, "like"_a, "daz"_a, "stats"_a, "index0"_a = 0, "threads"_a = 0, "flip"_a = 0.0,
-        "flip_seed"_a = 0, "flip_bits"_a = "fraction",
+        "overflow"_a, "like"_a, "daz"_a, "stats"_a, "index0"_a = 0, "threads"_a = 0, "flip"_a = 0.0, "flip_seed"_a = 0,
+        "flip_bits"_a = "fraction",
         "out[...] = the values of x rounded to fmt (x and out: contiguous CPU float32/float64 of one dtype).");
   m.def("encode_into", &encode_values, "x"_a, "out"_a, "fmt"_a, "mode"_a, "seed"_a, "sr_bits"_a, "subnormals"_a,
-        "overflow"_a, "like"_a, "daz"_a, "stats"_a, "index0"_a = 0, "threads"_a = 0, "flip"_a = 0.0,
-        "flip_seed"_a = 0, "flip_bits"_a = "fraction",
+        "overflow"_a, "like"_a, "daz"_a, "stats"_a, "index0"_a = 0, "threads"_a = 0, "flip"_a = 0.0, "flip_seed"_a = 0,
+        "flip_bits"_a = "fraction",
         "out[...] = the encodings of x rounded to fmt (uint8/uint16/uint32 by the format's storage).");
   m.def("decode_into", &decode_values, "bits"_a, "out"_a, "fmt"_a, "out[...] = the values of the encodings bits.");
   m.def("round_blocks_into", &round_blocks_values, "x"_a, "out"_a, "name"_a, "block"_a, "block_scale"_a, "row_len"_a,
@@ -413,9 +418,8 @@ void bind_arrays(nb::module_& m) {
       .def(
           "__init__",
           [](PreparedRounding* p, nb::handle fmt, const std::string& mode, int sr_bits, const std::string& subnormals,
-             const std::string& overflow, const std::string& like, bool daz) {
-            new (p) PreparedRounding(format_of(fmt), mode, sr_bits, subnormals, overflow, like, daz);
-          },
+             const std::string& overflow, const std::string& like,
+             bool daz) { new (p) PreparedRounding(format_of(fmt), mode, sr_bits, subnormals, overflow, like, daz); },
           "fmt"_a, "mode"_a, "sr_bits"_a, "subnormals"_a, "overflow"_a, "like"_a, "daz"_a)
       .def_prop_ro("stochastic", &PreparedRounding::stochastic)
       .def_prop_ro("format", &PreparedRounding::format, "The format rounded to, its options applied.")

@@ -80,9 +80,8 @@ void check_layout(const Array& a, const char* what) {
                              .c_str());
   // DLPack leaves strides null for a compact row-major tensor.
   if (a.size() > 0 && a.stride_ptr() != nullptr && !is_c_contiguous(a.ndim(), a.shape_ptr(), a.stride_ptr()))
-    throw nb::value_error((std::string(what) +
-                           " is not C-contiguous (a strided view); pass a contiguous array "
-                           "(numpy.ascontiguousarray(a) / tensor.contiguous())")
+    throw nb::value_error((std::string(what) + " is not C-contiguous (a strided view); pass a contiguous array "
+                                               "(numpy.ascontiguousarray(a) / tensor.contiguous())")
                               .c_str());
 }
 
@@ -90,9 +89,9 @@ template <class T>
 std::span<const T> input_span(const AnyArray& a, const char* what) {
   check_layout(a, what);
   if (a.dtype() != nb::dtype<T>())
-    throw nb::type_error((std::string(what) + " has dtype " + dtype_name(a.dtype()) + ", expected " +
-                          dtype_name(nb::dtype<T>()))
-                             .c_str());
+    throw nb::type_error(
+        (std::string(what) + " has dtype " + dtype_name(a.dtype()) + ", expected " + dtype_name(nb::dtype<T>()))
+            .c_str());
   return {static_cast<const T*>(a.data()), a.size()};
 }
 
@@ -100,9 +99,9 @@ template <class T>
 std::span<T> output_span(const WritableArray& a, const char* what, std::size_t expected_size) {
   check_layout(a, what);
   if (a.dtype() != nb::dtype<T>())
-    throw nb::type_error((std::string(what) + " has dtype " + dtype_name(a.dtype()) + ", expected " +
-                          dtype_name(nb::dtype<T>()))
-                             .c_str());
+    throw nb::type_error(
+        (std::string(what) + " has dtype " + dtype_name(a.dtype()) + ", expected " + dtype_name(nb::dtype<T>()))
+            .c_str());
   if (a.size() != expected_size)
     throw nb::value_error((std::string(what) + " has " + std::to_string(a.size()) + " elements, expected " +
                            std::to_string(expected_size))

@@ -39,8 +39,9 @@ void check_same(const MassCounter& a, const MassCounter& b) {
 MassCounter make(nb::handle fmt, int log2_scale, const std::string& mode) {
   const Rounding r = Rounding::of(parse_rounding_mode(mode));
   if (r.mode == RoundingMode::stochastic)
-    throw nb::value_error("MassLostCounter: mode='sr' has no single outcome per value; use a deterministic mode "
-                          "(rne, rtz, ru, rd, rna, rto)");
+    throw nb::value_error(
+        "MassLostCounter: mode='sr' has no single outcome per value; use a deterministic mode "
+        "(rne, rtz, ru, rd, rna, rto)");
   return {format_of(fmt), r, log2_scale, MassLost()};
 }
 
@@ -104,45 +105,64 @@ void bind_mass(nb::module_& m) {
                           "The gradient mass lost when values times 2^log2_scale are rounded into a format, "
                           "accumulated over arrays and merged over counters (`mpsim underflow`'s l1_lost, "
                           "l2sq_lost, cosine and their counts; docs/analysis.md).")
-      .def("__init__",
-           [](MassCounter* c, nb::handle fmt, int log2_scale, const std::string& mode) {
-             new (c) MassCounter(make(fmt, log2_scale, mode));
-           },
-           "fmt"_a = "fp16", "log2_scale"_a = 0, "mode"_a = "rne")
-      .def("add", [](MassCounter& c, nb::handle x) { add_values(c, x); }, "x"_a,
-           "Rounds 2^log2_scale * x into the format and adds both (float16 / bfloat16 widened exactly).")
-      .def("merge", [](MassCounter& c, const MassCounter& o) -> MassCounter& { check_same(c, o); c.mass += o.mass; return c; },
-           "other"_a, nb::rv_policy::reference_internal,
-           "Adds another counter's counts and sums (same format, mode and log2_scale): the union of their values. "
-           "The counts merge exactly; the sums are doubles, so merge in a fixed order to get fixed bits.")
-      .def("__iadd__", [](MassCounter& c, const MassCounter& o) -> MassCounter& { check_same(c, o); c.mass += o.mass; return c; },
-           nb::rv_policy::reference_internal)
-      .def("__add__", [](const MassCounter& a, const MassCounter& b) {
+      .def(
+          "__init__",
+          [](MassCounter* c, nb::handle fmt, int log2_scale, const std::string& mode) {
+            new (c) MassCounter(make(fmt, log2_scale, mode));
+          },
+          "fmt"_a = "fp16", "log2_scale"_a = 0, "mode"_a = "rne")
+      .def(
+          "add", [](MassCounter& c, nb::handle x) { add_values(c, x); }, "x"_a,
+          "Rounds 2^log2_scale * x into the format and adds both (float16 / bfloat16 widened exactly).")
+      .def(
+          "merge",
+          [](MassCounter& c, const MassCounter& o) -> MassCounter& {
+            check_same(c, o);
+            c.mass += o.mass;
+            return c;
+          },
+          "other"_a, nb::rv_policy::reference_internal,
+          "Adds another counter's counts and sums (same format, mode and log2_scale): the union of their values. "
+          "The counts merge exactly; the sums are doubles, so merge in a fixed order to get fixed bits.")
+      .def(
+          "__iadd__",
+          [](MassCounter& c, const MassCounter& o) -> MassCounter& {
+            check_same(c, o);
+            c.mass += o.mass;
+            return c;
+          },
+          nb::rv_policy::reference_internal)
+      .def("__add__",
+           [](const MassCounter& a, const MassCounter& b) {
              check_same(a, b);
              MassCounter r = a;
              r.mass += b.mass;
              return r;
            })
-      .def("__eq__", [](const MassCounter& a, const MassCounter& b) { return state_json(a) == state_json(b); },
-           nb::is_operator())
-      .def("stats", [](const MassCounter& c) { return to_py(analysis::mass_lost_json(c.mass.stats())); },
-           "{'mass_nonzero_num', 'mass_flushed_num', 'l1_lost', 'l2sq_lost', 'cosine'} as `mpsim underflow` writes "
-           "them (cosine None when undefined).")
-      .def("sums", [](const MassCounter& c) { return to_py(c.mass.state()); },
-           "The counts and sums behind the ratios (MassLost::state): nonzero, flushed, overflowed (integers), "
-           "sum_abs, sum_sq, flushed_abs, flushed_sq, dot, sum_sq_q (doubles).")
+      .def(
+          "__eq__", [](const MassCounter& a, const MassCounter& b) { return state_json(a) == state_json(b); },
+          nb::is_operator())
+      .def(
+          "stats", [](const MassCounter& c) { return to_py(analysis::mass_lost_json(c.mass.stats())); },
+          "{'mass_nonzero_num', 'mass_flushed_num', 'l1_lost', 'l2sq_lost', 'cosine'} as `mpsim underflow` writes "
+          "them (cosine None when undefined).")
+      .def(
+          "sums", [](const MassCounter& c) { return to_py(c.mass.state()); },
+          "The counts and sums behind the ratios (MassLost::state): nonzero, flushed, overflowed (integers), "
+          "sum_abs, sum_sq, flushed_abs, flushed_sq, dot, sum_sq_q (doubles).")
       .def_prop_ro("format", [](const MassCounter& c) { return c.format; })
       .def_prop_ro("mode", [](const MassCounter& c) { return std::string(short_name(c.rounding.mode)); })
       .def_prop_ro("log2_scale", [](const MassCounter& c) { return c.log2_scale; })
       .def("to_json", [](const MassCounter& c) { return state_json(c).dump(); })
-      .def_static("from_json", [](const std::string& s) { return from_state_json(nlohmann::json::parse(s)); }, "s"_a)
+      .def_static(
+          "from_json", [](const std::string& s) { return from_state_json(nlohmann::json::parse(s)); }, "s"_a)
       .def("__getstate__", [](const MassCounter& c) { return state_json(c).dump(); })
       .def("__setstate__",
            [](MassCounter* c, const std::string& s) { new (c) MassCounter(from_state_json(nlohmann::json::parse(s))); })
       .def("__repr__", [](const MassCounter& c) {
         return "mpsim.MassLostCounter('" + c.format.name + "', log2_scale=" + std::to_string(c.log2_scale) +
-               ", mode='" + std::string(short_name(c.rounding.mode)) + "', nonzero=" +
-               std::to_string(c.mass.nonzero_finite()) + ")";
+               ", mode='" + std::string(short_name(c.rounding.mode)) +
+               "', nonzero=" + std::to_string(c.mass.nonzero_finite()) + ")";
       });
 }
 

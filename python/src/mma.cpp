@@ -17,9 +17,9 @@ void bind_mma(nb::module_& m) {
   // description.
   m.def(
       "mma_gemm_into",
-      [](const AnyArray& a, const AnyArray& b, const AnyArray& c, const WritableArray& out, std::size_t M, std::size_t N,
-         std::size_t K, const std::string& model, const std::string& input, const std::string& output, int promote_every,
-         int threads) {
+      [](const AnyArray& a, const AnyArray& b, const AnyArray& c, const WritableArray& out, std::size_t M,
+         std::size_t N, std::size_t K, const std::string& model, const std::string& input, const std::string& output,
+         int promote_every, int threads) {
         mma::MatrixUnit unit = mma::matrix_unit(model, parse_format(input), parse_format(output));
         if (promote_every) {
           unit.promote_every = promote_every;
@@ -44,7 +44,8 @@ void bind_mma(nb::module_& m) {
       },
       nb::arg("a"), nb::arg("b"), nb::arg("c"), nb::arg("out"), nb::arg("M"), nb::arg("N"), nb::arg("K"),
       nb::arg("model"), nb::arg("input"), nb::arg("output"), nb::arg("promote_every") = 0, nb::arg("threads") = 0);
-  m.def("mma_models", [] { return mma::model_names(); }, "The matrix-unit models mpsim.matmul takes.");
+  m.def(
+      "mma_models", [] { return mma::model_names(); }, "The matrix-unit models mpsim.matmul takes.");
 }
 
 }  // namespace mpsim::python

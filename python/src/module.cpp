@@ -45,8 +45,8 @@ namespace {
     case OptionKey::flip:
       throw nb::value_error(("flip=" + e.value + ": the probability must be a number in [0, 1]").c_str());
     case OptionKey::flip_bits:
-      throw nb::value_error(("flip_bits='" + e.value + "': unknown (known: " + std::string(option_words(e.key)) + ")")
-                                .c_str());
+      throw nb::value_error(
+          ("flip_bits='" + e.value + "': unknown (known: " + std::string(option_words(e.key)) + ")").c_str());
   }
   throw nb::value_error(e.what());
 }
@@ -90,7 +90,8 @@ void bind_formats(nb::module_& m) {
                      "A binary floating-point format: Format('fp16'), Format('float8_e4m3fn'), Format('e5m10'), ...\n"
                      "Every name the command line takes (mpsim.formats() lists the canonical ones), or a torch / "
                      "numpy dtype naming one (Format(torch.bfloat16), Format(ml_dtypes.float8_e5m2)).")
-      .def("__init__", [](Format* f, nb::handle name) { new (f) Format(format_of(name)); }, nb::arg("name").none())
+      .def(
+          "__init__", [](Format* f, nb::handle name) { new (f) Format(format_of(name)); }, nb::arg("name").none())
       .def_ro("name", &Format::name)
       .def_ro("exp_bits", &Format::exp_bits)
       .def_ro("man_bits", &Format::man_bits)
@@ -119,12 +120,13 @@ void bind_formats(nb::module_& m) {
           },
           nb::arg("subnormals") = "keep", nb::arg("overflow") = "inf",
           "The same format with subnormal results kept or flushed and overflow to inf or saturating.")
-      .def("__eq__", [](const Format& a, const Format& b) { return a == b; }, nb::is_operator())
+      .def(
+          "__eq__", [](const Format& a, const Format& b) { return a == b; }, nb::is_operator())
       .def("__hash__",
            [](const Format& f) {
              return nb::hash(nb::make_tuple(f.exp_bits, f.man_bits, f.bias, f.has_inf, static_cast<int>(f.nan),
-                                            static_cast<int>(f.subnormals), static_cast<int>(f.overflow),
-                                            f.has_sign, f.has_zero));
+                                            static_cast<int>(f.subnormals), static_cast<int>(f.overflow), f.has_sign,
+                                            f.has_zero));
            })
       .def("__repr__",
            [](const Format& f) {
@@ -134,12 +136,13 @@ void bind_formats(nb::module_& m) {
                     std::string(to_string(f.overflow)) + "')";
              return s;
            })
-      .def("__getstate__", [](const Format& f) {
-        return nb::make_tuple(f.name, std::string(to_string(f.subnormals)), std::string(to_string(f.overflow)));
-      })
+      .def("__getstate__",
+           [](const Format& f) {
+             return nb::make_tuple(f.name, std::string(to_string(f.subnormals)), std::string(to_string(f.overflow)));
+           })
       .def("__setstate__", [](Format* f, const nb::tuple& t) {
         new (f) Format(format_with_kwargs(parse_format(nb::cast<std::string>(t[0])), nb::cast<std::string>(t[1]),
-                                           nb::cast<std::string>(t[2])));
+                                          nb::cast<std::string>(t[2])));
       });
 
   m.def(
@@ -159,7 +162,8 @@ void bind_formats(nb::module_& m) {
         return names;
       },
       "The block format names mpsim.round and mpsim.encode take (mxfp8_e4m3, ..., nvfp4).");
-  m.def("is_block_format", [](std::string_view name) { return is_block_format_name(name); }, nb::arg("name"));
+  m.def(
+      "is_block_format", [](std::string_view name) { return is_block_format_name(name); }, nb::arg("name"));
   m.def("rounding_modes", [] {
     std::vector<std::string> names;
     for (auto mode : {RoundingMode::nearest_even, RoundingMode::toward_zero, RoundingMode::up, RoundingMode::down,

@@ -24,9 +24,9 @@ nb::ndarray<nb::numpy, T> owned_array(std::vector<T>&& v, std::initializer_list<
 
 nb::dict quantize(recipe::Quantizer& q, const AnyArray& x, std::string_view role, std::string_view tensor) {
   if (x.ndim() != 2)
-    throw nb::value_error(("Recipe.quantize: x must be 2-D (rows x reduction axis), got " + std::to_string(x.ndim()) +
-                           " dimensions")
-                              .c_str());
+    throw nb::value_error(
+        ("Recipe.quantize: x must be 2-D (rows x reduction axis), got " + std::to_string(x.ndim()) + " dimensions")
+            .c_str());
   const std::span<const float> in = input_span<float>(x, "x");
   const std::size_t rows = x.shape(0), cols = x.shape(1);
   const recipe::Role r = recipe::parse_role(role);
@@ -49,23 +49,32 @@ nb::dict quantize(recipe::Quantizer& q, const AnyArray& x, std::string_view role
 }  // namespace
 
 void bind_recipe(nb::module_& m) {
-  m.def("recipe_names", [] {
-    std::vector<std::string> v;
-    for (auto n : recipe::recipe_names()) v.emplace_back(n);
-    return v;
-  }, "The scaling recipes' names (docs/recipes.md).");
-  m.def("hadamard16", [](const AnyArray& x) {
-    if (x.ndim() != 2) throw nb::value_error("hadamard16: x must be 2-D");
-    const std::span<const float> in = input_span<float>(x, "x");
-    std::vector<float> v(in.begin(), in.end());
-    recipe::hadamard16(v, x.shape(0), x.shape(1));
-    return owned_array(std::move(v), {x.shape(0), x.shape(1)});
-  }, nb::arg("x"), "nvfp4's 16x16 random Hadamard transform along each row (recipe.hpp).");
-  nb::class_<recipe::Quantizer>(m, "Recipe",
-                                "A scaling recipe with its state: Recipe('mxfp8:scaling_mode=rceil') (docs/recipes.md).")
-      .def("__init__", [](recipe::Quantizer* self, std::string_view spec) {
-        new (self) recipe::Quantizer(recipe::parse_recipe(spec));
-      }, nb::arg("spec"))
+  m.def(
+      "recipe_names",
+      [] {
+        std::vector<std::string> v;
+        for (auto n : recipe::recipe_names()) v.emplace_back(n);
+        return v;
+      },
+      "The scaling recipes' names (docs/recipes.md).");
+  m.def(
+      "hadamard16",
+      [](const AnyArray& x) {
+        if (x.ndim() != 2) throw nb::value_error("hadamard16: x must be 2-D");
+        const std::span<const float> in = input_span<float>(x, "x");
+        std::vector<float> v(in.begin(), in.end());
+        recipe::hadamard16(v, x.shape(0), x.shape(1));
+        return owned_array(std::move(v), {x.shape(0), x.shape(1)});
+      },
+      nb::arg("x"), "nvfp4's 16x16 random Hadamard transform along each row (recipe.hpp).");
+  nb::class_<recipe::Quantizer>(
+      m, "Recipe", "A scaling recipe with its state: Recipe('mxfp8:scaling_mode=rceil') (docs/recipes.md).")
+      .def(
+          "__init__",
+          [](recipe::Quantizer* self, std::string_view spec) {
+            new (self) recipe::Quantizer(recipe::parse_recipe(spec));
+          },
+          nb::arg("spec"))
       .def_prop_ro("name", [](const recipe::Quantizer& q) { return q.recipe().name; })
       .def_prop_ro("spec", [](const recipe::Quantizer& q) { return q.recipe().spec; })
       .def("quantize", &quantize, nb::arg("x"), nb::arg("role"), nb::arg("tensor") = "",
@@ -73,16 +82,22 @@ void bind_recipe(nb::module_& m) {
            "dgrad_dy, dgrad_w, wgrad_x, wgrad_dy) of layer `tensor`: a dict of values, scales, tensor_scale, "
            "quantized, hadamard, stats.")
       .def("end_step", &recipe::Quantizer::end_step, "Delayed scaling: roll the amax histories and update the scales.")
-      .def("state", [](const recipe::Quantizer& q) {
-        std::map<std::string, std::pair<std::vector<float>, float>> s;
-        for (const auto& [k, st] : q.delayed_state()) s[k] = {st.amax_history, st.scale};
-        return s;
-      }, "Delayed scaling's state: {'layer/x': (amax_history, scale), ...}.")
-      .def("set_state", [](recipe::Quantizer& q, const std::map<std::string, std::pair<std::vector<float>, float>>& s) {
-        std::map<std::string, recipe::DelayedState> d;
-        for (const auto& [k, v] : s) d[k] = recipe::DelayedState{v.first, v.second};
-        q.set_delayed_state(std::move(d));
-      }, nb::arg("state"))
+      .def(
+          "state",
+          [](const recipe::Quantizer& q) {
+            std::map<std::string, std::pair<std::vector<float>, float>> s;
+            for (const auto& [k, st] : q.delayed_state()) s[k] = {st.amax_history, st.scale};
+            return s;
+          },
+          "Delayed scaling's state: {'layer/x': (amax_history, scale), ...}.")
+      .def(
+          "set_state",
+          [](recipe::Quantizer& q, const std::map<std::string, std::pair<std::vector<float>, float>>& s) {
+            std::map<std::string, recipe::DelayedState> d;
+            for (const auto& [k, v] : s) d[k] = recipe::DelayedState{v.first, v.second};
+            q.set_delayed_state(std::move(d));
+          },
+          nb::arg("state"))
       .def_prop_rw("sr_offset", &recipe::Quantizer::sr_offset, &recipe::Quantizer::set_sr_offset);
 }
 

@@ -4,11 +4,11 @@
 // the dequantized values (round_blocks), computed here in double.
 #include "catch_compat.hpp"
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <bit>
-#include <algorithm>
 #include <limits>
 #include <random>
 #include <vector>
@@ -77,7 +77,8 @@ TEST_CASE("for_each_block_rows: runs of rows from any chunking give the bits of 
             std::vector<float> pieces;
             std::vector<std::uint8_t> elements, scales;
             BlockStats stats;
-            const float t = analysis::for_each_block_rows(chunked(xs, chunk, reads, as_double), row, f,
+            const float t = analysis::for_each_block_rows(
+                chunked(xs, chunk, reads, as_double), row, f,
                 [&](std::span<const float> part, std::uint64_t index0, float tensor_scale) {
                   CHECK(part.size() % row == 0);
                   CHECK(index0 == pieces.size());
@@ -90,7 +91,8 @@ TEST_CASE("for_each_block_rows: runs of rows from any chunking give the bits of 
                   elements.insert(elements.end(), q.elements.begin(), q.elements.end());
                   scales.insert(scales.end(), q.scales.begin(), q.scales.end());
                   ++runs;
-                }, batch);
+                },
+                batch);
             INFO(name << (with_nan ? " with a NaN" : "") << ", chunks of " << chunk << ", batches of " << batch
                       << (as_double ? ", float64 chunks" : ""));
             CHECK(same_bits(pieces, whole));
@@ -109,10 +111,11 @@ TEST_CASE("for_each_block_rows: runs of rows from any chunking give the bits of 
           }
         }
       }
-      std::printf("for_each_block_rows %s%s: %zu elements (rows of %zu), chunks of 1/7/1000/4096, batches of 1/500, "
-                  "float32 and float64 reads: values, elements, scales, tensor scale %g and stats equal to the whole "
-                  "tensor's (stochastic)\n",
-                  name, with_nan ? " with a NaN" : "", n, row, static_cast<double>(whole_q.tensor_scale));
+      std::printf(
+          "for_each_block_rows %s%s: %zu elements (rows of %zu), chunks of 1/7/1000/4096, batches of 1/500, "
+          "float32 and float64 reads: values, elements, scales, tensor scale %g and stats equal to the whole "
+          "tensor's (stochastic)\n",
+          name, with_nan ? " with a NaN" : "", n, row, static_cast<double>(whole_q.tensor_scale));
     }
   }
   std::printf("for_each_block_rows: %d streamed quantizations compared bit for bit\n", compared);
@@ -195,13 +198,14 @@ TEST_CASE("scaling_telemetry: streamed counts equal those of the whole tensor, b
       }
     }
     for (const auto& w : want)
-      std::printf("scaling_telemetry %-10s %-10s nonzero %llu flushed %llu subnormal %llu saturated %llu nan %llu "
-                  "inf %llu blocks %llu (%llu NaN)\n",
-                  w.format.c_str(), w.scaling.c_str(), static_cast<unsigned long long>(w.nonzero),
-                  static_cast<unsigned long long>(w.flushed), static_cast<unsigned long long>(w.subnormal),
-                  static_cast<unsigned long long>(w.saturated), static_cast<unsigned long long>(w.nan_in),
-                  static_cast<unsigned long long>(w.inf_in), static_cast<unsigned long long>(w.blocks),
-                  static_cast<unsigned long long>(w.nan_blocks));
+      std::printf(
+          "scaling_telemetry %-10s %-10s nonzero %llu flushed %llu subnormal %llu saturated %llu nan %llu "
+          "inf %llu blocks %llu (%llu NaN)\n",
+          w.format.c_str(), w.scaling.c_str(), static_cast<unsigned long long>(w.nonzero),
+          static_cast<unsigned long long>(w.flushed), static_cast<unsigned long long>(w.subnormal),
+          static_cast<unsigned long long>(w.saturated), static_cast<unsigned long long>(w.nan_in),
+          static_cast<unsigned long long>(w.inf_in), static_cast<unsigned long long>(w.blocks),
+          static_cast<unsigned long long>(w.nan_blocks));
   }
   std::printf("scaling_telemetry: %d (format, chunking) results equal the whole tensor's JSON field for field\n",
               compared);
@@ -243,9 +247,10 @@ TEST_CASE("block rounding error: relative errors equal those of the dequantized 
     const double tol = f.two_level ? 0x1p-23 : 1e-12;
     CHECK(std::fabs(acc.rel_max() - rel_max) <= tol * rel_max);
     CHECK(std::fabs(acc.rel_mean() - static_cast<double>(rel_sum / measured)) <= tol * acc.rel_mean());
-    std::printf("block rounding error %s: %llu measured, %llu in NaN blocks; rel max %.6g / %.6g, mean %.6g / %.6g "
-                "(add_block_rounding_error / dequantized values)\n",
-                name, static_cast<unsigned long long>(acc.count()), static_cast<unsigned long long>(acc.overflow()),
-                acc.rel_max(), rel_max, acc.rel_mean(), static_cast<double>(rel_sum / measured));
+    std::printf(
+        "block rounding error %s: %llu measured, %llu in NaN blocks; rel max %.6g / %.6g, mean %.6g / %.6g "
+        "(add_block_rounding_error / dequantized values)\n",
+        name, static_cast<unsigned long long>(acc.count()), static_cast<unsigned long long>(acc.overflow()),
+        acc.rel_max(), rel_max, acc.rel_mean(), static_cast<double>(rel_sum / measured));
   }
 }

@@ -97,8 +97,8 @@ TEST_CASE("random float bit patterns against the brute-force binade", "[histogra
   h.add(v);
   const Brute b(v);
   const std::size_t bad = compare(h, b);
-  WARN("histogram of 200000 random float bit patterns: " << b.bins.size() << " binades, " << b.nan << " NaN, "
-                                                          << b.zero << " zero, mismatching buckets: " << bad);
+  WARN("histogram of 200000 random float bit patterns: " << b.bins.size() << " binades, " << b.nan << " NaN, " << b.zero
+                                                         << " zero, mismatching buckets: " << bad);
   CHECK(bad == 0);
   CHECK(h.min_exp == -149);
   CHECK(h.max_exp == 127);
@@ -110,7 +110,8 @@ TEST_CASE("adversarial inputs: subnormal-only, one exponent, NaN-only, zeros, in
   std::vector<std::vector<float>> cases;
   {
     std::vector<float> v;  // every float subnormal magnitude range, both signs
-    for (std::uint32_t m = 1; m < (1u << 23); m += 4099) v.push_back(std::bit_cast<float>(static_cast<std::uint32_t>(m | (m & 1u) << 31)));
+    for (std::uint32_t m = 1; m < (1u << 23); m += 4099)
+      v.push_back(std::bit_cast<float>(static_cast<std::uint32_t>(m | (m & 1u) << 31)));
     cases.push_back(v);
   }
   {
@@ -120,7 +121,8 @@ TEST_CASE("adversarial inputs: subnormal-only, one exponent, NaN-only, zeros, in
   }
   {
     std::vector<float> v(1000);  // NaN-only, both signs and payloads
-    for (std::size_t i = 0; i < v.size(); ++i) v[i] = std::bit_cast<float>(static_cast<std::uint32_t>(0x7f800001u | (g() & 0x7fffffu) | (i & 1u) << 31));
+    for (std::size_t i = 0; i < v.size(); ++i)
+      v[i] = std::bit_cast<float>(static_cast<std::uint32_t>(0x7f800001u | (g() & 0x7fffffu) | (i & 1u) << 31));
     cases.push_back(v);
   }
   cases.push_back(std::vector<float>(777, -0.0f));

@@ -22,8 +22,8 @@ using namespace mpsim::analysis;
 TEST_CASE("mass lost: fp16 flushes the tiny values of a written-out tensor", "[mass_lost]") {
   // fp16 nearest-even flushes |x| <= 2^-25 (half its smallest subnormal 2^-24; the tie goes to even, 0).
   const float tiny = std::ldexp(1.0f, -30), tie = std::ldexp(1.0f, -25), kept = std::ldexp(1.0f, -24);
-  const std::vector<float> g = {1.0f, -2.0f, tiny, -tiny, tie, kept, 0.0f, std::nanf(""),
-                                std::numeric_limits<float>::infinity()};
+  const std::vector<float> g = {
+      1.0f, -2.0f, tiny, -tiny, tie, kept, 0.0f, std::nanf(""), std::numeric_limits<float>::infinity()};
   MassLost m;
   add_rounded(m, g, fp16(), Rounding{}, 0);
   const MassLostStats s = m.stats();
@@ -34,10 +34,11 @@ TEST_CASE("mass lost: fp16 flushes the tiny values of a written-out tensor", "[m
   // q = {1, -2, 0, 0, 0, 2^-24}: <g, q> = 5 + 2^-48, |q|^2 = 5 + 2^-48
   const long double dot = 5.0L + (long double)kept * kept;
   const long double cosine = dot / (std::sqrt(sum_sq) * std::sqrt(dot));
-  std::printf("fp16 on 9 written-out values: nonzero %llu flushed %llu, |g| lost %.17g (want %.17Lg), g^2 lost %.17g "
-              "(want %.17Lg), 1 - cosine %.17g (want %.17Lg)\n",
-              (unsigned long long)s.nonzero_finite, (unsigned long long)s.flushed, s.l1_lost, l1, s.l2sq_lost, l2,
-              1 - s.cosine, 1 - cosine);
+  std::printf(
+      "fp16 on 9 written-out values: nonzero %llu flushed %llu, |g| lost %.17g (want %.17Lg), g^2 lost %.17g "
+      "(want %.17Lg), 1 - cosine %.17g (want %.17Lg)\n",
+      (unsigned long long)s.nonzero_finite, (unsigned long long)s.flushed, s.l1_lost, l1, s.l2sq_lost, l2, 1 - s.cosine,
+      1 - cosine);
   CHECK(s.nonzero_finite == 6);
   CHECK(s.flushed == 3);
   CHECK(s.l1_lost == Approx(double(l1)).epsilon(1e-15));
@@ -59,9 +60,10 @@ TEST_CASE("mass lost: the sign of the flushed mass, and states without it", "[ma
   add_rounded(m, g, fp16(), Rounding{}, 0);
   const MassLostStats s = m.stats();
   const long double lost = 999.0L * std::ldexp(1.0L, -30), total = lost + 0.5L;
-  std::printf("999 x 2^-30 and one -0.5 in fp16: %llu flushed, pushing down %.17g (want 1), lost bias %.17g "
-              "(want %.17Lg = l1_lost %.17g)\n",
-              (unsigned long long)s.flushed, s.push_down, s.lost_bias, lost / total, s.l1_lost);
+  std::printf(
+      "999 x 2^-30 and one -0.5 in fp16: %llu flushed, pushing down %.17g (want 1), lost bias %.17g "
+      "(want %.17Lg = l1_lost %.17g)\n",
+      (unsigned long long)s.flushed, s.push_down, s.lost_bias, lost / total, s.l1_lost);
   CHECK(s.flushed == 999);
   CHECK(s.push_down == 1.0);
   CHECK(s.lost_bias == Approx(double(lost / total)).epsilon(1e-15));
@@ -117,7 +119,7 @@ TEST_CASE("mass lost: merging, state, scale invariance, float and double paths",
   MassLost whole, first, second;
   add_rounded(whole, g, fp16(), Rounding{}, 10);
   const std::size_t half = MassLost::kBlock;
-  add_rounded(first, std::span<const float>(g).first(half), fp16(), Rounding{}, 10);  // holds the subnormal
+  add_rounded(first, std::span<const float>(g).first(half), fp16(), Rounding{}, 10);     // holds the subnormal
   add_rounded(second, std::span<const float>(g).subspan(half), fp16(), Rounding{}, 10);  // the float path
   const auto f = second.stats();
   first += second;
@@ -137,9 +139,10 @@ TEST_CASE("mass lost: merging, state, scale invariance, float and double paths",
   MassLost from_double;
   add_rounded(from_double, scaled, fp16(), Rounding{}, 0);
   const auto d = from_double.stats();
-  std::printf("%zu log-normal values at scale 2^10: fp16 flushes %llu, |g| lost %.6g, g^2 lost %.6g, cosine %.12f; "
-              "split+merged, state round trip, float and double paths agree\n",
-              g.size(), (unsigned long long)a.flushed, a.l1_lost, a.l2sq_lost, a.cosine);
+  std::printf(
+      "%zu log-normal values at scale 2^10: fp16 flushes %llu, |g| lost %.6g, g^2 lost %.6g, cosine %.12f; "
+      "split+merged, state round trip, float and double paths agree\n",
+      g.size(), (unsigned long long)a.flushed, a.l1_lost, a.l2sq_lost, a.cosine);
   CHECK(d.flushed == f.flushed);
   CHECK(d.l1_lost == f.l1_lost);
   CHECK(d.l2sq_lost == f.l2sq_lost);
@@ -151,9 +154,14 @@ TEST_CASE("mass lost: merging, state, scale invariance, float and double paths",
   // States add() cannot produce are refused, naming the field (a negative count would wrap to 2^64 - k).
   const nlohmann::json good = MassLost().state();
   int refused = 0;
-  for (const auto& [key, bad] : std::vector<std::pair<std::string, nlohmann::json>>{
-           {"nonzero", -5}, {"flushed", 2.5}, {"flushed", 3}, {"overflowed", 1}, {"sum_abs", -1.5}, {"dot", -2.0},
-           {"sum_sq_q", std::numeric_limits<double>::infinity()}}) {
+  for (const auto& [key, bad] :
+       std::vector<std::pair<std::string, nlohmann::json>>{{"nonzero", -5},
+                                                           {"flushed", 2.5},
+                                                           {"flushed", 3},
+                                                           {"overflowed", 1},
+                                                           {"sum_abs", -1.5},
+                                                           {"dot", -2.0},
+                                                           {"sum_sq_q", std::numeric_limits<double>::infinity()}}) {
     nlohmann::json j = good;
     j[key] = bad;
     CHECK_THROWS_AS(MassLost::from_state(j), mpsim::Error);

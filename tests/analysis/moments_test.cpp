@@ -230,10 +230,11 @@ TEST_CASE("words: three streams added word by word are the union's moments; the 
     return a.count == b.count && eq(a.min, b.min) && eq(a.max, b.max) && eq(a.mean, b.mean) && eq(a.std, b.std) &&
            eq(a.l1_norm, b.l1_norm) && eq(a.l2_norm, b.l2_norm);
   };
-  std::printf("moment words: 3 streams, %llu values; one pass mean %.17g std %.17g l1 %.17g l2 %.17g; summed words: %s; "
-              "round trip: %s\n",
-              static_cast<unsigned long long>(want.count), want.mean, want.std, want.l1_norm, want.l2_norm,
-              same(want, got) ? "identical" : "MISMATCH", same(want, back) ? "identical" : "MISMATCH");
+  std::printf(
+      "moment words: 3 streams, %llu values; one pass mean %.17g std %.17g l1 %.17g l2 %.17g; summed words: %s; "
+      "round trip: %s\n",
+      static_cast<unsigned long long>(want.count), want.mean, want.std, want.l1_norm, want.l2_norm,
+      same(want, got) ? "identical" : "MISMATCH", same(want, back) ? "identical" : "MISMATCH");
   CHECK(same(want, got));
   CHECK(same(want, back));
   std::vector<std::int64_t> bad(Moments::kWords, 0);

@@ -32,9 +32,18 @@ template <class T>
 Brute brute(const std::vector<T>& v, const Format& f, const Rounding& r, int k) {
   Brute b;
   for (const T x : v) {
-    if (std::isnan(x)) { ++b.nan_in; continue; }
-    if (std::isinf(x)) { ++b.inf_in; continue; }
-    if (x == 0) { ++b.zero_in; continue; }
+    if (std::isnan(x)) {
+      ++b.nan_in;
+      continue;
+    }
+    if (std::isinf(x)) {
+      ++b.inf_in;
+      continue;
+    }
+    if (x == 0) {
+      ++b.zero_in;
+      continue;
+    }
     const double xs = std::ldexp(static_cast<double>(x), k);
     const double y = decode(round_bits(xs, f, r), f);
     if (y == 0) ++b.underflow;
@@ -66,9 +75,10 @@ std::vector<float> log_uniform(std::size_t n, std::uint64_t seed, double lo_exp,
 std::vector<float> boundaries(const Format& f) {
   std::vector<float> v;
   const double ulp_max = std::ldexp(1.0, f.emax - f.man_bits);
-  const double pts[] = {f.min_subnormal / 2, f.min_subnormal,  f.min_subnormal * 1.5, f.min_normal - f.min_subnormal / 2,
-                        f.min_normal,        f.max_finite,     f.max_finite + ulp_max / 2, f.max_finite + ulp_max,
-                        2 * f.max_finite,    f.min_subnormal / 4};
+  const double pts[] = {
+      f.min_subnormal / 2, f.min_subnormal,    f.min_subnormal * 1.5,      f.min_normal - f.min_subnormal / 2,
+      f.min_normal,        f.max_finite,       f.max_finite + ulp_max / 2, f.max_finite + ulp_max,
+      2 * f.max_finite,    f.min_subnormal / 4};
   for (int k = -8; k <= 32; ++k)
     for (const double p : pts) {
       const float x = static_cast<float>(std::ldexp(p, -k));
@@ -121,9 +131,9 @@ TEST_CASE("counts at every scale 2^-8..2^32 equal the brute force, every format 
           ++bad;
           UNSCOPED_INFO(f.name << " " << ieee_name(m) << " 2^" << k << ": underflow " << got.underflow << " vs "
                                << want.underflow << ", subnormal " << got.subnormal << " vs " << want.subnormal
-                               << ", normal " << got.normal << " vs " << want.normal << ", overflow "
-                               << got.overflow << " vs " << want.overflow << ", lost " << got.subnormal_bits_lost_sum
-                               << " vs " << want.lost_sum);
+                               << ", normal " << got.normal << " vs " << want.normal << ", overflow " << got.overflow
+                               << " vs " << want.overflow << ", lost " << got.subnormal_bits_lost_sum << " vs "
+                               << want.lost_sum);
         }
       }
     }
@@ -187,7 +197,8 @@ TEST_CASE("adversarial: all subnormal, one exponent, NaN only, alternating signs
   }
   {
     std::vector<float> v(5000);
-    for (auto& x : v) x = std::bit_cast<float>(static_cast<std::uint32_t>(0x33000000u | (g() & 0x807fffffu)));  // ±[2^-25, 2^-24)
+    for (auto& x : v)
+      x = std::bit_cast<float>(static_cast<std::uint32_t>(0x33000000u | (g() & 0x807fffffu)));  // ±[2^-25, 2^-24)
     cases.push_back(v);
   }
   cases.push_back(std::vector<float>(100, std::numeric_limits<float>::quiet_NaN()));
@@ -230,13 +241,21 @@ TEST_CASE("the scalar and AVX2 loops count alike: specials at every position, ev
     return;
   }
   std::mt19937_64 g(17);
-  const float specials[] = {std::numeric_limits<float>::denorm_min(), -std::numeric_limits<float>::denorm_min(),
-                            std::bit_cast<float>(0x007fffffu), std::bit_cast<float>(0x807fffffu),
-                            std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                            std::numeric_limits<float>::quiet_NaN(), std::bit_cast<float>(0xff800001u),
-                            0.0f, -0.0f, std::numeric_limits<float>::max(), -std::numeric_limits<float>::min()};
+  const float specials[] = {std::numeric_limits<float>::denorm_min(),
+                            -std::numeric_limits<float>::denorm_min(),
+                            std::bit_cast<float>(0x007fffffu),
+                            std::bit_cast<float>(0x807fffffu),
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(),
+                            std::bit_cast<float>(0xff800001u),
+                            0.0f,
+                            -0.0f,
+                            std::numeric_limits<float>::max(),
+                            -std::numeric_limits<float>::min()};
   std::vector<std::vector<float>> cases;
-  for (const std::size_t n : {std::size_t{511}, std::size_t{512}, std::size_t{513}, std::size_t{1000}, std::size_t{4099}}) {
+  for (const std::size_t n :
+       {std::size_t{511}, std::size_t{512}, std::size_t{513}, std::size_t{1000}, std::size_t{4099}}) {
     auto v = log_uniform(n, n, -150, 128);
     cases.push_back(v);
     // One special value at each position of a sixteen (the vector loop's step), then two.
@@ -247,8 +266,8 @@ TEST_CASE("the scalar and AVX2 loops count alike: specials at every position, ev
       cases.push_back(w);
     }
   }
-  cases.push_back(std::vector<float>(3000, 1.5f));                 // one bin only
-  cases.push_back(std::vector<float>(3000, 0.0f));                 // zeros only
+  cases.push_back(std::vector<float>(3000, 1.5f));                               // one bin only
+  cases.push_back(std::vector<float>(3000, 0.0f));                               // zeros only
   cases.push_back(std::vector<float>(3000, std::bit_cast<float>(0x00000301u)));  // subnormal only
   {
     std::vector<float> v(70000);  // the significand thresholds of every format, and their neighbours
@@ -268,7 +287,8 @@ TEST_CASE("the scalar and AVX2 loops count alike: specials at every position, ev
         for (int k = -8; k <= 32 && same_counts; k += 5) {
           const RangeCounts a = scalar.at_scale(k), b = avx2.at_scale(k);
           same_counts = a.underflow == b.underflow && a.subnormal == b.subnormal && a.normal == b.normal &&
-                        a.overflow == b.overflow && a.zero_in == b.zero_in && a.nan_in == b.nan_in && a.inf_in == b.inf_in;
+                        a.overflow == b.overflow && a.zero_in == b.zero_in && a.nan_in == b.nan_in &&
+                        a.inf_in == b.inf_in;
         }
         bad += !same_counts;
       }
@@ -317,7 +337,8 @@ TEST_CASE("the AVX2 pair loop: rare significands, blocks with special values, in
     std::uint32_t m = static_cast<std::uint32_t>(g()) & 0x7fffffu;
     switch ((r >> 1) % 8) {
       case 0: m = 0; break;
-      case 1: case 2: m = rare_m[g() % rare_m.size()]; break;
+      case 1:
+      case 2: m = rare_m[g() % rare_m.size()]; break;
       case 3: m |= 0x7fe000u; break;
       case 4: x = std::bit_cast<float>(sign); continue;  // ±0
       default: break;
@@ -363,7 +384,8 @@ TEST_CASE("the AVX2 pair loop: rare significands, blocks with special values, in
         }
         // And against brute force on two of the cases.
         if (ci == 1 || ci == 5)
-          for (int k = -8; k <= 32 && same_counts; k += 8) same_counts = same(avx2.at_scale(k), brute(v, f, Rounding::of(m), k));
+          for (int k = -8; k <= 32 && same_counts; k += 8)
+            same_counts = same(avx2.at_scale(k), brute(v, f, Rounding::of(m), k));
         if (!same_counts) UNSCOPED_INFO("case " << ci << " " << f.name << " " << ieee_name(m));
         bad += !same_counts;
       }
@@ -442,14 +464,15 @@ TEST_CASE("add_each: one pass into several counters equals each counter's own ad
       alone[i].add(v);
       const bool ok = alone[i].counts() == together[i].counts() && alone[i].amax() == together[i].amax() &&
                       alone[i].amin_nonzero() == together[i].amin_nonzero();
-      if (!ok) UNSCOPED_INFO(alone[i].format().name << " " << ieee_name(alone[i].rounding().mode) << ", n " << v.size());
+      if (!ok)
+        UNSCOPED_INFO(alone[i].format().name << " " << ieee_name(alone[i].rounding().mode) << ", n " << v.size());
       bad += !ok;
       ++checks;
       values += v.size();
     }
   };
-  const std::vector<Path> paths = path_available(Path::avx2) ? std::vector<Path>{Path::scalar, Path::avx2}
-                                                             : std::vector<Path>{Path::scalar};
+  const std::vector<Path> paths =
+      path_available(Path::avx2) ? std::vector<Path>{Path::scalar, Path::avx2} : std::vector<Path>{Path::scalar};
   for (std::size_t a = 0; a < fs.size(); ++a)
     for (std::size_t b = a; b < fs.size(); ++b)
       for (const RoundingMode m : {RoundingMode::nearest_even, RoundingMode::toward_zero, RoundingMode::up}) {

@@ -27,7 +27,10 @@ Brute brute(const std::vector<float>& v, const Format& f, const Rounding& r, int
     const double y = std::ldexp(double(v[i]), k);
     if (!std::isfinite(y) || y == 0) continue;
     const double q = round(y, f, r, i);
-    if (!std::isfinite(q)) { ++b.overflow; continue; }
+    if (!std::isfinite(q)) {
+      ++b.overflow;
+      continue;
+    }
     int e = std::ilogb(y);
     const double ulp = std::ldexp(1.0, std::max(e, f.emin) - f.man_bits);
     b.rel.push_back(std::fabs(q - y) / std::fabs(y));
@@ -58,7 +61,8 @@ TEST_CASE("means, maxima, percentiles and bias against brute force, per mode", "
   v[1] = std::numeric_limits<float>::infinity();
   std::size_t checks = 0;
   for (const Format& f : {fp16(), bf16(), fp8_e4m3()}) {
-    for (const Rounding& r : {Rounding::nearest_even(), Rounding::of(RoundingMode::toward_zero), Rounding::stochastic(5)}) {
+    for (const Rounding& r :
+         {Rounding::nearest_even(), Rounding::of(RoundingMode::toward_zero), Rounding::stochastic(5)}) {
       for (const int k : {0, 3}) {
         RoundingError a(f, r, k), part2(f, r, k);
         a.add(std::span<const float>(v).subspan(0, 10000), 0);
@@ -105,7 +109,8 @@ TEST_CASE("bias: nearest-even is biased on values just above a format number, st
   double mean_t = 0;
   for (const float x : v) mean_t += (double(x) - 1) / std::ldexp(1.0, -10);
   mean_t /= double(v.size());
-  WARN("bias in ulps: nearest-even " << rne.bias_ulp() << " (expected " << -mean_t << "), stochastic " << sr.bias_ulp());
+  WARN("bias in ulps: nearest-even " << rne.bias_ulp() << " (expected " << -mean_t << "), stochastic "
+                                     << sr.bias_ulp());
   CHECK(rne.bias_ulp() == Approx(-mean_t).epsilon(1e-9));
   // SR: each error is (1 - t) w.p. t, -t w.p. 1 - t: mean 0, variance t(1-t) <= 0.25; 5 sigma bound.
   CHECK(std::fabs(sr.bias_ulp()) < 5 * std::sqrt(0.25 / double(v.size())));

@@ -22,7 +22,8 @@ std::vector<float> values(std::size_t n, std::uint64_t seed) {
   std::mt19937_64 g(seed);
   std::uniform_real_distribution<double> e(-40, 20);
   std::vector<float> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = i % 13 == 0 ? 0.0f : static_cast<float>((g() & 1 ? -1 : 1) * std::exp2(e(g)));
+  for (std::size_t i = 0; i < n; ++i)
+    v[i] = i % 13 == 0 ? 0.0f : static_cast<float>((g() & 1 ? -1 : 1) * std::exp2(e(g)));
   return v;
 }
 

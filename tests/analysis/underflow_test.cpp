@@ -36,7 +36,8 @@ std::vector<float> gradients(std::size_t n, std::uint64_t seed, double center, d
   std::mt19937_64 g(seed);
   std::normal_distribution<double> e(center, spread);
   std::vector<float> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = i % 17 == 0 ? 0.0f : static_cast<float>((g() & 1 ? -1 : 1) * std::exp2(e(g)));
+  for (std::size_t i = 0; i < n; ++i)
+    v[i] = i % 17 == 0 ? 0.0f : static_cast<float>((g() & 1 ? -1 : 1) * std::exp2(e(g)));
   return v;
 }
 
@@ -118,10 +119,16 @@ TEST_CASE("best_window equals the sweep's best window on random count vectors", 
   // layout, sparse and dense, every rounding mode that has one outcome per value, named formats of every
   // width, ranges wide and narrow, at the edges of the formats and beyond.
   std::mt19937_64 g(32);
-  const std::vector<Format> formats = {fp16(), bf16(), fp8_e4m3(), fp8_e5m2(), fp32(), tf32(), parse_format("float4_e2m1fn"),
+  const std::vector<Format> formats = {fp16(),
+                                       bf16(),
+                                       fp8_e4m3(),
+                                       fp8_e5m2(),
+                                       fp32(),
+                                       tf32(),
+                                       parse_format("float4_e2m1fn"),
                                        parse_format("float6_e3m2fn")};
-  const RoundingMode modes[] = {RoundingMode::nearest_even, RoundingMode::toward_zero, RoundingMode::up,
-                                RoundingMode::down, RoundingMode::nearest_away, RoundingMode::to_odd};
+  const RoundingMode modes[] = {RoundingMode::nearest_even, RoundingMode::toward_zero,  RoundingMode::up,
+                                RoundingMode::down,         RoundingMode::nearest_away, RoundingMode::to_odd};
   const std::pair<int, int> ranges[] = {{-128, 128}, {-8, 32}, {-20, -10}, {30, 60}, {5, 5}, {-200, -150}};
   int cases = 0, windows = 0, none = 0, mismatches = 0;
   for (int trial = 0; trial < 16; ++trial) {
@@ -144,7 +151,8 @@ TEST_CASE("best_window equals the sweep's best window on random count vectors", 
       if (!same) {
         ++mismatches;
         UNSCOPED_INFO(f.name << " " << short_name(r.mode) << " trial " << trial << " range " << lo << ".." << hi
-                             << ": sweep " << (s.best_lo ? std::to_string(*s.best_lo) + ".." + std::to_string(*s.best_hi) : "none")
+                             << ": sweep "
+                             << (s.best_lo ? std::to_string(*s.best_lo) + ".." + std::to_string(*s.best_hi) : "none")
                              << ", search " << (w ? std::to_string(w->lo) + ".." + std::to_string(w->hi) : "none"));
       }
       ++cases;

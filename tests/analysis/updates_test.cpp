@@ -59,8 +59,14 @@ TEST_CASE("swallowed fraction and the log2(|w|/|u|) distribution against brute f
     std::uint64_t measured = 0, swallowed = 0, u_zero = 0, nonfinite = 0;
     mpsim::analysis::Log2Histogram ratio = mpsim::analysis::make_histogram(-64, 64);
     for (std::size_t i = 0; i < w.size(); ++i) {
-      if (!std::isfinite(w[i]) || !std::isfinite(u[i])) { ++nonfinite; continue; }
-      if (u[i] == 0) { ++u_zero; continue; }
+      if (!std::isfinite(w[i]) || !std::isfinite(u[i])) {
+        ++nonfinite;
+        continue;
+      }
+      if (u[i] == 0) {
+        ++u_zero;
+        continue;
+      }
       ++measured;
       const double wf = round(double(w[i]), f);
       swallowed += brute_swallowed(wf, u[i], f);

@@ -39,9 +39,9 @@ using i128 = __int128;
 
 // ---- the reference: an IEEE binary format with inf and NaN, in integers ----------------------------
 struct RefFormat {
-  int m;     // stored mantissa bits
+  int m;  // stored mantissa bits
   int bias;
-  int e;     // exponent bits
+  int e;  // exponent bits
   std::uint32_t sign() const { return 1u << (e + m); }
   std::uint32_t inf() const { return ((1u << e) - 1) << m; }
   std::uint32_t quiet() const { return 1u << (m - 1); }
@@ -359,17 +359,17 @@ bool boost_confirms(Op op, std::uint32_t a, std::uint32_t b, std::uint32_t c, st
   const Dy X{x.M, x.e}, Y{y.M, y.e}, Z{z.M, z.e};
   switch (op) {
     case Op::add: exact_dy = signed_sum(x.neg, X, y.neg, Y, neg); break;
-    case Op::mul: exact_dy = mul(X, Y); neg = x.neg != y.neg; break;
+    case Op::mul:
+      exact_dy = mul(X, Y);
+      neg = x.neg != y.neg;
+      break;
     case Op::fma: exact_dy = signed_sum(x.neg != y.neg, mul(X, Y), z.neg, Z, neg); break;
     case Op::div: neg = x.neg != y.neg; break;
     case Op::sqrt: break;
   }
-  if (op == Op::div)
-    cmp = [&](const Dy& d) { return compare(X, mul(d, Y)); };  // |a|/|b| vs d  <=>  |a| vs d*|b|
-  else if (op == Op::sqrt)
-    cmp = [&](const Dy& d) { return compare(X, mul(d, d)); };
-  else
-    cmp = [&](const Dy& d) { return compare(exact_dy, d); };
+  if (op == Op::div) cmp = [&](const Dy& d) { return compare(X, mul(d, Y)); };  // |a|/|b| vs d  <=>  |a| vs d*|b|
+  else if (op == Op::sqrt) cmp = [&](const Dy& d) { return compare(X, mul(d, d)); };
+  else cmp = [&](const Dy& d) { return compare(exact_dy, d); };
 
   const bool rneg = result & F.sign();
   const std::uint32_t mag = result & ~F.sign();
@@ -418,16 +418,20 @@ namespace {
 bool have_f16c() { return mpsim::cpu_features().f16c; }
 
 __attribute__((target("avx,f16c"))) void f16c_pair_ops(std::uint32_t a, const std::uint16_t* bs, std::size_t n,
-                                                        std::uint16_t* add, std::uint16_t* sub, std::uint16_t* mul,
-                                                        std::uint16_t* div) {
+                                                       std::uint16_t* add, std::uint16_t* sub, std::uint16_t* mul,
+                                                       std::uint16_t* div) {
   const __m256 va = _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(a)));
   for (std::size_t j = 0; j < n; j += 8) {
     const __m256 vb = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bs + j)));
     // (no lambda: it would not inherit this function's target attribute)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(add + j), _mm256_cvtps_ph(_mm256_add_ps(va, vb), _MM_FROUND_TO_NEAREST_INT));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(sub + j), _mm256_cvtps_ph(_mm256_sub_ps(va, vb), _MM_FROUND_TO_NEAREST_INT));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(mul + j), _mm256_cvtps_ph(_mm256_mul_ps(va, vb), _MM_FROUND_TO_NEAREST_INT));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(div + j), _mm256_cvtps_ph(_mm256_div_ps(va, vb), _MM_FROUND_TO_NEAREST_INT));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(add + j),
+                     _mm256_cvtps_ph(_mm256_add_ps(va, vb), _MM_FROUND_TO_NEAREST_INT));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(sub + j),
+                     _mm256_cvtps_ph(_mm256_sub_ps(va, vb), _MM_FROUND_TO_NEAREST_INT));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(mul + j),
+                     _mm256_cvtps_ph(_mm256_mul_ps(va, vb), _MM_FROUND_TO_NEAREST_INT));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(div + j),
+                     _mm256_cvtps_ph(_mm256_div_ps(va, vb), _MM_FROUND_TO_NEAREST_INT));
   }
 }
 #else
@@ -438,9 +442,10 @@ void f16c_pair_ops(std::uint32_t, const std::uint16_t*, std::size_t, std::uint16
 
 }  // namespace
 
-TEST_CASE("fp16 + - * / over every 16th first operand x every second operand (all 2^32 pairs with MPSIM_EXHAUSTIVE_FULL=1), "
-          "nearest-even, against float + F16C and the exact integer method",
-          "[arith][exhaustive]") {
+TEST_CASE(
+    "fp16 + - * / over every 16th first operand x every second operand (all 2^32 pairs with MPSIM_EXHAUSTIVE_FULL=1), "
+    "nearest-even, against float + F16C and the exact integer method",
+    "[arith][exhaustive]") {
   // Every pair checked against the hardware method; every pair whose first operand is a multiple of 61
   // (and every pair where the hardware is missing) also against the exact integer method, which the
   // last test case cross-checks with Boost. The three agreeing on the overlap ties the methods together.
@@ -484,8 +489,9 @@ TEST_CASE("fp16 + - * / over every 16th first operand x every second operand (al
     }
   });
   std::printf("fp16 exhaustive pairs, nearest-even (%.1f s on %u threads):\n", seconds_since(t0), thread_count());
-  const char* names[] = {"add (float + F16C)",   "sub (float + F16C)",   "mul (float + F16C)",   "div (float + F16C)",
-                         "add (exact integers)", "sub (exact integers)", "mul (exact integers)", "div (exact integers)"};
+  const char* names[] = {"add (float + F16C)",   "sub (float + F16C)",   "mul (float + F16C)",
+                         "div (float + F16C)",   "add (exact integers)", "sub (exact integers)",
+                         "mul (exact integers)", "div (exact integers)"};
   for (int k = 0; k < N2; ++k) {
     tallies[k].report(names[k]);
     CHECK(tallies[k].mismatches == 0);
@@ -624,23 +630,24 @@ TEST_CASE("fma on 10^8 triples, including the double-rounding cases", "[arith][e
     naive_would_fail += naive_fail;
   });
   std::printf("fma triples (%.1f s):\n", seconds_since(t0));
-  const char* names[] = {"fp16 fma (nearest-even)", "fp16 fma (toward zero)", "bf16 fma (nearest-even)",
-                         "bf16 fma (down)", "bf16 double-rounding cases (rne)", "bf16 double-rounding cases (rtz)"};
+  const char* names[] = {"fp16 fma (nearest-even)",          "fp16 fma (toward zero)",
+                         "bf16 fma (nearest-even)",          "bf16 fma (down)",
+                         "bf16 double-rounding cases (rne)", "bf16 double-rounding cases (rtz)"};
   std::uint64_t total = 0;
   for (int k = 0; k < N; ++k) {
     tallies[k].report(names[k]);
     total += tallies[k].checked;
     CHECK(tallies[k].mismatches == 0);
   }
-  std::printf("  total fma checks %llu; on the constructed cases a double fma rounded again to bf16 is wrong "
-              "%llu times (the cases do exercise double rounding)\n",
-              static_cast<unsigned long long>(total), static_cast<unsigned long long>(naive_would_fail.load()));
+  std::printf(
+      "  total fma checks %llu; on the constructed cases a double fma rounded again to bf16 is wrong "
+      "%llu times (the cases do exercise double rounding)\n",
+      static_cast<unsigned long long>(total), static_cast<unsigned long long>(naive_would_fail.load()));
   CHECK(total >= 100000000ull);
   CHECK(naive_would_fail.load() > 1000);
 }
 
-TEST_CASE("the exact integer method agrees with Boost.Multiprecision on 10^7 sampled cases",
-          "[arith][exhaustive]") {
+TEST_CASE("the exact integer method agrees with Boost.Multiprecision on 10^7 sampled cases", "[arith][exhaustive]") {
   const auto t0 = std::chrono::steady_clock::now();
   constexpr std::uint32_t kChunks = 200, kPerChunk = 60000;  // 1.2 * 10^7 drawn, >= 10^7 checked
   std::atomic<std::uint64_t> skipped{0};
@@ -677,9 +684,10 @@ TEST_CASE("the exact integer method agrees with Boost.Multiprecision on 10^7 sam
     }
     skipped += skip;
   });
-  std::printf("Boost.Multiprecision cross-check of the exact integer method (%.1f s, %llu samples with a zero, inf "
-              "or NaN operand skipped):\n",
-              seconds_since(t0), static_cast<unsigned long long>(skipped.load()));
+  std::printf(
+      "Boost.Multiprecision cross-check of the exact integer method (%.1f s, %llu samples with a zero, inf "
+      "or NaN operand skipped):\n",
+      seconds_since(t0), static_cast<unsigned long long>(skipped.load()));
   tallies[0].report("fp16/bf16 add mul div fma sqrt");
   tallies[1].report("neighbour refused (negative control)");
   CHECK(tallies[1].checked > 1000000ull);

@@ -68,9 +68,9 @@ TEST_CASE("signed zeros of sums (IEEE 754 6.3)", "[arith]") {
     INFO("mode " << short_name(m));
     CHECK(add_bits(0x3c00, 0xbc00, h, mode(m)) == 0x0000);  // 1 + -1 = +0
     CHECK(sub_bits(0x3c00, 0x3c00, h, mode(m)) == 0x0000);
-    CHECK(add_bits(0x0000, 0x8000, h, mode(m)) == 0x0000);  // +0 + -0 = +0
-    CHECK(add_bits(0x8000, 0x8000, h, mode(m)) == 0x8000);  // -0 + -0 = -0
-    CHECK(sub_bits(0x0000, 0x0000, h, mode(m)) == 0x0000);  // 0 - 0 = +0
+    CHECK(add_bits(0x0000, 0x8000, h, mode(m)) == 0x0000);          // +0 + -0 = +0
+    CHECK(add_bits(0x8000, 0x8000, h, mode(m)) == 0x8000);          // -0 + -0 = -0
+    CHECK(sub_bits(0x0000, 0x0000, h, mode(m)) == 0x0000);          // 0 - 0 = +0
     CHECK(fma_bits(0x3c00, 0x3c00, 0xbc00, h, mode(m)) == 0x0000);  // 1*1 - 1
   }
   CHECK(add_bits(0x3c00, 0xbc00, h, mode(DOWN)) == 0x8000);
@@ -122,7 +122,7 @@ TEST_CASE("fp16 products, quotients and square roots by hand", "[arith]") {
 
 TEST_CASE("IEEE special cases and NaN propagation", "[arith]") {
   const Format& h = fp16();
-  const std::uint64_t dnan = 0xfe00;  // x86 default NaN: sign, quiet bit
+  const std::uint64_t dnan = 0xfe00;           // x86 default NaN: sign, quiet bit
   CHECK(add_bits(0x7c00, 0xfc00, h) == dnan);  // inf - inf
   CHECK(sub_bits(0x7c00, 0x7c00, h) == dnan);
   CHECK(add_bits(0x7c00, 0x7c00, h) == 0x7c00);
@@ -214,8 +214,9 @@ TEST_CASE("fp32 arithmetic equals the machine's float arithmetic", "[arith]") {
       // Invalid operations: any NaN is fine here (the default NaN is checked above).
       if (std::isnan(want)) return is_nan_bits(got, f);
       if (got != bits(want)) {
-        if (mismatches++ < 5) std::printf("  fp32 mismatch: a=%08x b=%08x c=%08x got %08llx want %08llx\n", ua, ub, uc,
-                                          static_cast<unsigned long long>(got), static_cast<unsigned long long>(bits(want)));
+        if (mismatches++ < 5)
+          std::printf("  fp32 mismatch: a=%08x b=%08x c=%08x got %08llx want %08llx\n", ua, ub, uc,
+                      static_cast<unsigned long long>(got), static_cast<unsigned long long>(bits(want)));
         return false;
       }
       return true;
@@ -227,7 +228,8 @@ TEST_CASE("fp32 arithmetic equals the machine's float arithmetic", "[arith]") {
     same(fma_bits(ua, ub, uc, f), std::fma(a, b, c));
     same(sqrt_bits(ua, f), std::sqrt(a));
     // Products of numbers near 1 so that fma's addend matters.
-    const float a1 = std::bit_cast<float>(0x3f800000u | (ua & 0x7fffff)), b1 = std::bit_cast<float>(0x3f800000u | (ub & 0x7fffff));
+    const float a1 = std::bit_cast<float>(0x3f800000u | (ua & 0x7fffff)),
+                b1 = std::bit_cast<float>(0x3f800000u | (ub & 0x7fffff));
     const float c1 = -a1 * b1 + std::ldexp(static_cast<float>(uc & 0xff), -40);
     same(fma_bits(bits(a1), bits(b1), bits(c1), f), std::fma(a1, b1, c1));
   }
@@ -247,7 +249,8 @@ bool brackets(const cpp_rational& x, std::uint64_t bits, const Format& f, Roundi
   const std::uint64_t mag = bits & ~f.sign_bit();
   if (mag >= f.inf_bits) return false;
   const cpp_rational r(decode(mag, f));
-  const cpp_rational next = mag + 1 == f.inf_bits ? cpp_rational(std::ldexp(1.0, f.emax + 1)) : cpp_rational(decode(mag + 1, f));
+  const cpp_rational next =
+      mag + 1 == f.inf_bits ? cpp_rational(std::ldexp(1.0, f.emax + 1)) : cpp_rational(decode(mag + 1, f));
   if (m == RoundingMode::toward_zero) return r <= ax && ax < next;
   const bool odd = mag & 1;
   const cpp_rational hi = (r + next) / 2;
@@ -279,7 +282,11 @@ TEST_CASE("wide formats (precision above 26: the fma-residual paths) against Boo
       const cpp_rational A(a), B(b), C(c);
       for (RoundingMode m : {RNE, RTZ}) {
         const Rounding r = mode(m);
-        struct { const char* op; cpp_rational exact; std::uint64_t got; } cases[] = {
+        struct {
+          const char* op;
+          cpp_rational exact;
+          std::uint64_t got;
+        } cases[] = {
             {"add", A + B, add_values(a, b, f, r)},
             {"mul", A * B, mul_values(a, b, f, r)},
             {"div", A / B, div_values(a, b, f, r)},
@@ -289,8 +296,8 @@ TEST_CASE("wide formats (precision above 26: the fma-residual paths) against Boo
           if (cs.exact == 0) continue;
           ++checked;
           if (!brackets(cs.exact, cs.got, f, m) && bad++ < 5)
-            std::printf("  %s %s (%s): a=%.17g b=%.17g c=%.17g got %llx\n", name, cs.op, std::string(short_name(m)).c_str(),
-                        a, b, c, static_cast<unsigned long long>(cs.got));
+            std::printf("  %s %s (%s): a=%.17g b=%.17g c=%.17g got %llx\n", name, cs.op,
+                        std::string(short_name(m)).c_str(), a, b, c, static_cast<unsigned long long>(cs.got));
         }
         // sqrt: r^2 compared with |a| through the same bracket on squares is not linear; check instead
         // that r is the rounding of sqrt(|a|) by squaring the bracket ends.
@@ -305,7 +312,8 @@ TEST_CASE("wide formats (precision above 26: the fma-residual paths) against Boo
           ok = AA < hi * hi && AA > lo * lo;  // a square root is never exactly a midpoint
         }
         ++checked;
-        if (!ok && bad++ < 5) std::printf("  %s sqrt: a=%.17g got %llx\n", name, aa, static_cast<unsigned long long>(s));
+        if (!ok && bad++ < 5)
+          std::printf("  %s sqrt: a=%.17g got %llx\n", name, aa, static_cast<unsigned long long>(s));
       }
     }
     std::printf("%s against Boost cpp_rational (rne, rtz): %ld checks, %ld mismatches\n", name, checked, bad);
@@ -329,7 +337,8 @@ TEST_CASE("stochastic rounding: two neighbours, unbiased, reproducible", "[arith
   CHECK(std::abs(up - n / 4) < 7 * 194);
   // Same seed and index: same bits.
   for (int i = 0; i < 100; ++i)
-    CHECK(mul_bits(0x3555, 0x4200, h, Rounding::stochastic(7), i) == mul_bits(0x3555, 0x4200, h, Rounding::stochastic(7), i));
+    CHECK(mul_bits(0x3555, 0x4200, h, Rounding::stochastic(7), i) ==
+          mul_bits(0x3555, 0x4200, h, Rounding::stochastic(7), i));
   // The fraction is seen exactly: (1 + 2^-10)^2 = 1 + 2^-9 + 2^-20 lies 2^-10 of an ulp above 0x3c02.
   // With 32 random bits it goes up with probability 2^-10 (binomial, sd ~ 32 in 2^20 draws; 7 sd
   // bound); with 9 bits the fraction truncates to zero and it never does.

@@ -33,7 +33,7 @@ std::vector<float> sample(std::size_t n, std::uint64_t seed) {
   std::vector<float> x(n);
   for (auto& v : x) v = std::ldexp(d(g), e(g));
   for (std::size_t i = 64; i < 96 && i < n; ++i) x[i] = 0;  // an all-zero block
-  if (n > 100) x[100] = 5e4f;                                // an outlier
+  if (n > 100) x[100] = 5e4f;                               // an outlier
   return x;
 }
 
@@ -46,9 +46,9 @@ TEST_CASE("MX elements are round_bits of V / 2^k in every mode, scales follow OC
   for (const auto& name : block_format_names()) {
     if (name == "nvfp4") continue;
     const BlockFormat f = parse_block_format(name);
-    for (const RoundingMode m : {RoundingMode::nearest_even, RoundingMode::toward_zero, RoundingMode::up,
-                                 RoundingMode::down, RoundingMode::nearest_away, RoundingMode::to_odd,
-                                 RoundingMode::stochastic}) {
+    for (const RoundingMode m :
+         {RoundingMode::nearest_even, RoundingMode::toward_zero, RoundingMode::up, RoundingMode::down,
+          RoundingMode::nearest_away, RoundingMode::to_odd, RoundingMode::stochastic}) {
       Rounding r = Rounding::of(m);
       r.seed = 11;
       const BlockQuantized q = quantize_blocks(x, row, f, r);
@@ -147,9 +147,9 @@ TEST_CASE("block quantize gives the same bits and counts whatever the thread cou
   std::uint64_t compared = 0, bad = 0;
   for (const auto& name : block_format_names()) {
     const BlockFormat f = parse_block_format(name);
-    const std::vector<Rounding> modes = kSanitized ? std::vector<Rounding>{Rounding::stochastic(3)}
-                                                   : std::vector<Rounding>{Rounding{}, Rounding::of(RoundingMode::up),
-                                                                           Rounding::stochastic(3)};
+    const std::vector<Rounding> modes =
+        kSanitized ? std::vector<Rounding>{Rounding::stochastic(3)}
+                   : std::vector<Rounding>{Rounding{}, Rounding::of(RoundingMode::up), Rounding::stochastic(3)};
     for (const Rounding& r : modes) {
       BulkOptions one;
       one.threads = 1;
@@ -167,10 +167,11 @@ TEST_CASE("block quantize gives the same bits and counts whatever the thread cou
         round_blocks(x, y, row, f, r, &sr, opt);
         dequantize_blocks(q1, row, f, d, opt);
         compared += n;
-        const bool same = q.elements == q1.elements && q.scales == q1.scales &&
-                          std::bit_cast<std::uint32_t>(q.tensor_scale) == std::bit_cast<std::uint32_t>(q1.tensor_scale) &&
-                          std::memcmp(y.data(), y1.data(), n * sizeof(float)) == 0 &&
-                          std::memcmp(d.data(), y1.data(), n * sizeof(float)) == 0;
+        const bool same =
+            q.elements == q1.elements && q.scales == q1.scales &&
+            std::bit_cast<std::uint32_t>(q.tensor_scale) == std::bit_cast<std::uint32_t>(q1.tensor_scale) &&
+            std::memcmp(y.data(), y1.data(), n * sizeof(float)) == 0 &&
+            std::memcmp(d.data(), y1.data(), n * sizeof(float)) == 0;
         const bool same_stats = s.flushed == s1.flushed && s.subnormal == s1.subnormal && s.saturated == s1.saturated &&
                                 s.nonzero == s1.nonzero && s.blocks == s1.blocks && s.nan_blocks == s1.nan_blocks &&
                                 s.scale_log2 == s1.scale_log2 && sr.flushed == s1.flushed && sr.count == n;
@@ -181,10 +182,11 @@ TEST_CASE("block quantize gives the same bits and counts whatever the thread cou
       }
     }
   }
-  std::printf("block quantize with %s threads vs 1: %llu elements compared (6 formats x %s), %llu differing "
-              "cases\n",
-              kSanitized ? "3" : "2, 3, 4", static_cast<unsigned long long>(compared),
-              kSanitized ? "stochastic rounding" : "rne, ru, sr", static_cast<unsigned long long>(bad));
+  std::printf(
+      "block quantize with %s threads vs 1: %llu elements compared (6 formats x %s), %llu differing "
+      "cases\n",
+      kSanitized ? "3" : "2, 3, 4", static_cast<unsigned long long>(compared),
+      kSanitized ? "stochastic rounding" : "rne, ru, sr", static_cast<unsigned long long>(bad));
 }
 
 TEST_CASE("block quantize of a slice with index0 is that slice of the whole (stochastic)", "[block]") {
@@ -211,7 +213,8 @@ TEST_CASE("block quantize ignores the caller's MXCSR (DAZ, FTZ, rounding up) and
   auto x = sample(n, 17);
   std::mt19937_64 g(3);
   for (std::size_t i = 0; i < n; i += 5) x[i] = std::bit_cast<float>(static_cast<std::uint32_t>(g() % 0x7fffffu + 1));
-  for (std::size_t i = 0; i < 3 * row; ++i) x[i] = std::bit_cast<float>(static_cast<std::uint32_t>(g() % 0x7fffffu + 1));
+  for (std::size_t i = 0; i < 3 * row; ++i)
+    x[i] = std::bit_cast<float>(static_cast<std::uint32_t>(g() % 0x7fffffu + 1));
   const unsigned caller = 0x1f80u | (2u << 13) | 0x8000u | 0x0040u;  // RC up, FTZ, DAZ
   std::size_t compared = 0, differ = 0;
   for (const auto& name : block_format_names()) {
@@ -227,9 +230,10 @@ TEST_CASE("block quantize ignores the caller's MXCSR (DAZ, FTZ, rounding up) and
     compared += n;
     differ += static_cast<std::size_t>(std::memcmp(got.data(), want.data(), n * sizeof(float)) != 0);
   }
-  std::printf("block round_blocks under MXCSR = up + DAZ + FTZ: %zu values (6 formats, float32 subnormals "
-              "included), %zu formats differ from the default environment's\n",
-              compared, differ);
+  std::printf(
+      "block round_blocks under MXCSR = up + DAZ + FTZ: %zu values (6 formats, float32 subnormals "
+      "included), %zu formats differ from the default environment's\n",
+      compared, differ);
   CHECK(differ == 0);
 }
 #endif

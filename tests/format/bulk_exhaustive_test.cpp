@@ -53,7 +53,8 @@ Tables make_tables(const Format& f) {
     t.value[b] = decode(b, f);
     if (is_nan_bits(b, f) && f.nan == NanEncoding::ieee) {
       const std::uint32_t man = static_cast<std::uint32_t>(b & ((std::uint64_t{1} << f.man_bits) - 1));
-      t.as_float[b] = std::bit_cast<float>(((b & f.sign_bit()) ? 0x80000000u : 0u) | 0x7f800000u | (man << (23 - f.man_bits)));
+      t.as_float[b] =
+          std::bit_cast<float>(((b & f.sign_bit()) ? 0x80000000u : 0u) | 0x7f800000u | (man << (23 - f.man_bits)));
     } else {
       t.as_float[b] = static_cast<float>(t.value[b]);
     }
@@ -64,17 +65,30 @@ Tables make_tables(const Format& f) {
 // The test's own classification (see Stats in bulk.hpp), from the input and the encoding's value.
 void classify(Stats& s, float x, double y, const Format& f) {
   ++s.count;
-  if (std::isnan(x)) { ++s.nan; return; }
-  if (std::isinf(x)) { ++s.inf_in; return; }
-  if (x == 0) { ++s.zero_in; return; }
+  if (std::isnan(x)) {
+    ++s.nan;
+    return;
+  }
+  if (std::isinf(x)) {
+    ++s.inf_in;
+    return;
+  }
+  if (x == 0) {
+    ++s.zero_in;
+    return;
+  }
   const double ax = std::fabs(static_cast<double>(x));
   if (ax > s.max_abs) s.max_abs = ax;
   if (s.min_abs_nonzero == 0 || ax < s.min_abs_nonzero) s.min_abs_nonzero = ax;
   if (y != 0 && std::fabs(y) < f.min_normal) ++s.subnormal;
-  if (y == static_cast<double>(x)) { ++s.exact; return; }
+  if (y == static_cast<double>(x)) {
+    ++s.exact;
+    return;
+  }
   ++s.rounded;
   if (y == 0) ++s.underflow;
-  if (std::isnan(y) || std::isinf(y) || (f.overflow == Overflow::saturate && std::fabs(y) == f.max_finite && ax > f.max_finite))
+  if (std::isnan(y) || std::isinf(y) ||
+      (f.overflow == Overflow::saturate && std::fabs(y) == f.max_finite && ax > f.max_finite))
     ++s.overflow;
 }
 
@@ -117,8 +131,9 @@ struct Tally {
 // `with_stats` the paths run without a Stats sink (the kernels' other instantiation) and only the
 // results are compared.
 template <class Packed>
-void check_chunk(const std::vector<float>& in, std::uint64_t index0, const Format& f, const Rounding& r, const Tables& t,
-                 const std::vector<Variant>& vs, Tally& tally, std::vector<Packed> spec = {}, bool with_stats = true) {
+void check_chunk(const std::vector<float>& in, std::uint64_t index0, const Format& f, const Rounding& r,
+                 const Tables& t, const std::vector<Variant>& vs, Tally& tally, std::vector<Packed> spec = {},
+                 bool with_stats = true) {
   const std::size_t n = in.size();
   // The expected results, once per chunk: encodings, the floats simulate mode must give, and the Stats.
   const bool from_spec = spec.empty();
@@ -147,8 +162,7 @@ void check_chunk(const std::vector<float>& in, std::uint64_t index0, const Forma
     if (v.simulate)
       round_array(std::span<const float>(in), std::span<float>(reinterpret_cast<float*>(sim.data()), n), f, r,
                   with_stats ? &ss : nullptr, opt);
-    else
-      sim = spec_sim, ss = want;
+    else sim = spec_sim, ss = want;
     if (!with_stats) sp = ss = want;
     std::uint64_t diff = 0;
     for (std::size_t j = 0; j < n; ++j) diff += (packed[j] != spec[j]) + (sim[j] != spec_sim[j]);
@@ -167,7 +181,8 @@ void check_chunk(const std::vector<float>& in, std::uint64_t index0, const Forma
     if (with_stats) stats_compared += v.simulate ? 2 : 1;
     stats_bad += !(sp == want) + !(ss == want);
     if ((!(sp == want) || !(ss == want)) && problem.empty())
-      problem = f.name + " " + std::string(short_name(r.mode)) + " " + v.name + ": Stats differ at index0 " + std::to_string(index0);
+      problem = f.name + " " + std::string(short_name(r.mode)) + " " + v.name + ": Stats differ at index0 " +
+                std::to_string(index0);
   }
   std::lock_guard<std::mutex> lock(tally.mu);
   tally.inputs += n;
@@ -199,7 +214,8 @@ void two_workers(std::size_t chunks, Chunk chunk) {
   other.join();
 }
 
-void report(const char* what, const Format& f, const Rounding& r, const std::vector<Variant>& vs, Tally& t, double seconds) {
+void report(const char* what, const Format& f, const Rounding& r, const std::vector<Variant>& vs, Tally& t,
+            double seconds) {
   std::string names;
   for (const Variant& v : vs) names += " " + v.name;
   WARN(what << " " << f.name << " " << short_name(r.mode) << ": " << t.inputs << " inputs, paths" << names << ": "
@@ -226,7 +242,8 @@ __attribute__((target("avx,f16c"))) void f16c_convert(const float* in, std::uint
                                                       bool toward_zero) {
   for (std::size_t j = 0; j < n; j += 8) {
     const __m256 v = _mm256_loadu_ps(in + j);
-    const __m128i h = toward_zero ? _mm256_cvtps_ph(v, _MM_FROUND_TO_ZERO) : _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+    const __m128i h =
+        toward_zero ? _mm256_cvtps_ph(v, _MM_FROUND_TO_ZERO) : _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + j), h);
   }
 }
@@ -296,9 +313,10 @@ TEST_CASE("fp16 and bf16 nearest-even: all 2^32 float inputs, every path, agains
   WARN("fp16/bf16 nearest-even exhaustive: " << since(t_all) << " s wall in all");
 }
 
-TEST_CASE("fp16 and bf16 toward zero and stochastic: every 21st float pattern (all with MPSIM_EXHAUSTIVE_FULL=1), "
-          "every path, against round_bits",
-          "[bulk][exhaustive]") {
+TEST_CASE(
+    "fp16 and bf16 toward zero and stochastic: every 21st float pattern (all with MPSIM_EXHAUSTIVE_FULL=1), "
+    "every path, against round_bits",
+    "[bulk][exhaustive]") {
   // Toward zero: the specification is also compared with F16C vcvtps2ph imm 3 (fp16) and truncation
   // (bf16) on the same inputs.
   const bool f16c = have_f16c();
@@ -325,8 +343,7 @@ TEST_CASE("fp16 and bf16 toward zero and stochastic: every 21st float pattern (a
           in[j - begin] = std::bit_cast<float>(static_cast<std::uint32_t>(j * kStride));
         if (rtz && (*f == bf16() || f16c)) {
           std::vector<std::uint16_t> hw(in.size() + 8);
-          if (*f == fp16())
-            f16c_convert(in.data(), hw.data(), in.size() & ~std::size_t{7}, true);
+          if (*f == fp16()) f16c_convert(in.data(), hw.data(), in.size() & ~std::size_t{7}, true);
           std::uint64_t bad = 0, checked = 0;
           for (std::size_t j = 0; j < in.size(); ++j) {
             if (*f == fp16() && j >= (in.size() & ~std::size_t{7})) break;
@@ -352,9 +369,10 @@ TEST_CASE("fp16 and bf16 toward zero and stochastic: every 21st float pattern (a
   WARN("fp16/bf16 toward zero and stochastic: " << since(t_all) << " s wall in all");
 }
 
-TEST_CASE("fp16 up / down / nearest-away / to-odd (F16C and software): every encoding and midpoint with neighbours; "
-          "every 41st float pattern",
-          "[bulk][exhaustive]") {
+TEST_CASE(
+    "fp16 up / down / nearest-away / to-odd (F16C and software): every encoding and midpoint with neighbours; "
+    "every 41st float pattern",
+    "[bulk][exhaustive]") {
   // The F16C path rounds up and down with vcvtps2ph, nearest-away from two conversions and a tie test,
   // to-odd from a truncation and an exactness test, and counts Stats from per-sign thresholds: the
   // places they can go wrong are the encodings, the midpoints between them (every tie) and their float
@@ -377,7 +395,8 @@ TEST_CASE("fp16 up / down / nearest-away / to-odd (F16C and software): every enc
   constexpr std::size_t kChunk = std::size_t{1} << 20;
   const std::size_t strided = (std::uint64_t{1} << 32) / kStride + 1;
   const std::size_t total = strided + edges.size();
-  for (const RoundingMode mode : {RoundingMode::up, RoundingMode::down, RoundingMode::nearest_away, RoundingMode::to_odd}) {
+  for (const RoundingMode mode :
+       {RoundingMode::up, RoundingMode::down, RoundingMode::nearest_away, RoundingMode::to_odd}) {
     const Rounding r = Rounding::of(mode);
     std::vector<Variant> vs = variants(f, r);
     for (Path p : {Path::avx2, Path::avx512}) {
@@ -394,20 +413,21 @@ TEST_CASE("fp16 up / down / nearest-away / to-odd (F16C and software): every enc
       const std::size_t begin = k * kChunk, end = std::min(total, begin + kChunk);
       std::vector<float> in(end - begin);
       for (std::size_t j = begin; j < end; ++j)
-        in[j - begin] = j < strided ? std::bit_cast<float>(static_cast<std::uint32_t>(j * kStride)) : edges[j - strided];
+        in[j - begin] =
+            j < strided ? std::bit_cast<float>(static_cast<std::uint32_t>(j * kStride)) : edges[j - strided];
       check_chunk<std::uint16_t>(in, begin, f, r, tables, vs, tally);
     });
     CHECK(tally.inputs * chunk_stride() >= total);
     report("every tie + every 41st pattern", f, r, vs, tally, since(t0));
   }
   WARN("fp16 ru/rd/rna/rto: " << edges.size() << " boundary inputs + " << strided << " sampled per mode, "
-                          << since(t_all) << " s wall in all");
+                              << since(t_all) << " s wall in all");
 }
 
 TEST_CASE("tf32, fp8 and custom formats: >= 10^8 inputs covering every exponent and boundary, every mode",
           "[bulk][exhaustive]") {
   const auto t_all = std::chrono::steady_clock::now();
-  const RoundingMode modes[] = {RoundingMode::nearest_even, RoundingMode::toward_zero, RoundingMode::up,
+  const RoundingMode modes[] = {RoundingMode::nearest_even, RoundingMode::toward_zero,  RoundingMode::up,
                                 RoundingMode::down,         RoundingMode::nearest_away, RoundingMode::to_odd,
                                 RoundingMode::stochastic};
   constexpr std::uint32_t kStride = 41;  // odd: every residue of the low mantissa bits occurs
@@ -445,12 +465,9 @@ TEST_CASE("tf32, fp8 and custom formats: >= 10^8 inputs covering every exponent 
         for (std::size_t j = begin; j < end; ++j)
           in[j - begin] = j < strided ? std::bit_cast<float>(static_cast<std::uint32_t>((j * 7 + mode_k) * kStride))
                                       : edges[j - strided];
-        if (f.storage_bytes() == 1)
-          check_chunk<std::uint8_t>(in, begin, f, r, tables, vs, tally);
-        else if (f.storage_bytes() == 2)
-          check_chunk<std::uint16_t>(in, begin, f, r, tables, vs, tally);
-        else
-          check_chunk<std::uint32_t>(in, begin, f, r, tables, vs, tally);
+        if (f.storage_bytes() == 1) check_chunk<std::uint8_t>(in, begin, f, r, tables, vs, tally);
+        else if (f.storage_bytes() == 2) check_chunk<std::uint16_t>(in, begin, f, r, tables, vs, tally);
+        else check_chunk<std::uint32_t>(in, begin, f, r, tables, vs, tally);
       });
       format_inputs += tally.inputs;
       report("sampled", f, r, vs, tally, since(t0));

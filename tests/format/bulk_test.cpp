@@ -36,13 +36,20 @@ std::vector<Path> cpu_paths() {
   return p;
 }
 
-const RoundingMode kModes[] = {RoundingMode::nearest_even, RoundingMode::toward_zero, RoundingMode::up,
+const RoundingMode kModes[] = {RoundingMode::nearest_even, RoundingMode::toward_zero,  RoundingMode::up,
                                RoundingMode::down,         RoundingMode::nearest_away, RoundingMode::to_odd,
                                RoundingMode::stochastic};
 
 std::vector<Format> test_formats() {
-  std::vector<Format> f = {fp16(), bf16(), tf32(), fp8_e4m3(), fp8_e5m2(), fp8_e4m3fnuz(), fp8_e5m2fnuz(),
-                           parse_format("e6m9"), parse_format("e3m4")};
+  std::vector<Format> f = {fp16(),
+                           bf16(),
+                           tf32(),
+                           fp8_e4m3(),
+                           fp8_e5m2(),
+                           fp8_e4m3fnuz(),
+                           fp8_e5m2fnuz(),
+                           parse_format("e6m9"),
+                           parse_format("e3m4")};
   f.push_back(make_format("fp16_flush_sat", 5, 10, 15, true, NanEncoding::ieee, Subnormals::flush, Overflow::saturate));
   f.push_back(make_format("e4m3_sat", 4, 3, 7, false, NanEncoding::all_ones, Subnormals::keep, Overflow::saturate));
   f.push_back(make_format("bf16_flush", 8, 7, 127, true, NanEncoding::ieee, Subnormals::flush));
@@ -68,7 +75,8 @@ std::vector<float> test_inputs(std::size_t random_count) {
                   std::numeric_limits<float>::denorm_min(), 65504.0f, 65520.0f, 65519.996f, 448.0f, 464.0f, 57344.0f,
                   61440.0f, 240.0f})
     v.push_back(x), v.push_back(-x);
-  for (std::uint32_t nan : {0x7fc00000u, 0x7f800001u, 0x7fbfffffu, 0x7f812345u, 0xffc00001u, 0xff800001u}) v.push_back(std::bit_cast<float>(nan));
+  for (std::uint32_t nan : {0x7fc00000u, 0x7f800001u, 0x7fbfffffu, 0x7f812345u, 0xffc00001u, 0xff800001u})
+    v.push_back(std::bit_cast<float>(nan));
   for (int e = -149; e <= 127; ++e)
     for (float m : {1.0f, 1.5f, 1.25f, 1.75f, 1.9999999f}) {
       const float x = std::ldexp(m, e);
@@ -86,15 +94,27 @@ std::vector<float> test_inputs(std::size_t random_count) {
 // The test's own classification of one element, from the input and the specification's result.
 void classify(Stats& s, float x, std::uint64_t bits, const Format& f) {
   ++s.count;
-  if (std::isnan(x)) { ++s.nan; return; }
-  if (std::isinf(x)) { ++s.inf_in; return; }
-  if (x == 0) { ++s.zero_in; return; }
+  if (std::isnan(x)) {
+    ++s.nan;
+    return;
+  }
+  if (std::isinf(x)) {
+    ++s.inf_in;
+    return;
+  }
+  if (x == 0) {
+    ++s.zero_in;
+    return;
+  }
   const double ax = std::fabs(static_cast<double>(x));
   s.max_abs = std::max(s.max_abs, ax);
   s.min_abs_nonzero = s.min_abs_nonzero == 0 ? ax : std::min(s.min_abs_nonzero, ax);
   const double y = decode(bits, f);
   if (y != 0 && std::fabs(y) < f.min_normal) ++s.subnormal;  // exact or not
-  if (y == static_cast<double>(x)) { ++s.exact; return; }
+  if (y == static_cast<double>(x)) {
+    ++s.exact;
+    return;
+  }
   ++s.rounded;
   if (y == 0) ++s.underflow;
   if (std::isnan(y) || std::isinf(y) || (f.saturates() && std::fabs(y) == f.max_finite && ax > f.max_finite))
@@ -111,7 +131,9 @@ void classify(Stats& s, float x, std::uint64_t bits, const Format& f) {
 
 bool same_float_bits(float a, float b) { return std::bit_cast<std::uint32_t>(a) == std::bit_cast<std::uint32_t>(b); }
 
-Rounding rounding_of(RoundingMode m) { return m == RoundingMode::stochastic ? Rounding::stochastic(0x5eed, 32) : Rounding::of(m); }
+Rounding rounding_of(RoundingMode m) {
+  return m == RoundingMode::stochastic ? Rounding::stochastic(0x5eed, 32) : Rounding::of(m);
+}
 
 }  // namespace
 
@@ -120,7 +142,8 @@ TEST_CASE("every path matches round_bits for every format and mode, simulate and
   std::size_t checked = 0, mismatches = 0, stats_checked = 0;
   std::vector<Format> formats = test_formats();
   if (kSanitized) {  // fp16, bf16, tf32, e4m3, the saturating/flushing fp16, e4m0, the OCP fp4
-    const std::vector<std::string> keep = {"fp16", "bf16", "tf32", "fp8_e4m3", "fp16_flush_sat", "e4m0_fnuz", "float4_e2m1fn"};
+    const std::vector<std::string> keep = {"fp16",           "bf16",      "tf32",         "fp8_e4m3",
+                                           "fp16_flush_sat", "e4m0_fnuz", "float4_e2m1fn"};
     std::erase_if(formats, [&](const Format& f) { return std::find(keep.begin(), keep.end(), f.name) == keep.end(); });
     REQUIRE(formats.size() == keep.size());
   }
@@ -190,10 +213,10 @@ TEST_CASE("every path matches round_bits for every format and mode, simulate and
             auto stats_text = [&](const Stats& g) {
               std::ostringstream o;
               o << f.name << " " << short_name(mode) << " " << to_string(path) << " stats got/want: exact " << g.exact
-                << "/" << want.exact << " under " << g.underflow << "/" << want.underflow << " sub " << g.subnormal << "/"
-                << want.subnormal << " over " << g.overflow << "/" << want.overflow << " zero " << g.zero_in << "/"
-                << want.zero_in << " max " << g.max_abs << "/" << want.max_abs << " min " << g.min_abs_nonzero << "/"
-                << want.min_abs_nonzero;
+                << "/" << want.exact << " under " << g.underflow << "/" << want.underflow << " sub " << g.subnormal
+                << "/" << want.subnormal << " over " << g.overflow << "/" << want.overflow << " zero " << g.zero_in
+                << "/" << want.zero_in << " max " << g.max_abs << "/" << want.max_abs << " min " << g.min_abs_nonzero
+                << "/" << want.min_abs_nonzero;
               return o.str();
             };
             {
@@ -255,11 +278,13 @@ TEST_CASE("formats with no mantissa bits: ties and to-odd follow the kept signif
           };
           if (f.storage_bytes() == 1) {
             std::vector<std::uint8_t> packed(in.size());
-            round_array(std::span<const float>(in), std::span<std::uint8_t>(packed), f, r, with_stats ? &got : nullptr, opt);
+            round_array(std::span<const float>(in), std::span<std::uint8_t>(packed), f, r, with_stats ? &got : nullptr,
+                        opt);
             compare(packed);
           } else {
             std::vector<std::uint16_t> packed(in.size());
-            round_array(std::span<const float>(in), std::span<std::uint16_t>(packed), f, r, with_stats ? &got : nullptr, opt);
+            round_array(std::span<const float>(in), std::span<std::uint16_t>(packed), f, r, with_stats ? &got : nullptr,
+                        opt);
             compare(packed);
           }
           CHECK(bad == 0);
@@ -270,7 +295,8 @@ TEST_CASE("formats with no mantissa bits: ties and to-odd follow the kept signif
       }
     }
   }
-  WARN("m = 0 formats e8m0_fnuz, e4m0_fnuz, e5m0_fnuz: " << checked << " results compared, " << mismatches << " mismatches");
+  WARN("m = 0 formats e8m0_fnuz, e4m0_fnuz, e5m0_fnuz: " << checked << " results compared, " << mismatches
+                                                         << " mismatches");
 }
 
 #if defined(__x86_64__)
@@ -301,8 +327,10 @@ TEST_CASE("results and the caller's MXCSR do not depend on each other (rounding 
           Stats st;
           const unsigned saved = _mm_getcsr();
           _mm_setcsr(caller);
-          if (f.storage_bytes() == 1) round_array(std::span<const float>(in), std::span<std::uint8_t>(p8), f, r, &st, opt);
-          else if (f.storage_bytes() == 2) round_array(std::span<const float>(in), std::span<std::uint16_t>(p16), f, r, &st, opt);
+          if (f.storage_bytes() == 1)
+            round_array(std::span<const float>(in), std::span<std::uint8_t>(p8), f, r, &st, opt);
+          else if (f.storage_bytes() == 2)
+            round_array(std::span<const float>(in), std::span<std::uint16_t>(p16), f, r, &st, opt);
           else round_array(std::span<const float>(in), std::span<std::uint32_t>(p32), f, r, &st, opt);
           const unsigned after = _mm_getcsr();
           _mm_setcsr(saved);
@@ -322,7 +350,7 @@ TEST_CASE("results and the caller's MXCSR do not depend on each other (rounding 
     }
   }
   WARN("under a caller's MXCSR of round-up + DAZ + FTZ: " << checked << " results compared, " << bad
-                                                           << " differ; MXCSR changed by " << csr_changed << " calls");
+                                                          << " differ; MXCSR changed by " << csr_changed << " calls");
   CHECK(bad == 0);
   CHECK(csr_changed == 0);
 }
@@ -330,7 +358,8 @@ TEST_CASE("results and the caller's MXCSR do not depend on each other (rounding 
 
 // Streaming stores too: bulk.cpp writes up to the output's first 64-byte boundary with ordinary stores
 // (per thread and per stochastic 2^32 split), so offsets 1 and 3 move every boundary.
-TEST_CASE("lengths 0, 1, 7, 8, 9, 10^6+3 at unaligned addresses, in place, any thread count, streaming or not", "[bulk]") {
+TEST_CASE("lengths 0, 1, 7, 8, 9, 10^6+3 at unaligned addresses, in place, any thread count, streaming or not",
+          "[bulk]") {
   const std::size_t longest = kSanitized ? 40009 : 1000003;
   const std::vector<float> base = test_inputs(longest);
   for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{8}, std::size_t{9}, longest}) {
@@ -369,7 +398,8 @@ TEST_CASE("lengths 0, 1, 7, 8, 9, 10^6+3 at unaligned addresses, in place, any t
   }
 }
 
-TEST_CASE("Stats counted per step of 4096: clean steps fast, steps with a special, subnormal or overflow in full", "[bulk]") {
+TEST_CASE("Stats counted per step of 4096: clean steps fast, steps with a special, subnormal or overflow in full",
+          "[bulk]") {
   // The vector kernels count a 4096-value step optimistically (zeros, exact results and |x| extremes
   // only) and round and count it again in full when its largest |x| is above max_finite (inf, NaN, a
   // possible overflow) or its smallest is a float subnormal. This data makes most steps clean, so the
@@ -390,8 +420,13 @@ TEST_CASE("Stats counted per step of 4096: clean steps fast, steps with a specia
     clean[i] = (rng() & 1) ? -x : x;
   }
   const float inf = std::numeric_limits<float>::infinity();
-  const float planted[] = {std::bit_cast<float>(0x7fc01234u), -inf, std::numeric_limits<float>::denorm_min(),
-                           -std::bit_cast<float>(0x00400001u), std::numeric_limits<float>::max(), -3.3e38f, 65520.0f,
+  const float planted[] = {std::bit_cast<float>(0x7fc01234u),
+                           -inf,
+                           std::numeric_limits<float>::denorm_min(),
+                           -std::bit_cast<float>(0x00400001u),
+                           std::numeric_limits<float>::max(),
+                           -3.3e38f,
+                           65520.0f,
                            -0.0f};
   const std::size_t where[] = {4095, 4096, 8191, 12288, n - 1, n - 1234};
   std::vector<std::vector<float>> datasets{clean};
@@ -402,7 +437,8 @@ TEST_CASE("Stats counted per step of 4096: clean steps fast, steps with a specia
     }
   datasets.push_back(clean);
   for (std::size_t k = 0; k < std::size(where); ++k) datasets.back()[where[k]] = planted[k];
-  const Format formats[] = {bf16(), tf32(), fp16(), make_format("bf16_flush", 8, 7, 127, true, NanEncoding::ieee, Subnormals::flush)};
+  const Format formats[] = {bf16(), tf32(), fp16(),
+                            make_format("bf16_flush", 8, 7, 127, true, NanEncoding::ieee, Subnormals::flush)};
   std::size_t cases = 0, bad_cases = 0;
   for (Path path : cpu_paths()) {
     if (path == Path::scalar) continue;
@@ -467,7 +503,8 @@ TEST_CASE("stochastic rounding past 2^24 elements in one thread draws the elemen
   const std::size_t n = (std::size_t{1} << 24) + 4099;
   std::vector<float> in(n);
   std::mt19937 rng(77);
-  for (auto& x : in) x = std::bit_cast<float>((static_cast<std::uint32_t>(rng()) & 0x807fffffu) | 0x3f800000u);  // [1, 2), both signs
+  for (auto& x : in)
+    x = std::bit_cast<float>((static_cast<std::uint32_t>(rng()) & 0x807fffffu) | 0x3f800000u);  // [1, 2), both signs
   for (Path path : cpu_paths())
     for (const Format* f : {&fp16(), &bf16()}) {
       const Rounding r = Rounding::stochastic(99, 32);
@@ -551,7 +588,8 @@ TEST_CASE("decode_array gives decode() of every fp16, bf16 and fp8 encoding", "[
     auto want = [&](std::uint64_t b) {
       if (is_nan_bits(b, *f) && f->nan == NanEncoding::ieee) {  // payload kept, as round(float) returns it
         const std::uint32_t man = static_cast<std::uint32_t>(b & ((1u << f->man_bits) - 1));
-        return std::bit_cast<float>(((b & f->sign_bit()) ? 0x80000000u : 0u) | 0x7f800000u | (man << (23 - f->man_bits)));
+        return std::bit_cast<float>(((b & f->sign_bit()) ? 0x80000000u : 0u) | 0x7f800000u |
+                                    (man << (23 - f->man_bits)));
       }
       return static_cast<float>(decode(b, *f));
     };
@@ -576,8 +614,9 @@ TEST_CASE("bad arguments are errors naming the problem", "[bulk]") {
   std::vector<std::uint16_t> halves(10);
   CHECK_THROWS_WITH(round_array(std::span<const float>(in), std::span<float>(out), fp16()),
                     Catch::Contains("10 elements but output has 9"));
-  CHECK_THROWS_WITH(round_array(std::span<const float>(static_cast<const float*>(nullptr), 10), std::span<float>(in), fp16()),
-                    Catch::Contains("null pointer"));
+  CHECK_THROWS_WITH(
+      round_array(std::span<const float>(static_cast<const float*>(nullptr), 10), std::span<float>(in), fp16()),
+      Catch::Contains("null pointer"));
   CHECK_THROWS_WITH(round_array(std::span<const float>(in), std::span<std::uint8_t>(bytes), fp16()),
                     Catch::Contains("stored in 2 bytes"));
   CHECK_THROWS_WITH(round_array(std::span<const float>(in), std::span<std::uint16_t>(halves), fp8_e4m3()),
@@ -617,7 +656,8 @@ TEST_CASE("Eigen objects round in place and to packed buffers in storage order, 
   round_in_place(m, bf16(), sr, &s, opt);
   std::size_t bad = 0;
   for (Eigen::Index j = 0; j < 5; ++j)
-    for (Eigen::Index i = 0; i < 37; ++i) bad += !same_float_bits(m(i, j), round(orig(i, j), bf16(), sr, 100 + i + 37 * j));
+    for (Eigen::Index i = 0; i < 37; ++i)
+      bad += !same_float_bits(m(i, j), round(orig(i, j), bf16(), sr, 100 + i + 37 * j));
   CHECK(bad == 0);
   CHECK(s.count == 185);
   // A block (columns contiguous, not adjacent): positions count within the block.
@@ -643,5 +683,6 @@ TEST_CASE("Eigen objects round in place and to packed buffers in storage order, 
     }
   CHECK(bad == 0);
   std::vector<std::uint8_t> short_buf(3);
-  CHECK_THROWS_WITH(round_to_packed(a, std::span<std::uint8_t>(short_buf), fp8_e4m3()), Catch::Contains("185 elements"));
+  CHECK_THROWS_WITH(round_to_packed(a, std::span<std::uint8_t>(short_buf), fp8_e4m3()),
+                    Catch::Contains("185 elements"));
 }

@@ -16,8 +16,8 @@ using namespace mpsim;
 namespace {
 
 struct Flag {
-  const char* gcc;      // __builtin_cpu_supports name
-  const char* linux_;   // /proc/cpuinfo flag
+  const char* gcc;     // __builtin_cpu_supports name
+  const char* linux_;  // /proc/cpuinfo flag
   bool ours;
 };
 
@@ -40,9 +40,14 @@ TEST_CASE("cpu_features agrees with __builtin_cpu_supports and /proc/cpuinfo", "
 #if defined(__x86_64__) || defined(__i386__)
   const CpuFeatures& f = cpu_features();
   const Flag flags[] = {
-      {"avx", "avx", f.avx},           {"fma", "fma", f.fma},           {"f16c", "f16c", f.f16c},
-      {"avx2", "avx2", f.avx2},        {"avx512f", "avx512f", f.avx512f}, {"avx512dq", "avx512dq", f.avx512dq},
-      {"avx512cd", "avx512cd", f.avx512cd}, {"avx512bw", "avx512bw", f.avx512bw},
+      {"avx", "avx", f.avx},
+      {"fma", "fma", f.fma},
+      {"f16c", "f16c", f.f16c},
+      {"avx2", "avx2", f.avx2},
+      {"avx512f", "avx512f", f.avx512f},
+      {"avx512dq", "avx512dq", f.avx512dq},
+      {"avx512cd", "avx512cd", f.avx512cd},
+      {"avx512bw", "avx512bw", f.avx512bw},
       {"avx512vl", "avx512vl", f.avx512vl},
   };
   // __builtin_cpu_supports takes a string literal only, so the GCC readings are spelled out in the order above.
@@ -80,8 +85,10 @@ TEST_CASE("cpu_features agrees with __builtin_cpu_supports and /proc/cpuinfo", "
   if (f.avx512bf16) have += " avx512bf16";
   CHECK(f.avx2_fma_f16c() == (f.avx2 && f.fma && f.f16c));
   CHECK(f.avx512_engine() == (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512cd));
-  std::printf("cpu_features: %d flags against __builtin_cpu_supports, %d against /proc/cpuinfo, %d mismatches;"
-              " this CPU:%s\n", compared, proc_compared, mismatches, have.c_str());
+  std::printf(
+      "cpu_features: %d flags against __builtin_cpu_supports, %d against /proc/cpuinfo, %d mismatches;"
+      " this CPU:%s\n",
+      compared, proc_compared, mismatches, have.c_str());
   CHECK(mismatches == 0);
 #else
   const CpuFeatures& f = cpu_features();

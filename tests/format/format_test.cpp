@@ -2,7 +2,6 @@
 // published definitions, and the parser's names and errors.
 #include "catch_compat.hpp"
 
-#include <cstdio>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -15,11 +14,12 @@ using namespace mpsim;
 namespace {
 // The constants of a format as the checks below see them, so that the log shows what was compared.
 void show(const Format& f) {
-  std::printf("%-14s max_finite %-24.17g min_normal %-24.17g min_subnormal %-24.17g epsilon %-12.6g bits max 0x%llx "
-              "inf 0x%llx nan 0x%llx\n",
-              f.name.c_str(), f.max_finite, f.min_normal, f.min_subnormal, f.epsilon,
-              static_cast<unsigned long long>(f.max_finite_bits), static_cast<unsigned long long>(f.inf_bits),
-              static_cast<unsigned long long>(f.nan_bits));
+  std::printf(
+      "%-14s max_finite %-24.17g min_normal %-24.17g min_subnormal %-24.17g epsilon %-12.6g bits max 0x%llx "
+      "inf 0x%llx nan 0x%llx\n",
+      f.name.c_str(), f.max_finite, f.min_normal, f.min_subnormal, f.epsilon,
+      static_cast<unsigned long long>(f.max_finite_bits), static_cast<unsigned long long>(f.inf_bits),
+      static_cast<unsigned long long>(f.nan_bits));
 }
 }  // namespace
 

@@ -62,8 +62,8 @@ TEST_CASE("options: a wrong subnormals or overflow word is an OptionError naming
   int checked = 0;
   for (const std::string word : {"drop", "Keep", "FLUSH", "", "keep ", "saturating", "inf ", "nan", "0"}) {
     for (const OptionKey key : {OptionKey::subnormals, OptionKey::overflow}) {
-      const bool is_word = key == OptionKey::subnormals ? (word == "keep" || word == "flush")
-                                                         : (word == "inf" || word == "saturate");
+      const bool is_word =
+          key == OptionKey::subnormals ? (word == "keep" || word == "flush") : (word == "inf" || word == "saturate");
       REQUIRE_FALSE(is_word);
       try {
         if (key == OptionKey::subnormals) format_with_options(fp16(), word, "inf");
@@ -74,8 +74,9 @@ TEST_CASE("options: a wrong subnormals or overflow word is an OptionError naming
                     e.value.c_str(), e.what());
         CHECK(e.key == key);
         CHECK(e.value == word);
-        const std::string expected = std::string(key_name(key)) + ": unknown value '" + word + "' (known: " +
-                                     (key == OptionKey::subnormals ? "keep, flush" : "inf, saturate") + ")";
+        const std::string expected = std::string(key_name(key)) + ": unknown value '" + word +
+                                     "' (known: " + (key == OptionKey::subnormals ? "keep, flush" : "inf, saturate") +
+                                     ")";
         CHECK(std::string(e.what()) == expected);
       }
       ++checked;
@@ -92,15 +93,22 @@ TEST_CASE("options: the Rounding of every mode name, sr_bits, seed and daz", "[o
     RoundingMode mode;
   };
   // The names round.hpp documents: the CLI's short names, the IEEE-style names and the long spellings.
-  const std::vector<Mode> modes = {
-      {"rne", RoundingMode::nearest_even},     {"rtz", RoundingMode::toward_zero},
-      {"ru", RoundingMode::up},                {"rd", RoundingMode::down},
-      {"rna", RoundingMode::nearest_away},     {"rto", RoundingMode::to_odd},
-      {"sr", RoundingMode::stochastic},        {"roundTiesToEven", RoundingMode::nearest_even},
-      {"roundTowardZero", RoundingMode::toward_zero}, {"nearest-even", RoundingMode::nearest_even},
-      {"toward-zero", RoundingMode::toward_zero},     {"up", RoundingMode::up},
-      {"down", RoundingMode::down},            {"nearest-away", RoundingMode::nearest_away},
-      {"to-odd", RoundingMode::to_odd},        {"stochastic", RoundingMode::stochastic}};
+  const std::vector<Mode> modes = {{"rne", RoundingMode::nearest_even},
+                                   {"rtz", RoundingMode::toward_zero},
+                                   {"ru", RoundingMode::up},
+                                   {"rd", RoundingMode::down},
+                                   {"rna", RoundingMode::nearest_away},
+                                   {"rto", RoundingMode::to_odd},
+                                   {"sr", RoundingMode::stochastic},
+                                   {"roundTiesToEven", RoundingMode::nearest_even},
+                                   {"roundTowardZero", RoundingMode::toward_zero},
+                                   {"nearest-even", RoundingMode::nearest_even},
+                                   {"toward-zero", RoundingMode::toward_zero},
+                                   {"up", RoundingMode::up},
+                                   {"down", RoundingMode::down},
+                                   {"nearest-away", RoundingMode::nearest_away},
+                                   {"to-odd", RoundingMode::to_odd},
+                                   {"stochastic", RoundingMode::stochastic}};
   int checked = 0;
   for (const auto& m : modes) {
     for (const bool daz : {false, true}) {
@@ -153,7 +161,10 @@ TEST_CASE("options: wrong rounding options", "[options]") {
         error = true;
         message = e.what();
       }
-      std::printf("mode %s sr_bits %d -> %s: %s\n", mode, bits, error ? "Error" : option_error ? "OptionError" : "none",
+      std::printf("mode %s sr_bits %d -> %s: %s\n", mode, bits,
+                  error          ? "Error"
+                  : option_error ? "OptionError"
+                                 : "none",
                   message.c_str());
       CHECK(error);
       CHECK_FALSE(option_error);

@@ -22,11 +22,14 @@ TEST_CASE("parallel_for covers [0, n) exactly once in contiguous, aligned ranges
       for (std::size_t align : {1, 64}) {
         std::vector<int> hits(n, 0);
         std::vector<std::size_t> begins(static_cast<std::size_t>(workers)), ends(static_cast<std::size_t>(workers));
-        parallel_for(n, workers, "test", [&](int w, std::size_t b, std::size_t e) {
-          begins[static_cast<std::size_t>(w)] = b;
-          ends[static_cast<std::size_t>(w)] = e;
-          for (std::size_t i = b; i < e; ++i) ++hits[i];  // ranges are disjoint: no two workers share an i
-        }, align);
+        parallel_for(
+            n, workers, "test",
+            [&](int w, std::size_t b, std::size_t e) {
+              begins[static_cast<std::size_t>(w)] = b;
+              ends[static_cast<std::size_t>(w)] = e;
+              for (std::size_t i = b; i < e; ++i) ++hits[i];  // ranges are disjoint: no two workers share an i
+            },
+            align);
         for (std::size_t i = 0; i < n; ++i) bad += hits[i] != 1;
         for (int w = 0; w < workers; ++w) {
           const auto k = static_cast<std::size_t>(w);
@@ -74,7 +77,8 @@ TEST_CASE("every worker runs under the default MXCSR; the caller's comes back", 
   const unsigned caller = 0x1f80u | 0x8000u | 0x0040u | 0x6000u;
   _mm_setcsr(caller);
   std::vector<unsigned> seen(4, 0);
-  run_workers(4, "test", [&](int w) { seen[static_cast<std::size_t>(w)] = _mm_getcsr() & ~0x3fu; });  // flags masked out
+  run_workers(4, "test",
+              [&](int w) { seen[static_cast<std::size_t>(w)] = _mm_getcsr() & ~0x3fu; });  // flags masked out
   const unsigned after = _mm_getcsr();
   _mm_setcsr(saved);
   for (int w = 0; w < 4; ++w) {

@@ -47,14 +47,26 @@ TEST_CASE("Philox4x32 gives Random123's known answers and equals its philox4x32_
   };
   const Kat kats[] = {
       {7, {{0, 0, 0, 0}}, 0, 0, {{0x5f6fb709, 0x0d893f64, 0x4f121f81, 0x4f730a48}}},
-      {7, {{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}}, 0xffffffff, 0xffffffff,
+      {7,
+       {{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}},
+       0xffffffff,
+       0xffffffff,
        {{0x5207ddc2, 0x45165e59, 0x4d8ee751, 0x8c52f662}}},
-      {7, {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}}, 0xa4093822, 0x299f31d0,
+      {7,
+       {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}},
+       0xa4093822,
+       0x299f31d0,
        {{0x4dfccaba, 0x190a87f0, 0xc47362ba, 0xb6b5242a}}},
       {10, {{0, 0, 0, 0}}, 0, 0, {{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}}},
-      {10, {{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}}, 0xffffffff, 0xffffffff,
+      {10,
+       {{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}},
+       0xffffffff,
+       0xffffffff,
        {{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}}},
-      {10, {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}}, 0xa4093822, 0x299f31d0,
+      {10,
+       {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}},
+       0xa4093822,
+       0x299f31d0,
        {{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}}},
   };
   int kat_bad = 0;
@@ -79,18 +91,19 @@ TEST_CASE("Philox4x32 gives Random123's known answers and equals its philox4x32_
     const std::uint64_t seed = i < 50000 ? static_cast<std::uint64_t>(i % 64) : rng();
     const std::uint64_t index = i % 3 == 0 ? static_cast<std::uint64_t>(i) : rng();
     const std::uint64_t q = index >> 2;
-    const philox::Block ref = reference_philox(
-        {{static_cast<std::uint32_t>(q), static_cast<std::uint32_t>(q >> 32), 0, 0}}, static_cast<std::uint32_t>(seed),
-        static_cast<std::uint32_t>(seed >> 32));
+    const philox::Block ref =
+        reference_philox({{static_cast<std::uint32_t>(q), static_cast<std::uint32_t>(q >> 32), 0, 0}},
+                         static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32));
     ++sr_checked;
     sr_bad += sr_random(seed, index) != ref.v[index & 3];
   }
   static_assert(philox::sr_random(0, 0) == 0x6627e8d5u, "constexpr evaluation gives the first KAT word");
-  std::printf("philox4x32: %d known-answer vectors (2 per vector: ours, Random123's) %d wrong; %llu random "
-              "(counter, key) vs Random123 philox4x32_R(10): %llu mismatches; sr_random vs Random123: %llu (seed, "
-              "index), %llu mismatches\n",
-              2 * static_cast<int>(std::size(kats)), kat_bad, (unsigned long long)checked, (unsigned long long)bad,
-              (unsigned long long)sr_checked, (unsigned long long)sr_bad);
+  std::printf(
+      "philox4x32: %d known-answer vectors (2 per vector: ours, Random123's) %d wrong; %llu random "
+      "(counter, key) vs Random123 philox4x32_R(10): %llu mismatches; sr_random vs Random123: %llu (seed, "
+      "index), %llu mismatches\n",
+      2 * static_cast<int>(std::size(kats)), kat_bad, (unsigned long long)checked, (unsigned long long)bad,
+      (unsigned long long)sr_checked, (unsigned long long)sr_bad);
   CHECK(kat_bad == 0);
   CHECK(bad == 0);
   CHECK(sr_bad == 0);
@@ -142,13 +155,13 @@ TEST_CASE("streams of different seeds share no window of 64 consecutive rounding
                                   << windows[i - 1].at);
     }
   const double n = static_cast<double>(seeds.size() * kLen);
-  std::printf("birthday test, %d-bit stream: %zu seeds x %zu decisions, %zu windows of 64; repeated windows between "
-              "seeds %llu, within a seed %llu (expected by chance %.1e); share of up decisions %.5f (1/2 +- %.5f at 5 "
-              "sigma)\n",
-              bits, seeds.size(), kLen, windows.size(), (unsigned long long)repeats_across,
-              (unsigned long long)repeats_within,
-              static_cast<double>(windows.size()) * static_cast<double>(windows.size()) / 0x1p65,
-              static_cast<double>(ups) / n, 5 * 0.5 / std::sqrt(n));
+  std::printf(
+      "birthday test, %d-bit stream: %zu seeds x %zu decisions, %zu windows of 64; repeated windows between "
+      "seeds %llu, within a seed %llu (expected by chance %.1e); share of up decisions %.5f (1/2 +- %.5f at 5 "
+      "sigma)\n",
+      bits, seeds.size(), kLen, windows.size(), (unsigned long long)repeats_across, (unsigned long long)repeats_within,
+      static_cast<double>(windows.size()) * static_cast<double>(windows.size()) / 0x1p65, static_cast<double>(ups) / n,
+      5 * 0.5 / std::sqrt(n));
   CHECK(repeats_across == 0);
   CHECK(repeats_within == 0);
   CHECK(std::fabs(static_cast<double>(ups) / n - 0.5) < 5 * 0.5 / std::sqrt(n));
@@ -190,7 +203,8 @@ TEST_CASE("stochastic rounding is unbiased per element over seeds", "[philox]") 
   std::uint64_t outside = 0;
   for (std::size_t i = 0; i < x.size(); ++i) {
     const double lo = round(static_cast<double>(x[i]), fp16(), Rounding::of(RoundingMode::toward_zero));
-    const double hi = round(static_cast<double>(x[i]), fp16(), Rounding::of(x[i] < 0 ? RoundingMode::down : RoundingMode::up));
+    const double hi =
+        round(static_cast<double>(x[i]), fp16(), Rounding::of(x[i] < 0 ? RoundingMode::down : RoundingMode::up));
     const double gap = std::fabs(hi - lo);
     const double p = std::fabs(static_cast<double>(x[i]) - lo) / gap;
     const double sd = gap * std::sqrt(p * (1 - p) / kSeeds);
@@ -199,23 +213,24 @@ TEST_CASE("stochastic rounding is unbiased per element over seeds", "[philox]") 
     worst_z = std::max(worst_z, z);
     if (std::fabs(mean - x[i]) > 5 * sd + gap * 0x1p-32) ++outside;
   }
-  std::printf("SR unbiasedness, %d random bits: %zu elements (fp16, normal and subnormal gaps), mean over %d seeds; "
-              "worst |mean - x| = %.2f standard deviations, %llu beyond 5\n",
-              bits, x.size(), kSeeds, worst_z, (unsigned long long)outside);
+  std::printf(
+      "SR unbiasedness, %d random bits: %zu elements (fp16, normal and subnormal gaps), mean over %d seeds; "
+      "worst |mean - x| = %.2f standard deviations, %llu beyond 5\n",
+      bits, x.size(), kSeeds, worst_z, (unsigned long long)outside);
   CHECK(outside == 0);
 }
 
-TEST_CASE("the vector paths draw the specification's words at every alignment and across counter words",
-          "[philox]") {
+TEST_CASE("the vector paths draw the specification's words at every alignment and across counter words", "[philox]") {
   // The vector kernels evaluate W / 4 Philox blocks per vector and, where the first index is not a
   // multiple of 4, take lanes of two block vectors; bulk.cpp splits calls where the block counter's
   // high word changes (index 2^34). Each start, each path, each thread count: the bits of round_bits().
   std::mt19937_64 rng(3);
   std::vector<float> in(70000);
-  for (auto& v : in) v = std::ldexp(static_cast<float>(rng() % 4096) / 4096.0f + 1.0f, static_cast<int>(rng() % 40) - 30) *
-                         ((rng() & 1) ? -1.0f : 1.0f);
-  const std::uint64_t starts[] = {0, 1, 2, 3, 4097, (std::uint64_t{1} << 34) - 30001, (std::uint64_t{1} << 34) - 30000,
-                                  ~std::uint64_t{0} - 80000};
+  for (auto& v : in)
+    v = std::ldexp(static_cast<float>(rng() % 4096) / 4096.0f + 1.0f, static_cast<int>(rng() % 40) - 30) *
+        ((rng() & 1) ? -1.0f : 1.0f);
+  const std::uint64_t starts[] = {
+      0, 1, 2, 3, 4097, (std::uint64_t{1} << 34) - 30001, (std::uint64_t{1} << 34) - 30000, ~std::uint64_t{0} - 80000};
   std::uint64_t checked = 0, bad = 0;
   for (const Format* f : {&fp16(), &bf16(), &fp8_e5m2(), &fp8_e4m3()})
     for (std::uint64_t index0 : starts)
@@ -236,9 +251,10 @@ TEST_CASE("the vector paths draw the specification's words at every alignment an
               UNSCOPED_INFO(f->name << " path " << to_string(path) << " index " << index0 + i);
           }
         }
-  std::printf("SR vector paths vs round_bits at 8 first indices (aligned, misaligned, across 2^34 and 2^64), 3 "
-              "paths, 1 and 3 threads: %llu results, %llu mismatches\n",
-              (unsigned long long)checked, (unsigned long long)bad);
+  std::printf(
+      "SR vector paths vs round_bits at 8 first indices (aligned, misaligned, across 2^34 and 2^64), 3 "
+      "paths, 1 and 3 threads: %llu results, %llu mismatches\n",
+      (unsigned long long)checked, (unsigned long long)bad);
   CHECK(bad == 0);
 }
 
@@ -251,9 +267,10 @@ TEST_CASE("the 16-bit stream: two elements per word of Random123's philox4x32_R,
     const std::uint64_t seed = i < 50000 ? static_cast<std::uint64_t>(i % 64) : rng();
     const std::uint64_t index = i % 3 == 0 ? static_cast<std::uint64_t>(i) : rng();
     const std::uint64_t q = index >> 3;
-    const std::uint32_t w = reference_philox({{static_cast<std::uint32_t>(q), static_cast<std::uint32_t>(q >> 32), 0, 0}},
-                                             static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32))
-                                .v[index & 3];
+    const std::uint32_t w =
+        reference_philox({{static_cast<std::uint32_t>(q), static_cast<std::uint32_t>(q >> 32), 0, 0}},
+                         static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32))
+            .v[index & 3];
     const std::uint32_t want = (index & 4) ? w << 16 : w & 0xffff0000u;
     for (int b : {1, 7, 16}) {
       ++checked;
@@ -279,11 +296,12 @@ TEST_CASE("the 16-bit stream: two elements per word of Random123's philox4x32_R,
     ++decisions;
     wrong += got != (up_want ? lo + ulp : lo);
   }
-  std::printf("16-bit stream vs Random123: %llu (seed, index, bits) words, %llu mismatches (%llu of 100000 elements "
-              "would have drawn the same 16 bits from the 32-bit stream); round_bits fp16 sr_bits=16: %llu "
-              "decisions, %llu wrong\n",
-              (unsigned long long)checked, (unsigned long long)bad, (unsigned long long)same_as_32,
-              (unsigned long long)decisions, (unsigned long long)wrong);
+  std::printf(
+      "16-bit stream vs Random123: %llu (seed, index, bits) words, %llu mismatches (%llu of 100000 elements "
+      "would have drawn the same 16 bits from the 32-bit stream); round_bits fp16 sr_bits=16: %llu "
+      "decisions, %llu wrong\n",
+      (unsigned long long)checked, (unsigned long long)bad, (unsigned long long)same_as_32,
+      (unsigned long long)decisions, (unsigned long long)wrong);
   CHECK(bad == 0);
   // The 16-bit stream is not the 32-bit one's top halves: element i draws from block i / 8, not i / 4 (the two
   // agree only where both counters are 0, elements 0 .. 3, or by chance, 1 in 2^16).
@@ -299,9 +317,11 @@ TEST_CASE("the vector paths draw the 16-bit stream at every alignment, packed an
   // the split points are multiples of 64, so of 8, and take the same misaligned-start code.)
   std::mt19937_64 rng(5);
   std::vector<float> in(6000);
-  for (auto& v : in) v = std::ldexp(static_cast<float>(rng() % 65536) / 65536.0f + 1.0f, static_cast<int>(rng() % 40) - 30) *
-                         ((rng() & 1) ? -1.0f : 1.0f);
-  const std::uint64_t starts[] = {0, 1, 2, 3, 4, 5, 6, 7, 8195, (std::uint64_t{1} << 34) - 10003, ~std::uint64_t{0} - 30000};
+  for (auto& v : in)
+    v = std::ldexp(static_cast<float>(rng() % 65536) / 65536.0f + 1.0f, static_cast<int>(rng() % 40) - 30) *
+        ((rng() & 1) ? -1.0f : 1.0f);
+  const std::uint64_t starts[] = {
+      0, 1, 2, 3, 4, 5, 6, 7, 8195, (std::uint64_t{1} << 34) - 10003, ~std::uint64_t{0} - 30000};
   std::uint64_t checked = 0, bad = 0;
   for (const Format* f : {&fp16(), &bf16(), &fp8_e5m2(), &fp8_e4m3()})
     for (int bits : {16, 7})
@@ -318,7 +338,8 @@ TEST_CASE("the vector paths draw the 16-bit stream at every alignment, packed an
             round_array(std::span<const float>(in), std::span<float>(out), *f, r, nullptr, opt);
             std::vector<std::uint16_t> p16(in.size());
             std::vector<std::uint8_t> p8(in.size());
-            if (f->storage_bytes() == 2) round_array(std::span<const float>(in), std::span<std::uint16_t>(p16), *f, r, nullptr, opt);
+            if (f->storage_bytes() == 2)
+              round_array(std::span<const float>(in), std::span<std::uint16_t>(p16), *f, r, nullptr, opt);
             else round_array(std::span<const float>(in), std::span<std::uint8_t>(p8), *f, r, nullptr, opt);
             for (std::size_t i = 0; i < in.size(); ++i) {
               ++checked;
@@ -332,7 +353,8 @@ TEST_CASE("the vector paths draw the 16-bit stream at every alignment, packed an
           }
   // Three threads on 2^17 + 1000 elements (the engine splits from 2^17 on), fp16 packed, first index 5.
   std::vector<float> big(std::size_t{1} << 17 | 1000);
-  for (auto& v : big) v = std::ldexp(static_cast<float>(rng() % 65536) / 65536.0f + 1.0f, static_cast<int>(rng() % 30) - 20);
+  for (auto& v : big)
+    v = std::ldexp(static_cast<float>(rng() % 65536) / 65536.0f + 1.0f, static_cast<int>(rng() % 30) - 20);
   std::uint64_t threaded = 0, threaded_bad = 0;
   for (Path path : {Path::avx2, Path::avx512}) {
     if (!path_available(path)) continue;
@@ -351,9 +373,10 @@ TEST_CASE("the vector paths draw the 16-bit stream at every alignment, packed an
   std::printf("16-bit stream, 3 threads, fp16 packed, %llu results: %llu mismatches\n", (unsigned long long)threaded,
               (unsigned long long)threaded_bad);
   CHECK(threaded_bad == 0);
-  std::printf("16-bit stream, vector paths vs round_bits: 4 formats simulated and packed, sr_bits 16 and 7, 11 "
-              "first indices (0..7, 8195, across 2^34, the end), 3 paths: %llu results, %llu "
-              "mismatches\n",
-              (unsigned long long)checked, (unsigned long long)bad);
+  std::printf(
+      "16-bit stream, vector paths vs round_bits: 4 formats simulated and packed, sr_bits 16 and 7, 11 "
+      "first indices (0..7, 8195, across 2^34, the end), 3 paths: %llu results, %llu "
+      "mismatches\n",
+      (unsigned long long)checked, (unsigned long long)bad);
   CHECK(bad == 0);
 }

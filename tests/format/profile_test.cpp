@@ -256,10 +256,11 @@ TEST_CASE("cuda-sm90 profile: simulate-mode values are the decoded device encodi
     changed += run_changed;
   }
   CHECK(mismatches == 0);
-  std::printf("simulate-mode values under cuda-sm90: %llu (rule, input) pairs over %zu recorded conversions, %llu "
-              "values differ from IEEE's, %llu mismatches against the decoded device encodings\n",
-              (unsigned long long)compared, std::size(mpsim::test::kRecordedConversions), (unsigned long long)changed,
-              (unsigned long long)mismatches);
+  std::printf(
+      "simulate-mode values under cuda-sm90: %llu (rule, input) pairs over %zu recorded conversions, %llu "
+      "values differ from IEEE's, %llu mismatches against the decoded device encodings\n",
+      (unsigned long long)compared, std::size(mpsim::test::kRecordedConversions), (unsigned long long)changed,
+      (unsigned long long)mismatches);
 
   // The recorded outputs, written out (float patterns; tf32's encoding is the pattern >> 13).
   const Rounding rna = Rounding::of(RoundingMode::nearest_away);

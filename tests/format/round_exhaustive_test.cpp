@@ -49,9 +49,8 @@ void run_and_check(const verify::Sweep& sweep) {
       std::printf("SKIPPED: %s %s: %s\n", row.format.c_str(), row.against.c_str(), row.note.c_str());
       continue;
     }
-    INFO(row.format << " " << row.mode << " against " << row.against << ": " << row.mismatches << " of "
-                    << row.checked << " differ"
-                    << (row.first ? ", first " + row.first->input : std::string()));
+    INFO(row.format << " " << row.mode << " against " << row.against << ": " << row.mismatches << " of " << row.checked
+                    << " differ" << (row.first ? ", first " + row.first->input : std::string()));
     CHECK(row.checked > 0);
     CHECK(row.mismatches == 0);
   }
@@ -74,8 +73,9 @@ TEST_CASE("fp16 nearest-even on all 2^32 floats: F16C and the grid table", "[rou
     // every run, and the grid table meets fp16 in every mode on the 2^25 boundary inputs below: this sweep
     // adds the grid table on the other floats, 77 s of ./run test on the 2-core machine, so it runs in
     // ./run test-full (and wherever the CPU lacks F16C).
-    WARN("fp16 rne against the grid table on all 2^32 floats: MPSIM_EXHAUSTIVE_FULL=1 only (round_bits vs F16C on "
-         "all 2^32 is in bulk_exhaustive_test)");
+    WARN(
+        "fp16 rne against the grid table on all 2^32 floats: MPSIM_EXHAUSTIVE_FULL=1 only (round_bits vs F16C on "
+        "all 2^32 is in bulk_exhaustive_test)");
     return;
   }
   if (!s.hardware->available) std::printf("SKIPPED: F16C comparison: %s\n", s.hardware->unavailable_reason.c_str());
@@ -83,8 +83,8 @@ TEST_CASE("fp16 nearest-even on all 2^32 floats: F16C and the grid table", "[rou
 }
 
 TEST_CASE("bf16 nearest-even on all 2^32 floats: grid table and AVX512-BF16", "[round_exhaustive][exhaustive]") {
-  verify::Sweep s{"bf16-all", bf16(), {Rounding::nearest_even()}, verify::FloatPatterns::all(),
-                  verify::avx512bf16_bf16()};
+  verify::Sweep s{
+      "bf16-all", bf16(), {Rounding::nearest_even()}, verify::FloatPatterns::all(), verify::avx512bf16_bf16()};
   if (s.hardware->available && !full_sweep()) {
     // The instruction on all 2^32 floats (and the grid table beside it) took about a minute of ./run test on
     // the 2-core machine: test-full runs it. In every run round_bits() meets the bf16 formula on all 2^32
@@ -99,9 +99,9 @@ TEST_CASE("bf16 nearest-even on all 2^32 floats: grid table and AVX512-BF16", "[
     // every bulk path); the grid table meets bf16 in every mode on 2^27 boundary inputs below. CI time
     // is better spent there; ./run test-full runs it.
     WARN("SKIPPED: AVX512-BF16 comparison: " << s.hardware->unavailable_reason
-                                              << "; round_bits bf16 rne on all 2^32 floats is checked against the "
-                                                 "integer formula in bulk_exhaustive_test (MPSIM_EXHAUSTIVE_FULL=1 runs "
-                                                 "this sweep against the grid table too)");
+                                             << "; round_bits bf16 rne on all 2^32 floats is checked against the "
+                                                "integer formula in bulk_exhaustive_test (MPSIM_EXHAUSTIVE_FULL=1 runs "
+                                                "this sweep against the grid table too)");
     return;
   }
   if (!s.hardware->available)
@@ -128,7 +128,8 @@ TEST_CASE("every mode for fp16, bf16, fp8_e4m3, fp8_e5m2 on 2^25 boundary-coveri
   // bits, took about 60 s; ./run test-full keeps them).
   const int low_bits = full_sweep() ? 8 : 10;
   for (const Format& (*f)() : {fp16, bf16, fp8_e4m3, fp8_e5m2}) {
-    verify::Sweep s{"every-mode", f(), verify::all_modes(2026), verify::FloatPatterns::boundaries(low_bits), std::nullopt};
+    verify::Sweep s{"every-mode", f(), verify::all_modes(2026), verify::FloatPatterns::boundaries(low_bits),
+                    std::nullopt};
     REQUIRE(s.patterns.inputs() >= (std::uint64_t{1} << (35 - low_bits)));
     run_and_check(s);
   }
@@ -151,7 +152,8 @@ TEST_CASE("saturation, flushing, input subnormals, stochastic bit counts, fnuz f
   }
   formats.push_back(fp8_e4m3fnuz());
   formats.push_back(fp8_e5m2fnuz());
-  for (const Format& f : formats) run_and_check({"variants", f, rs, verify::FloatPatterns::boundaries(12), std::nullopt});
+  for (const Format& f : formats)
+    run_and_check({"variants", f, rs, verify::FloatPatterns::boundaries(12), std::nullopt});
 }
 
 TEST_CASE("NaN in gives NaN out in every format and mode, never a number or inf", "[round_exhaustive]") {
@@ -196,9 +198,10 @@ TEST_CASE("NaN in gives NaN out in every format and mode, never a number or inf"
 
 TEST_CASE("stochastic rounding: only the two neighbours, unbiased, reproducible", "[round_exhaustive]") {
   // For K inputs x, n draws each (indices 0..n-1). A float x >= the format's smallest subnormal has at
-  // most 23 bits below the format's quantum, so with sr_bits = 32 P(up) = floor(frac * 2^32) / 2^32 = frac. Hoeffding: P(|ups - n p| >= t) <= 2 exp(-2 t^2 / n);
-  // with t = sqrt(n/2 * ln(2 K / 1e-10)) the chance that any of the K tests fails falsely is <= 1e-10.
-  // n = 2^12 under the sanitizers (tests/sanitized.hpp; the bounds below follow n): 2^16 took 40 s there.
+  // most 23 bits below the format's quantum, so with sr_bits = 32 P(up) = floor(frac * 2^32) / 2^32 = frac. Hoeffding:
+  // P(|ups - n p| >= t) <= 2 exp(-2 t^2 / n); with t = sqrt(n/2 * ln(2 K / 1e-10)) the chance that any of the K tests
+  // fails falsely is <= 1e-10. n = 2^12 under the sanitizers (tests/sanitized.hpp; the bounds below follow n): 2^16
+  // took 40 s there.
   const int K = 120, n = kSanitized ? 1 << 12 : 1 << 16;
   const double t = std::sqrt(n / 2.0 * std::log(2.0 * K / 1e-10));
   std::mt19937_64 rng(12345);
@@ -245,9 +248,10 @@ TEST_CASE("stochastic rounding: only the two neighbours, unbiased, reproducible"
   // Hoeffding |sum| >= sqrt(N/2 * ln(2/1e-10)) has probability <= 1e-10.
   const double N = double(tested) * n;
   const double bias_bound = std::sqrt(N / 2 * std::log(2 / 1e-10));
-  std::printf("SR: %d inputs x %d draws; worst |ups - np| / bound = %.3f (bound %.0f draws); mean error %.2e ulp (bound %.2e); "
-              "false-failure probability <= 2e-10\n",
-              tested, n, worst, t, total_bias / N, bias_bound / N);
+  std::printf(
+      "SR: %d inputs x %d draws; worst |ups - np| / bound = %.3f (bound %.0f draws); mean error %.2e ulp (bound %.2e); "
+      "false-failure probability <= 2e-10\n",
+      tested, n, worst, t, total_bias / N, bias_bound / N);
   CHECK(std::abs(total_bias) < bias_bound);
   // A different seed gives a different stream.
   int differ = 0;

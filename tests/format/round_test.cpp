@@ -6,8 +6,8 @@
 #include <bit>
 #include <cmath>
 #include <cstdio>
-#include <string>
 #include <limits>
+#include <string>
 
 #include "mpsim/format/round.hpp"
 

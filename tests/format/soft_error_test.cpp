@@ -1,7 +1,8 @@
 // Tests of lib/mpsim/format/soft_error.hpp, the soft errors after rounding (chop's and CPFloat's flip): the
 // draws against Random123's Philox4x32-10 (the authors' code, Debian librandom123-dev) recomputed here from
-// the documented rule, element for element, on fp16, bf16 and fp8_e4m3, fraction bits and any bit; p = 0 and p = 1; the hit share and
-// the bit positions against their binomial expectations; thread count and index offsets; bad probabilities.
+// the documented rule, element for element, on fp16, bf16 and fp8_e4m3, fraction bits and any bit; p = 0 and p = 1; the
+// hit share and the bit positions against their binomial expectations; thread count and index offsets; bad
+// probabilities.
 #include "catch_compat.hpp"
 
 #include <Random123/philox.h>
@@ -36,7 +37,8 @@ struct RefDraw {
 };
 RefDraw reference_draw(double p, std::uint64_t seed, std::uint64_t index, int m) {
   const std::uint64_t key = seed ^ 0x736F66745F657272ull;  // the salt spelled out: "soft_err" in ASCII
-  const r123::Philox4x32::ctr_type ctr = {{static_cast<std::uint32_t>(index), static_cast<std::uint32_t>(index >> 32), 0, 0}};
+  const r123::Philox4x32::ctr_type ctr = {
+      {static_cast<std::uint32_t>(index), static_cast<std::uint32_t>(index >> 32), 0, 0}};
   const r123::Philox4x32::key_type k = {{static_cast<std::uint32_t>(key), static_cast<std::uint32_t>(key >> 32)}};
   const r123::Philox4x32::ctr_type w = philox4x32_R(10, ctr, k);
   const double u = std::ldexp(static_cast<double>(((static_cast<std::uint64_t>(w.v[1]) << 32) | w.v[0]) >> 11), -53);
@@ -106,12 +108,14 @@ void check_against_reference(const Format& f, SoftErrorBits bits, const BulkOpti
         not_one_bit += diff != 0;
       }
     }
-    std::printf("soft errors [%s] %s %s p=%g: %zu elements vs Random123 draws: %llu hits (library %llu, values %llu), "
-                "%llu code mismatches, %llu value mismatches, %llu not exactly one bit, %llu outside the %d "
-                "eligible bits\n",
-                std::string(to_string(opt.path)).c_str(), f.name.c_str(), std::string(to_string(bits)).c_str(), p, x.size(), (unsigned long long)ref_hits, (unsigned long long)e.hits,
-                (unsigned long long)e.value_hits, (unsigned long long)code_bad, (unsigned long long)value_bad,
-                (unsigned long long)not_one_bit, (unsigned long long)out_of_range, m);
+    std::printf(
+        "soft errors [%s] %s %s p=%g: %zu elements vs Random123 draws: %llu hits (library %llu, values %llu), "
+        "%llu code mismatches, %llu value mismatches, %llu not exactly one bit, %llu outside the %d "
+        "eligible bits\n",
+        std::string(to_string(opt.path)).c_str(), f.name.c_str(), std::string(to_string(bits)).c_str(), p, x.size(),
+        (unsigned long long)ref_hits, (unsigned long long)e.hits, (unsigned long long)e.value_hits,
+        (unsigned long long)code_bad, (unsigned long long)value_bad, (unsigned long long)not_one_bit,
+        (unsigned long long)out_of_range, m);
     CHECK(code_bad == 0);
     CHECK(value_bad == 0);
     CHECK(not_one_bit == 0);
@@ -155,7 +159,8 @@ TEST_CASE("soft errors: every draw equals Random123's on every code path", "[sof
   }
 }
 
-TEST_CASE("soft errors: the vector paths flip what the scalar path flips, tails and counter wraps included", "[soft_error]") {
+TEST_CASE("soft errors: the vector paths flip what the scalar path flips, tails and counter wraps included",
+          "[soft_error]") {
   // Random fp16 codes (every pattern is a code to flip); the vector paths evaluate 8 (avx2) or 16
   // (avx512) blocks at a time and leave the rest to the scalar loop, and split where the counter's low
   // word wraps (index0 near 2^32) or the index itself wraps (near 2^64).
@@ -193,10 +198,11 @@ TEST_CASE("soft errors: the vector paths flip what the scalar path flips, tails 
               compared += len;
             }
         }
-    std::printf("soft errors %s vs scalar: %llu codes compared (fp16, fraction/any, 6 p, 4 index offsets, lengths "
-                "100003 and 0..17), %llu scalar hits, %llu code mismatches, %llu count mismatches\n",
-                std::string(to_string(path)).c_str(), (unsigned long long)compared, (unsigned long long)hits,
-                (unsigned long long)mismatches, (unsigned long long)count_mismatches);
+    std::printf(
+        "soft errors %s vs scalar: %llu codes compared (fp16, fraction/any, 6 p, 4 index offsets, lengths "
+        "100003 and 0..17), %llu scalar hits, %llu code mismatches, %llu count mismatches\n",
+        std::string(to_string(path)).c_str(), (unsigned long long)compared, (unsigned long long)hits,
+        (unsigned long long)mismatches, (unsigned long long)count_mismatches);
     CHECK(hits > 0);
     CHECK(mismatches == 0);
     CHECK(count_mismatches == 0);
@@ -238,8 +244,8 @@ TEST_CASE("soft errors: hit share and bit positions match their binomial expecta
       total += c;
       worst_bit_z = std::max(worst_bit_z, std::fabs((static_cast<double>(c) - hits * q) / bit_sigma));
     }
-    std::printf("soft errors %s: %zu elements at p=%g: %llu hit (z = %.2f); %d bit positions, worst |z| = %.2f\n",
-                name, kN, kP, (unsigned long long)hits, hit_z, f.man_bits, worst_bit_z);
+    std::printf("soft errors %s: %zu elements at p=%g: %llu hit (z = %.2f); %d bit positions, worst |z| = %.2f\n", name,
+                kN, kP, (unsigned long long)hits, hit_z, f.man_bits, worst_bit_z);
     CHECK(std::fabs(hit_z) < 5);
     CHECK(worst_bit_z < 5);
     CHECK(total == hits);
@@ -280,7 +286,8 @@ TEST_CASE("soft errors: the same flips whatever the thread count and the split i
 }
 
 TEST_CASE("soft errors: a probability outside [0, 1] or not a number is an OptionError naming flip", "[soft_error]") {
-  for (const double p : {-0.1, 1.5, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
+  for (const double p :
+       {-0.1, 1.5, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
     try {
       (void)soft_errors_with_options(p, 0);
       FAIL("accepted " << p);

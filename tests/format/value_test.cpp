@@ -9,8 +9,8 @@
 #include <sstream>
 #include <string>
 
-#include <boost/multiprecision/cpp_int.hpp>
 #include <fmt/format.h>
+#include <boost/multiprecision/cpp_int.hpp>
 
 #include "mpsim/format/value.hpp"
 #include "mpsim/format/value_io.hpp"
@@ -26,7 +26,8 @@ using mpsim::num::fp8_e5m2;
 using mpsim::num::tf32;
 
 static_assert(fp16::from_bits(0x3c00).bits() == 0x3c00);
-static_assert(sizeof(fp16) == 2 && sizeof(bf16) == 2 && sizeof(fp8_e4m3) == 1 && sizeof(fp8_e5m2) == 1 && sizeof(tf32) == 4);
+static_assert(sizeof(fp16) == 2 && sizeof(bf16) == 2 && sizeof(fp8_e4m3) == 1 && sizeof(fp8_e5m2) == 1 &&
+              sizeof(tf32) == 4);
 static_assert(std::numeric_limits<fp16>::max().bits() == 0x7bff);
 static_assert(std::numeric_limits<fp8_e4m3>::max().bits() == 0x7e);
 static_assert(std::numeric_limits<bf16>::quiet_NaN().bits() == 0x7fc0);
@@ -184,10 +185,8 @@ cpp_rational parse_decimal(const std::string& s) {
   cpp_rational v(digits);
   cpp_int p = 1;
   for (int k = 0; k < std::abs(exp10); ++k) p *= 10;
-  if (exp10 >= 0)
-    v *= p;
-  else
-    v /= p;
+  if (exp10 >= 0) v *= p;
+  else v /= p;
   return neg ? -v : v;
 }
 
@@ -202,8 +201,9 @@ bool reads_back(const std::string& s, std::uint64_t bits, const Format& f) {
   const bool odd = mag & 1;
   // The neighbour above the largest finite number is where the next binade would start.
   const bool top = mag == f.max_finite_bits;
-  const cpp_rational next = top ? cpp_rational(decode(mag, f)) + (cpp_rational(decode(mag, f)) - cpp_rational(decode(mag - 1, f)))
-                                : cpp_rational(decode(mag + 1, f));
+  const cpp_rational next =
+      top ? cpp_rational(decode(mag, f)) + (cpp_rational(decode(mag, f)) - cpp_rational(decode(mag - 1, f)))
+          : cpp_rational(decode(mag + 1, f));
   const cpp_rational hi = (r + next) / 2;
   if (ax > hi || (ax == hi && odd)) return false;
   const cpp_rational lo = mag == 0 ? cpp_rational(0) : (cpp_rational(decode(mag - 1, f)) + r) / 2;
@@ -221,7 +221,8 @@ void check_all_decimals(std::uint32_t count, std::uint32_t step) {
     const std::string s = fmt::format("{}", v);
     longest = std::max(longest, s.size());
     ++checked;
-    if (!reads_back(s, i, f) && bad++ < 5) std::printf("  %s 0x%x printed as %s does not read back\n", f.name.c_str(), i, s.c_str());
+    if (!reads_back(s, i, f) && bad++ < 5)
+      std::printf("  %s 0x%x printed as %s does not read back\n", f.name.c_str(), i, s.c_str());
   }
   std::printf("%s: %ld finite non-zero values printed and read back exactly, %ld wrong (longest \"%zu\" chars)\n",
               f.name.c_str(), checked, bad, longest);

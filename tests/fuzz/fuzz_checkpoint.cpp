@@ -16,7 +16,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const auto ck = mpsim::train::read_checkpoint_bytes(std::move(bytes), "fuzz.safetensors");
     // What was accepted lists its tensors in the metadata, each read whole.
     if (!ck.header.contains("tensors") || ck.header["tensors"].size() != ck.tensors.size()) __builtin_trap();
-  } catch (const mpsim::Error&) {
-  }
+  } catch (const mpsim::Error&) {}
   return 0;
 }

@@ -16,7 +16,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     // What we read must write back and read again to the same array.
     const auto again = mpsim::io::parse_npy(mpsim::io::npy_bytes(a), "again.npy");
     if (again.data != a.data || again.shape != a.shape) __builtin_trap();
-  } catch (const mpsim::Error&) {
-  }
+  } catch (const mpsim::Error&) {}
   return 0;
 }

@@ -14,7 +14,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (doc.is_discarded()) return 0;  // read_json reports invalid JSON before the check
   try {
     mpsim::hw::check_recording(doc, "fuzz/convert.json");
-  } catch (const mpsim::Error&) {
-  }
+  } catch (const mpsim::Error&) {}
   return 0;
 }

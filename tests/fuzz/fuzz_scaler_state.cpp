@@ -15,7 +15,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const auto config = mpsim::train::scaler_from_torch_state(state, "fuzz.json");
     const auto again = mpsim::train::parse_scaler(mpsim::train::to_spec(config));
     if (mpsim::train::to_spec(again) != mpsim::train::to_spec(config)) __builtin_trap();
-  } catch (const mpsim::Error&) {
-  }
+  } catch (const mpsim::Error&) {}
   return 0;
 }

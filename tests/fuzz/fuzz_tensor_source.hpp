@@ -10,7 +10,8 @@
 #include "mpsim/io/tensor_source.hpp"
 
 inline int fuzz_tensor_source(const std::uint8_t* data, std::size_t size, const char* name) {
-  std::vector<std::byte> bytes(reinterpret_cast<const std::byte*>(data), reinterpret_cast<const std::byte*>(data) + size);
+  std::vector<std::byte> bytes(reinterpret_cast<const std::byte*>(data),
+                               reinterpret_cast<const std::byte*>(data) + size);
   try {
     const auto src = mpsim::io::TensorSource::from_bytes(std::move(bytes), name);
     for (const auto& t : src.tensors()) {
@@ -21,10 +22,8 @@ inline int fuzz_tensor_source(const std::uint8_t* data, std::size_t size, const 
           seen += v.size();
         });
         if (seen != t.count) __builtin_trap();
-      } catch (const mpsim::Error&) {
-      }
+      } catch (const mpsim::Error&) {}
     }
-  } catch (const mpsim::Error&) {
-  }
+  } catch (const mpsim::Error&) {}
   return 0;
 }

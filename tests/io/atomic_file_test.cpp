@@ -82,7 +82,8 @@ TEST_CASE("a symbolic link is followed: the file it points at is replaced, the l
   CHECK(slurp(dir / "real" / "later.json") == "made");
   // No temporary is left beside the link or the file.
   std::size_t entries = 0;
-  for (const auto& e : fs::recursive_directory_iterator(dir.path())) entries += e.path().string().find(".tmp.") == std::string::npos;
+  for (const auto& e : fs::recursive_directory_iterator(dir.path()))
+    entries += e.path().string().find(".tmp.") == std::string::npos;
   std::printf("symlinks: %zu entries, the links still links\n", entries);
   CHECK(entries == 5);
 }
@@ -194,8 +195,8 @@ TEST_CASE("a stale temporary of a dead process is removed by the next write; a l
   const auto other = mpsim::io::temporary_name(dir / "other.npy", dead_pid());
   for (const auto& p : {stale, live, other}) write_text_file(p, "left by a killed run");
   write_text_file(target, "done");
-  std::printf("stale %s removed: %d; live parent's kept: %d; another target's kept: %d\n",
-              stale.filename().c_str(), int(!fs::exists(stale)), int(fs::exists(live)), int(fs::exists(other)));
+  std::printf("stale %s removed: %d; live parent's kept: %d; another target's kept: %d\n", stale.filename().c_str(),
+              int(!fs::exists(stale)), int(fs::exists(live)), int(fs::exists(other)));
   CHECK_FALSE(fs::exists(stale));
   CHECK(fs::exists(live));
   CHECK(fs::exists(other));

@@ -56,8 +56,9 @@ TEST_CASE("write_npy then read_npy gives back dtype, shape and bits", "[npy]") {
   const std::vector<std::uint32_t> w = {0, 1, 0xffffffffu, 0x3f800000u, 7, 8};
   int checked = 0;
   for (const auto& shape : std::vector<std::vector<std::int64_t>>{{6}, {2, 3}, {3, 1, 2}}) {
-    const NpyArray arrays[] = {make_npy(f, shape), make_npy(d, shape), make_npy(h, shape, DType::f16),
-                               make_npy(h, shape, DType::bf16_bits), make_npy(b, shape), make_npy(w, shape)};
+    const NpyArray arrays[] = {
+        make_npy(f, shape), make_npy(d, shape), make_npy(h, shape, DType::f16), make_npy(h, shape, DType::bf16_bits),
+        make_npy(b, shape), make_npy(w, shape)};
     for (const auto& a : arrays) {
       write_npy(dir / "a.npy", a);
       const NpyArray r = read_npy(dir / "a.npy");

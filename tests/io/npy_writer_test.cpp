@@ -61,7 +61,8 @@ TEST_CASE("NpyWriter: too few or too many elements, a wrong element size, no com
     NpyWriter w(dir / "a.npy", DType::f32, {10});
     w.append(std::span<const float>(x).first(6));
     CHECK_THROWS_WITH(w.append(std::span<const float>(x).first(6)), Catch::Contains("2 elements written past"));
-    CHECK_THROWS_WITH(w.append(std::span<const double>(d).first(1)), Catch::Contains("writing 8-byte elements into a float32"));
+    CHECK_THROWS_WITH(w.append(std::span<const double>(d).first(1)),
+                      Catch::Contains("writing 8-byte elements into a float32"));
   }
   CHECK(only_scratch());
   {

@@ -54,14 +54,16 @@ TEST_CASE("NpzWriter: interleaved pieces make the archive npz_bytes makes", "[np
     CHECK(e.name == "elements");
     CHECK(e.shape == std::vector<std::int64_t>{97, 100});
     std::vector<float> back;
-    src.for_each_chunk(e, 1000, [&](std::span<const float> v, std::uint64_t) { back.insert(back.end(), v.begin(), v.end()); });
+    src.for_each_chunk(e, 1000,
+                       [&](std::span<const float> v, std::uint64_t) { back.insert(back.end(), v.begin(), v.end()); });
     REQUIRE(back.size() == elements.size());
     std::size_t differ = 0;
     for (std::size_t i = 0; i < back.size(); ++i) differ += back[i] != static_cast<float>(elements[i]);
     CHECK(differ == 0);
-    std::printf("NpzWriter, rows of 100 + 4 appended %zu rows at a time: %zu bytes, %s npz_bytes'; %zu elements "
-                "read back, %zu differ\n",
-                rows_per_piece, got.size(), got == want ? "equal to" : "DIFFERENT from", back.size(), differ);
+    std::printf(
+        "NpzWriter, rows of 100 + 4 appended %zu rows at a time: %zu bytes, %s npz_bytes'; %zu elements "
+        "read back, %zu differ\n",
+        rows_per_piece, got.size(), got == want ? "equal to" : "DIFFERENT from", back.size(), differ);
   }
   CHECK(files == 3);
 }
@@ -75,7 +77,7 @@ TEST_CASE("NpzWriter: too few or too many elements, a wrong element size, no com
     NpzWriter w(dir / "short.npz", {{"a", DType::u8, {2, 3}}, {"b", DType::u8, {4}}});
     w.append(0, std::span<const std::uint8_t>(six));
     w.append(1, std::span<const std::uint8_t>(six).first(3));
-    CHECK_THROWS_AS(w.commit(), mpsim::Error);  // b is one short
+    CHECK_THROWS_AS(w.commit(), mpsim::Error);                                                // b is one short
     CHECK_THROWS_AS(w.append(0, std::span<const std::uint8_t>(six).first(1)), mpsim::Error);  // past a's shape
     CHECK_THROWS_AS(w.append(1, std::span<const float>(one)), mpsim::Error);  // 4-byte elements into uint8
   }

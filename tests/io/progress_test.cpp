@@ -2,10 +2,10 @@
 // what reaches a real terminal (a pseudo-terminal opened here).
 #include "mpsim/io/progress.hpp"
 
-#include "catch_compat.hpp"
 #include <fcntl.h>
 #include <poll.h>
 #include <unistd.h>
+#include "catch_compat.hpp"
 
 #include <chrono>
 #include <cstdio>
@@ -55,7 +55,8 @@ TEST_CASE("ProgressBar::line: bar, amounts, rate and time left", "[progress]") {
         "round x.npy [" + std::string(6, '#') + std::string(18, '.') + "] 64.0/256.0 MiB   25%  32.0 MiB/s  ETA 0:06");
   // 100 of 400 steps in 50 s: 2 steps/s, 300 left take 150 s = 2:30.
   CHECK(ProgressBar::line("train", 100, 400, ProgressBar::Unit::steps, 50.0, "loss 2.5") ==
-        "train [" + std::string(6, '#') + std::string(18, '.') + "] 100/400 steps   25%  2 steps/s  ETA 2:30  loss 2.5");
+        "train [" + std::string(6, '#') + std::string(18, '.') +
+            "] 100/400 steps   25%  2 steps/s  ETA 2:30  loss 2.5");
   // Done; and nothing done yet (no rate, so no estimate); hours.
   CHECK(ProgressBar::line("s", 27, 27, ProgressBar::Unit::runs, 9.0) ==
         "s [" + std::string(24, '#') + "] 27/27 runs  100%  3 runs/s  ETA 0:00");
@@ -100,7 +101,8 @@ TEST_CASE("ProgressBar draws on a terminal, at most ten times a second, and eras
   // The terminal turns "\n" into "\r\n" on output; the bar writes none.
   const std::string got = drain(master);
   ::close(master);
-  for (std::size_t at = got.find("\rround big.npy ["); at != std::string::npos; at = got.find("\rround big.npy [", at + 1))
+  for (std::size_t at = got.find("\rround big.npy ["); at != std::string::npos;
+       at = got.find("\rround big.npy [", at + 1))
     ++redraws;
   INFO("terminal got: " << got);
   CHECK(got.find('\n') == std::string::npos);

@@ -10,10 +10,10 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
-#include "test_files.hpp"
 #include "mpsim/error.hpp"
 #include "mpsim/io/safetensors_writer.hpp"
 #include "mpsim/io/tensor_source.hpp"
+#include "test_files.hpp"
 
 using namespace mpsim;
 
@@ -31,7 +31,8 @@ TEST_CASE("tensors with shapes and metadata read back", "[safetensors_writer]") 
   std::size_t compared = 0, mismatches = 0;
   for (const auto& t : tensors) {
     const auto& ref = src.tensor(t.name);
-    const std::vector<std::int64_t> want = t.shape.empty() ? std::vector<std::int64_t>{static_cast<std::int64_t>(t.values.size())} : t.shape;
+    const std::vector<std::int64_t> want =
+        t.shape.empty() ? std::vector<std::int64_t>{static_cast<std::int64_t>(t.values.size())} : t.shape;
     CHECK(ref.shape == want);
     const auto got = src.read_float(ref);
     REQUIRE(got.size() == t.values.size());

@@ -1,9 +1,9 @@
 // Tests of lib/mpsim/io/tensor_source.hpp: .npy, .npz (stored and deflate), safetensors and raw files
 // built byte by byte here (zip records per PKWARE APPNOTE, safetensors per its README), their values
 // streamed in small chunks and compared with the values the test put in, and every kind of bad file.
-#include "catch_compat.hpp"
 #include <sys/stat.h>
 #include <zlib.h>
+#include "catch_compat.hpp"
 
 #include <bit>
 #include <cmath>
@@ -50,12 +50,13 @@ Bytes zip_file(const std::vector<Member>& members) {
   Bytes out, cd;
   for (const auto& m : members) {
     const Bytes body = m.deflate ? deflate_raw(m.data) : m.data;
-    const auto crc = static_cast<std::uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(m.data.data()),
-                                                      static_cast<uInt>(m.data.size())));
+    const auto crc = static_cast<std::uint32_t>(
+        crc32(0, reinterpret_cast<const Bytef*>(m.data.data()), static_cast<uInt>(m.data.size())));
     const auto offset = static_cast<std::uint32_t>(out.size());
     const std::uint16_t method = m.deflate ? 8 : 0;
     append_le(out, std::uint32_t{0x04034b50});
-    for (std::uint16_t v : {std::uint16_t{20}, std::uint16_t{0}, method, std::uint16_t{0}, std::uint16_t{0}}) append_le(out, v);
+    for (std::uint16_t v : {std::uint16_t{20}, std::uint16_t{0}, method, std::uint16_t{0}, std::uint16_t{0}})
+      append_le(out, v);
     append_le(out, crc);
     append_le(out, static_cast<std::uint32_t>(body.size()));
     append_le(out, static_cast<std::uint32_t>(m.data.size()));
@@ -64,14 +65,15 @@ Bytes zip_file(const std::vector<Member>& members) {
     append(out, m.name);
     append(out, body);
     append_le(cd, std::uint32_t{0x02014b50});
-    for (std::uint16_t v : {std::uint16_t{20}, std::uint16_t{20}, std::uint16_t{0}, method, std::uint16_t{0}, std::uint16_t{0}})
+    for (std::uint16_t v :
+         {std::uint16_t{20}, std::uint16_t{20}, std::uint16_t{0}, method, std::uint16_t{0}, std::uint16_t{0}})
       append_le(cd, v);
     append_le(cd, crc);
     append_le(cd, static_cast<std::uint32_t>(body.size()));
     append_le(cd, static_cast<std::uint32_t>(m.data.size()));
     append_le(cd, static_cast<std::uint16_t>(m.name.size()));
     for (int i = 0; i < 4; ++i) append_le(cd, std::uint16_t{0});  // extra, comment, disk, internal attrs
-    append_le(cd, std::uint32_t{0});                               // external attrs
+    append_le(cd, std::uint32_t{0});                              // external attrs
     append_le(cd, offset);
     append(cd, m.name);
   }
@@ -103,8 +105,7 @@ Bytes le_bytes(std::initializer_list<T> values) {
   for (T v : values) {
     if constexpr (std::is_floating_point_v<T>)
       append_le(b, std::bit_cast<std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>(v));
-    else
-      append_le(b, v);
+    else append_le(b, v);
   }
   return b;
 }
@@ -163,7 +164,8 @@ TEST_CASE(".npy through TensorSource: chunks, big-endian, Fortran order, dtype o
   // Big-endian float64, Fortran order 2x3.
   Bytes be;
   for (double v : {1.0, 4.0, 2.0, 5.0, 3.0, 6.0}) mpsim::test::append_be(be, std::bit_cast<std::uint64_t>(v));
-  mpsim::test::write_bytes(dir / "f.npy", mpsim::test::npy_file("{'descr': '>f8', 'fortran_order': True, 'shape': (2, 3), }", be));
+  mpsim::test::write_bytes(dir / "f.npy",
+                           mpsim::test::npy_file("{'descr': '>f8', 'fortran_order': True, 'shape': (2, 3), }", be));
   auto f = TensorSource::open(dir / "f.npy");
   CHECK(same(stream_all(f, f.tensors()[0], 4), {1, 2, 3, 4, 5, 6}));
 
@@ -192,7 +194,8 @@ TEST_CASE(".npz: stored and deflated members, every array named, values streamed
       {"bias.npy", npy_of(make_npy(std::span<const double>(d))), false},
       {"half.npy", npy_of(make_npy(std::span<const std::uint16_t>(h), DType::f16)), true},
       {"fp8.npy", npy_of(make_npy(std::span<const std::uint8_t>(e4))), false},
-      {"fortran.npy", mpsim::test::npy_file("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }", fortran), true},
+      {"fortran.npy", mpsim::test::npy_file("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }", fortran),
+       true},
   });
   mpsim::test::write_bytes(dir / "g.npz", zip);
   auto s = TensorSource::open(dir / "g.npz", {.dtype = DType::fp8_e4m3_bits});
@@ -204,7 +207,8 @@ TEST_CASE(".npz: stored and deflated members, every array named, values streamed
   CHECK(s.tensors()[0].shape == std::vector<std::int64_t>{50, 100});
   CHECK(same(stream_all(s, s.tensor("weights"), 333), std::vector<double>(big.begin(), big.end())));
   CHECK(same(stream_all(s, s.tensor("bias"), 2), d));
-  CHECK(same(stream_all(s, s.tensor("half"), 2), {1.0, std::ldexp(1.0, -24), -std::numeric_limits<double>::infinity()}));
+  CHECK(
+      same(stream_all(s, s.tensor("half"), 2), {1.0, std::ldexp(1.0, -24), -std::numeric_limits<double>::infinity()}));
   CHECK(s.tensor("fp8").dtype == DType::fp8_e4m3_bits);  // the override applies to the uint8 member
   CHECK(s.tensor("half").dtype == DType::f16);           // and leaves float members alone
   CHECK(same(stream_all(s, s.tensor("fp8"), 2), {1.0, 448.0, std::ldexp(1.0, -9)}));
@@ -220,7 +224,8 @@ TEST_CASE("read_range_double: ranges in step equal the stream; compressed and Fo
   write_npy(dir / "x.npy", make_npy(std::span<const float>(x)));
   Bytes be;  // big-endian float32: swapped per range
   for (float v : x) mpsim::test::append_be(be, std::bit_cast<std::uint32_t>(v));
-  mpsim::test::write_bytes(dir / "be.npy", mpsim::test::npy_file("{'descr': '>f4', 'fortran_order': False, 'shape': (4099,), }", be));
+  mpsim::test::write_bytes(dir / "be.npy",
+                           mpsim::test::npy_file("{'descr': '>f4', 'fortran_order': False, 'shape': (4099,), }", be));
   const std::vector<std::uint16_t> h = {0x3c00, 0x0001, 0xfc00, 0x7e00, 0x8000};
   for (const char* name : {"x.npy", "be.npy"}) {
     auto s = TensorSource::open(dir / name);
@@ -246,19 +251,20 @@ TEST_CASE("read_range_double: ranges in step equal the stream; compressed and Fo
   CHECK(part[0] == std::ldexp(1.0, -24));
   CHECK(part[1] == -std::numeric_limits<double>::infinity());
   CHECK(std::isnan(part[2]));
-  expect_error("compressed npz member cannot be read in ranges", [&] { z.read_range_double(z.tensor("x"), 0, 1, part); });
+  expect_error("compressed npz member cannot be read in ranges",
+               [&] { z.read_range_double(z.tensor("x"), 0, 1, part); });
   WARN("read 2 x 4099 values in ranges of 1000 (float32, big-endian float32) and a stored npz member");
 }
 
 TEST_CASE("safetensors: every dtype, named, in file order; metadata ignored", "[tensor_source]") {
   ScratchDir dir("ts");
   Bytes data;
-  append(data, le_bytes<float>({1.5f, -2.0f, finf, 0.0f, 3.0f, -0.5f}));   // a: F32 [2,3]   0..24
-  append(data, le_bytes<std::uint16_t>({0x3c00, 0x7bff}));                  // h: F16 [2]     24..28
-  append(data, le_bytes<std::uint16_t>({0x3f80, 0x4049}));                  // b: BF16 [2]    28..32
-  append(data, le_bytes<std::uint8_t>({0x38, 0x7e}));                       // e: F8_E4M3     32..34
-  append(data, le_bytes<std::uint8_t>({0x3c, 0x7b}));                       // m: F8_E5M2     34..36
-  append(data, le_bytes<double>({0.1}));                                    // d: F64 []      36..44
+  append(data, le_bytes<float>({1.5f, -2.0f, finf, 0.0f, 3.0f, -0.5f}));  // a: F32 [2,3]   0..24
+  append(data, le_bytes<std::uint16_t>({0x3c00, 0x7bff}));                // h: F16 [2]     24..28
+  append(data, le_bytes<std::uint16_t>({0x3f80, 0x4049}));                // b: BF16 [2]    28..32
+  append(data, le_bytes<std::uint8_t>({0x38, 0x7e}));                     // e: F8_E4M3     32..34
+  append(data, le_bytes<std::uint8_t>({0x3c, 0x7b}));                     // m: F8_E5M2     34..36
+  append(data, le_bytes<double>({0.1}));                                  // d: F64 []      36..44
   const std::string json =
       R"({"__metadata__": {"format": "pt"}, "d": {"dtype": "F64", "shape": [], "data_offsets": [36, 44]},)"
       R"( "a": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]},)"
@@ -290,13 +296,13 @@ TEST_CASE("float data read in place where aligned and copied where not: the same
   const std::initializer_list<float> fv = {1.5f, -2.0f, 0x1p-140f, -0.0f, 3.0e38f, finf};
   const std::initializer_list<double> dv = {0.1, -0x1p-1070, 1e300};
   Bytes data;
-  append(data, le_bytes<float>(fv));                  // f_aligned   0..24
-  append(data, Bytes(1));                             // 24
-  append(data, le_bytes<float>(fv));                  // f_odd      25..49
-  append(data, Bytes(7));                             // 49..56
-  append(data, le_bytes<double>(dv));                 // d_aligned  56..80
-  append(data, Bytes(3));                             // 80..83
-  append(data, le_bytes<double>(dv));                 // d_odd      83..107
+  append(data, le_bytes<float>(fv));   // f_aligned   0..24
+  append(data, Bytes(1));              // 24
+  append(data, le_bytes<float>(fv));   // f_odd      25..49
+  append(data, Bytes(7));              // 49..56
+  append(data, le_bytes<double>(dv));  // d_aligned  56..80
+  append(data, Bytes(3));              // 80..83
+  append(data, le_bytes<double>(dv));  // d_odd      83..107
   std::string json = R"({"f_aligned": {"dtype": "F32", "shape": [6], "data_offsets": [0, 24]},)"
                      R"( "f_odd": {"dtype": "F32", "shape": [6], "data_offsets": [25, 49]},)"
                      R"( "d_aligned": {"dtype": "F64", "shape": [3], "data_offsets": [56, 80]},)"
@@ -331,8 +337,9 @@ TEST_CASE("raw files need a dtype; the shape must match the size", "[tensor_sour
   auto flat = TensorSource::open(dir / "g.bin", {.dtype = DType::bf16_bits});
   CHECK(flat.tensors()[0].count == 12);
   expect_error("not a .npy, .npz or safetensors file", [&] { TensorSource::open(dir / "g.bin"); });
-  expect_error("shape (4, 2) of float32 needs 32 bytes but the file holds 24",
-               [&] { TensorSource::open(dir / "g.bin", {.dtype = DType::f32, .shape = std::vector<std::int64_t>{4, 2}}); });
+  expect_error("shape (4, 2) of float32 needs 32 bytes but the file holds 24", [&] {
+    TensorSource::open(dir / "g.bin", {.dtype = DType::f32, .shape = std::vector<std::int64_t>{4, 2}});
+  });
   mpsim::test::write_bytes(dir / "odd.bin", mpsim::test::bytes_of("0123456789"));
   expect_error("10 bytes is not a whole number of float32 values",
                [&] { TensorSource::open(dir / "odd.bin", {.dtype = DType::f32, .shape = std::nullopt}); });
@@ -343,11 +350,13 @@ TEST_CASE("raw files need a dtype; the shape must match the size", "[tensor_sour
 TEST_CASE("bad .npz files: not an array, duplicates, truncation, corruption", "[tensor_source]") {
   const Bytes arr = npy_of(make_npy(std::vector<float>{1, 2, 3, 4}));
   auto open = [](const Bytes& b) { return TensorSource::from_bytes(b, "bad.npz"); };
-  expect_error("bad.npz: zip member 'notes.txt' is not a .npy array",
-               [&] { open(zip_file({{"a.npy", arr}, {"notes.txt", mpsim::test::bytes_of("hi")}})); });
+  expect_error("bad.npz: zip member 'notes.txt' is not a .npy array", [&] {
+    open(zip_file({{"a.npy", arr}, {"notes.txt", mpsim::test::bytes_of("hi")}}));
+  });
   expect_error("bad.npz: duplicate array name 'a'", [&] { open(zip_file({{"a.npy", arr}, {"a.npy", arr, true}})); });
-  expect_error("bad.npz:x: not a .npy file (bad magic",
-               [&] { open(zip_file({{"x.npy", mpsim::test::bytes_of("definitely not numpy data")}})); });
+  expect_error("bad.npz:x: not a .npy file (bad magic", [&] {
+    open(zip_file({{"x.npy", mpsim::test::bytes_of("definitely not numpy data")}}));
+  });
   Bytes short_arr(arr.begin(), arr.end() - 4);
   expect_error("bad.npz:s: header says shape (4,)", [&] { open(zip_file({{"s.npy", short_arr, true}})); });
 
@@ -434,8 +443,9 @@ TEST_CASE("input names that are not UTF-8, FIFOs with no writer, files of no kno
   const Bytes arr = npy_of(make_npy(std::vector<float>{1, 2}));
   mpsim::test::write_bytes(dir / "g\xe9.npy", arr);
   expect_error("g\\xe9.npy: the name is not valid UTF-8", [&] { TensorSource::open(dir / "g\xe9.npy"); });
-  expect_error("bad.npz: zip member w\\xff.npy: the name is not valid UTF-8",
-               [&] { TensorSource::from_bytes(zip_file({{"w\xff.npy", arr}}), "bad.npz"); });
+  expect_error("bad.npz: zip member w\\xff.npy: the name is not valid UTF-8", [&] {
+    TensorSource::from_bytes(zip_file({{"w\xff.npy", arr}}), "bad.npz");
+  });
   REQUIRE(::mkfifo((dir / "pipe").c_str(), 0600) == 0);
   expect_error("pipe: is a pipe (FIFO)", [&] { TensorSource::open(dir / "pipe"); });  // returns at once
   mpsim::test::write_bytes(dir / "x.bin", mpsim::test::bytes_of("0123456789abcdef"));
@@ -462,22 +472,22 @@ TEST_CASE("bad safetensors files: JSON, sizes, dtypes, offsets, duplicates", "[t
                [&] { open(one(R"({"dtype": "F32", "shape": [5], "data_offsets": [0, 20]})")); });
   expect_error("bad.safetensors:t: data_offsets [8, 4]",
                [&] { open(one(R"({"dtype": "F32", "shape": [1], "data_offsets": [8, 4]})")); });
-  expect_error("bad.safetensors:t: malformed safetensors entry", [&] { open(one(R"({"dtype": "F32", "shape": [4]})")); });
+  expect_error("bad.safetensors:t: malformed safetensors entry",
+               [&] { open(one(R"({"dtype": "F32", "shape": [4]})")); });
   expect_error("bad.safetensors:t: shape entries must be non-negative",
                [&] { open(one(R"({"dtype": "F32", "shape": [-4], "data_offsets": [0, 16]})")); });
-  expect_error("duplicate tensor name 't'",
-               [&] {
-                 open(safetensors_file(R"({"t": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, )"
-                                       R"("t": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})",
-                                       four));
-               });
-  expect_error("tensors 'a' and 'b' overlap",
-               [&] {
-                 open(safetensors_file(R"({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 12]}, )"
-                                       R"("b": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})",
-                                       four));
-               });
-  expect_error("nested too deeply", [&] { open(safetensors_file("{\"a\": " + std::string(40, '[') + std::string(40, ']') + "}", four)); });
+  expect_error("duplicate tensor name 't'", [&] {
+    open(safetensors_file(R"({"t": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, )"
+                          R"("t": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})",
+                          four));
+  });
+  expect_error("tensors 'a' and 'b' overlap", [&] {
+    open(safetensors_file(R"({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 12]}, )"
+                          R"("b": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})",
+                          four));
+  });
+  expect_error("nested too deeply",
+               [&] { open(safetensors_file("{\"a\": " + std::string(40, '[') + std::string(40, ']') + "}", four)); });
   // An absurd header length: caught before anything is read or allocated.
   Bytes huge;
   append_le(huge, std::uint64_t{1} << 40);

@@ -53,7 +53,8 @@ TEST_CASE("virtual block digest equals the digest of the materialised block, wha
   auto produce = [](std::uint64_t i) { return static_cast<std::uint32_t>((i * 2654435761u) >> 7) & 0xffffu; };
   std::vector<std::uint16_t> block(hw::kDigestBlock);
   const std::uint64_t b = 5;
-  for (std::uint64_t k = 0; k < block.size(); ++k) block[k] = static_cast<std::uint16_t>(produce(b * hw::kDigestBlock + k));
+  for (std::uint64_t k = 0; k < block.size(); ++k)
+    block[k] = static_cast<std::uint16_t>(produce(b * hw::kDigestBlock + k));
   const auto want = hw::block_digests(std::span<const std::uint16_t>(block), b * hw::kDigestBlock);
   REQUIRE(want.size() == 1);
   CHECK(hw::block_digest(b, produce, 1) == want[0]);

@@ -11,11 +11,11 @@
 #endif
 
 #include <atomic>
-#include <chrono>
-#include <cstdlib>
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <random>
 #include <thread>
@@ -31,9 +31,21 @@ using namespace mpsim;
 namespace {
 
 const Format& fmt_by(int k) {
-  static const Format sat_e4m3 = [] { Format f = fp8_e4m3(); f.overflow = Overflow::saturate; return f; }();
-  static const Format sat_e5m2 = [] { Format f = fp8_e5m2(); f.overflow = Overflow::saturate; return f; }();
-  static const Format ftz_fp16 = [] { Format f = fp16(); f.subnormals = Subnormals::flush; return f; }();
+  static const Format sat_e4m3 = [] {
+    Format f = fp8_e4m3();
+    f.overflow = Overflow::saturate;
+    return f;
+  }();
+  static const Format sat_e5m2 = [] {
+    Format f = fp8_e5m2();
+    f.overflow = Overflow::saturate;
+    return f;
+  }();
+  static const Format ftz_fp16 = [] {
+    Format f = fp16();
+    f.subnormals = Subnormals::flush;
+    return f;
+  }();
   switch (k) {
     case 0: return fp16();
     case 1: return bf16();
@@ -71,9 +83,9 @@ std::vector<std::uint32_t> probe_floats() {
           v.push_back(0x80000000u | (e << 23) | man);
         }
       }
-  for (std::uint32_t s : {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00001u,
-                          0x7f800001u, 0xff812345u, 0x00000001u, 0x807fffffu, 0x477fe000u, 0x477ff000u,
-                          0x43e00000u, 0x43f00000u, 0x47700000u})
+  for (std::uint32_t s :
+       {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00001u, 0x7f800001u, 0xff812345u,
+        0x00000001u, 0x807fffffu, 0x477fe000u, 0x477ff000u, 0x43e00000u, 0x43f00000u, 0x47700000u})
     v.push_back(s);
   return v;
 }
@@ -88,7 +100,10 @@ TEST_CASE("round_float equals round_bits for every format and mode on probe inpu
     for (int m = 0; m < 7; ++m)
       for (bool daz : {false, true}) {
         Rounding r = Rounding::of(static_cast<RoundingMode>(m));
-        if (r.mode == RoundingMode::stochastic) { r.seed = 99; r.sr_bits = 1 + 7 * k % 32; }
+        if (r.mode == RoundingMode::stochastic) {
+          r.seed = 99;
+          r.sr_bits = 1 + 7 * k % 32;
+        }
         if (daz) r.input_subnormals = InputSubnormals::zero;
         emu::DevFormat df;
         emu::DevRounding dr;
@@ -99,8 +114,8 @@ TEST_CASE("round_float equals round_bits for every format and mode on probe inpu
           const std::uint64_t got = emu::round_float(probes[i], df, dr, i);
           ++checked;
           if (want != got && ++mismatches <= 10)
-            UNSCOPED_INFO(f.name << " mode " << m << " x=0x" << std::hex << probes[i] << " want 0x" << want
-                                 << " got 0x" << got << std::dec);
+            UNSCOPED_INFO(f.name << " mode " << m << " x=0x" << std::hex << probes[i] << " want 0x" << want << " got 0x"
+                                 << got << std::dec);
         }
       }
   }
@@ -161,8 +176,8 @@ TEST_CASE("profiles reach the device structs: cuda-sm90 NaN, x86 bf16 DAZ", "[em
   CHECK(emu::round_float(0x80400000u, df, dr) == 0x8000);
   CHECK(emu::round_float(0xffc01234u, df, dr) == 0xffc0);  // payload kept, quiet bit set
   emu::make_dev(fp8_e4m3(), Rounding{}, profile_cuda_sm90(), Operation::convert, df, dr);
-  CHECK(emu::round_float(0xffc00000u, df, dr) == 0x7f);     // -NaN -> canonical 0x7F
-  CHECK(emu::round_float(0xff800000u, df, dr) == 0xff);     // -inf (NOSAT) -> NaN with the sign
+  CHECK(emu::round_float(0xffc00000u, df, dr) == 0x7f);  // -NaN -> canonical 0x7F
+  CHECK(emu::round_float(0xff800000u, df, dr) == 0xff);  // -inf (NOSAT) -> NaN with the sign
   // Every probe agrees with the library's round_bits_like().
   std::uint64_t mismatches = 0, checked = 0;
   for (const Profile* p : {&profile_x86(), &profile_cuda_sm90()})
@@ -229,7 +244,7 @@ double exact_fma_fp16_to_odd(std::uint16_t a, std::uint16_t b, std::uint16_t c) 
   as_int(b, vb);
   as_int(c, vc);
   const __int128 n = va * vb + (vc << 24);  // * 2^-48
-  if (n == 0) return 0.0;                    // sign of zero handled by the caller
+  if (n == 0) return 0.0;                   // sign of zero handled by the caller
   const bool neg = n < 0;
   unsigned __int128 u = neg ? -(unsigned __int128)n : (unsigned __int128)n;
   int shift = 0;
@@ -260,15 +275,18 @@ TEST_CASE("fp16 arithmetic of the emulation is correctly rounded in every mode",
     for (int i = 0; i < 120000; ++i) {
       std::uint16_t a = static_cast<std::uint16_t>(rng()), b = static_cast<std::uint16_t>(rng()),
                     c = static_cast<std::uint16_t>(rng());
-      if (i < 18 * 18) { a = specials[i / 18]; b = specials[i % 18]; }
+      if (i < 18 * 18) {
+        a = specials[i / 18];
+        b = specials[i % 18];
+      }
       const double da = decode(a, f), db = decode(b, f), dc = decode(c, f);
       const bool any_nan = std::isnan(da) || std::isnan(db);
       auto check = [&](emu::Op op, std::uint64_t want) {
         ++checked;
         const std::uint64_t got = emu::arith(op, a, b, c, df, dr);
         if (got != want && ++mismatches <= 10)
-          UNSCOPED_INFO("op " << int(op) << " mode " << mode << " a=" << a << " b=" << b << " c=" << c
-                              << " want " << want << " got " << got);
+          UNSCOPED_INFO("op " << int(op) << " mode " << mode << " a=" << a << " b=" << b << " c=" << c << " want "
+                              << want << " got " << got);
       };
       if (!any_nan) {
         // fp16 sums and products are exact in double: one rounding by round_bits() is the answer.
@@ -309,7 +327,8 @@ TEST_CASE("fp16 division and square root of the emulation are correctly rounded 
   std::uint64_t checked = 0, mismatches = 0;
   auto midpoints = [&](std::uint16_t q, double& lo, double& hi) {
     const double v = decode(q, f);
-    const double up = (q & 0x7fff) == 0x7bff ? 65536.0 : decode(q + 1, f), down = q & 0x7fff ? decode(q - 1, f) : -decode(q + 1, f);
+    const double up = (q & 0x7fff) == 0x7bff ? 65536.0 : decode(q + 1, f),
+                 down = q & 0x7fff ? decode(q - 1, f) : -decode(q + 1, f);
     lo = (v + down) / 2;  // exact in double
     hi = (v + up) / 2;
   };
@@ -333,7 +352,10 @@ TEST_CASE("fp16 division and square root of the emulation are correctly rounded 
     const std::uint64_t q = emu::arith(emu::kSqrt, a, 0, 0, df, dr);
     const double da = decode(a, f);
     ++checked;
-    if (a == 0) { if (q != 0) ++mismatches; continue; }
+    if (a == 0) {
+      if (q != 0) ++mismatches;
+      continue;
+    }
     double lo, hi;
     midpoints(static_cast<std::uint16_t>(q), lo, hi);
     const bool even = (q & 1) == 0;
@@ -403,8 +425,10 @@ namespace {
 bool have_f16c() { return mpsim::cpu_features().f16c && mpsim::cpu_features().avx2; }
 __attribute__((target("avx2,f16c"))) void f16c_block(std::uint32_t first, std::uint16_t* out, std::size_t n) {
   for (std::size_t j = 0; j < n; j += 8) {
-    const __m256i idx = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(first + j)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + j), _mm256_cvtps_ph(_mm256_castsi256_ps(idx), _MM_FROUND_TO_NEAREST_INT));
+    const __m256i idx =
+        _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(first + j)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + j),
+                     _mm256_cvtps_ph(_mm256_castsi256_ps(idx), _MM_FROUND_TO_NEAREST_INT));
   }
 }
 #else
@@ -442,7 +466,8 @@ TEST_CASE("round_float equals round_bits over all 2^32 floats (fp16, RNE)", "[em
     });
   for (auto& th : pool) th.join();
   std::printf("emu round_float vs %s, fp16 RNE: all 2^32 floats, %llu mismatches\n",
-              f16c ? "F16C (= round_bits, see round_exhaustive_test)" : "round_bits", (unsigned long long)mismatches.load());
+              f16c ? "F16C (= round_bits, see round_exhaustive_test)" : "round_bits",
+              (unsigned long long)mismatches.load());
   CHECK(mismatches == 0);
 }
 
@@ -484,16 +509,18 @@ TEST_CASE("emu arithmetic under each profile equals the library's arith_bits_lik
       }
     }
   }
-  std::printf("emu arithmetic vs arith_bits_like under ieee, x86, cuda-sm90: %llu (profile, op, mode, operands) "
-              "checked, %llu NaN results, %llu mismatches\n",
-              (unsigned long long)checked, (unsigned long long)nan_results, (unsigned long long)mismatches);
+  std::printf(
+      "emu arithmetic vs arith_bits_like under ieee, x86, cuda-sm90: %llu (profile, op, mode, operands) "
+      "checked, %llu NaN results, %llu mismatches\n",
+      (unsigned long long)checked, (unsigned long long)nan_results, (unsigned long long)mismatches);
   CHECK(nan_results > 0);
   CHECK(mismatches == 0);
 }
 
-TEST_CASE("the host build of the device emulation equals the library on float inputs, every format and mode "
-          "(every 8191st float; all 2^32 for the device's formats with MPSIM_EXHAUSTIVE_FULL=1)",
-          "[emu][exhaustive]") {
+TEST_CASE(
+    "the host build of the device emulation equals the library on float inputs, every format and mode "
+    "(every 8191st float; all 2^32 for the device's formats with MPSIM_EXHAUSTIVE_FULL=1)",
+    "[emu][exhaustive]") {
   // Element i of a run is the float with bits i, rounded with stochastic index i, as the device's
   // exhaustive runs do (kernels/runs.hpp emulate_convert). The library side is round_bits(); the
   // emulation is emu::round_float over the DevFormat / DevRounding that make_dev builds (profile ieee).
@@ -538,7 +565,8 @@ TEST_CASE("the host build of the device emulation equals the library on float in
     }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("emu round_float vs round_bits, %d formats x 7 modes, %s: %llu inputs, %llu mismatches (%.1f s)\n",
-              kFormats, full ? "all 2^32 floats for fp16/bf16/fp8/tf32, every 8191st for the others" : "every 8191st float",
+              kFormats,
+              full ? "all 2^32 floats for fp16/bf16/fp8/tf32, every 8191st for the others" : "every 8191st float",
               (unsigned long long)checked_all, (unsigned long long)mismatches_all, secs);
   CHECK(mismatches_all == 0);
 }

@@ -9,10 +9,10 @@
 #include <random>
 #include <vector>
 
+#include "digest.hpp"
 #include "mpsim/error.hpp"
 #include "mpsim/format/profile.hpp"
 #include "mpsim/format/round.hpp"
-#include "digest.hpp"
 #include "mpsim_cuda.hpp"
 #include "runs_host.hpp"
 
@@ -24,8 +24,8 @@ std::vector<float> probe_floats(std::size_t n) {
   std::mt19937_64 rng(3);
   std::vector<float> v(n);
   for (auto& x : v) x = std::bit_cast<float>(static_cast<std::uint32_t>(rng()));
-  const float specials[] = {0.f, -0.f, 1.f, 65504.f, 65520.f, 448.f, 464.f, 57344.f, 61440.f, 1e-40f, -1e-40f,
-                            INFINITY, -INFINITY, NAN, -NAN, 0x1p-24f, 0x1p-25f, 0x1.8p-25f};
+  const float specials[] = {0.f,    -0.f,    1.f,      65504.f,   65520.f, 448.f, 464.f,    57344.f,  61440.f,
+                            1e-40f, -1e-40f, INFINITY, -INFINITY, NAN,     -NAN,  0x1p-24f, 0x1p-25f, 0x1.8p-25f};
   for (std::size_t i = 0; i < std::size(specials); ++i) v[i] = specials[i];
   return v;
 }
@@ -89,10 +89,11 @@ TEST_CASE("fp16 arithmetic matches the emulation on random pairs", "[gpu]") {
     cu::arith_16(run.op, run.format == "fp16" ? cu::Half16::fp16 : cu::Half16::bf16, a, b, c, out);
     std::uint64_t bad = 0;
     for (std::size_t i = 0; i < n; ++i) {
-      emu::Op base = run.op == hw::kAdd || run.op == hw::kAddSat ? emu::kAdd
+      emu::Op base = run.op == hw::kAdd || run.op == hw::kAddSat   ? emu::kAdd
                      : run.op == hw::kSub || run.op == hw::kSubSat ? emu::kSub
                      : run.op == hw::kMul || run.op == hw::kMulSat ? emu::kMul
-                     : run.op == hw::kDiv ? emu::kDiv : emu::kFma;
+                     : run.op == hw::kDiv                          ? emu::kDiv
+                                                                   : emu::kFma;
       std::uint64_t want = emu::arith(base, a[i], b[i], c[i], f, r);
       if (run.op >= hw::kAddSat) want = emu::saturate01(want, f);
       bad += want != out[i];
@@ -116,12 +117,15 @@ TEST_CASE("SIMT GEMM equals the in-order fp32 fma emulation bit for bit", "[gpu]
     for (int j = 0; j < n; ++j) {
       float acc = 0.f;
       for (int p = 0; p < k; ++p)
-        acc = std::fma(static_cast<float>(decode(a[i * k + p], fp16())), static_cast<float>(decode(b[p * n + j], fp16())), acc);
+        acc = std::fma(static_cast<float>(decode(a[i * k + p], fp16())),
+                       static_cast<float>(decode(b[p * n + j], fp16())), acc);
       bad += std::bit_cast<std::uint32_t>(acc) != std::bit_cast<std::uint32_t>(c[i * n + j]);
     }
   std::printf("SIMT GEMM %dx%dx%d: %d of %d elements differ from the emulation\n", m, n, k, bad, m * n);
   CHECK(bad == 0);
-  CHECK_THROWS_AS(cu::gemm(cu::Gemm::wmma_f32, m, n, 72, std::vector<std::uint16_t>(m * 72), std::vector<std::uint16_t>(72 * n), c), Error);
+  CHECK_THROWS_AS(
+      cu::gemm(cu::Gemm::wmma_f32, m, n, 72, std::vector<std::uint16_t>(m * 72), std::vector<std::uint16_t>(72 * n), c),
+      Error);
 }
 
 TEST_CASE("exponent histogram matches frexp bins", "[gpu]") {
@@ -133,7 +137,11 @@ TEST_CASE("exponent histogram matches frexp bins", "[gpu]") {
     if (std::isnan(v)) ++nan;
     else if (std::isinf(v)) ++(v < 0 ? ninf : pinf);
     else if (v == 0) ++zero;
-    else { int e; std::frexp(v, &e); ++bins[e - 1 + 149]; }
+    else {
+      int e;
+      std::frexp(v, &e);
+      ++bins[e - 1 + 149];
+    }
   }
   CHECK(h.bins == bins);
   CHECK(h.zero == zero);
@@ -173,5 +181,6 @@ TEST_CASE("wrappers reject bad sizes with an Error", "[gpu]") {
   CHECK_THROWS_AS(cu::convert_to_16(in, out4, cu::Half16::fp16, emu::kNearestAway), Error);
   CHECK_THROWS_AS(cu::gemm(cu::Gemm::simt_f32, 0, 4, 4, {}, {}, {}), Error);
   CHECK_THROWS_AS(cu::gemm(cu::Gemm::simt_f32, 1 << 16, 1 << 16, 1, std::vector<std::uint16_t>(1 << 16),
-                           std::vector<std::uint16_t>(1 << 16), std::span<float>()), Error);
+                           std::vector<std::uint16_t>(1 << 16), std::span<float>()),
+                  Error);
 }

@@ -113,9 +113,9 @@ void check_file(const fs::path& path, Coverage coverage, Tally& t) {
     // Arithmetic (a = i >> 16): a = -0 and the negative subnormals against every b, NaNs and infinities
     // included, where the .sat forms' -0 lives.
     const bool fp64_sample = kind == "convert" && hw_d.size() != 256;
-    const std::vector<std::uint64_t> sample = kind == "arith"   ? std::vector<std::uint64_t>{128}
-                                              : fp64_sample     ? std::vector<std::uint64_t>{0}
-                                                                : std::vector<std::uint64_t>{0, 127, 255};
+    const std::vector<std::uint64_t> sample = kind == "arith" ? std::vector<std::uint64_t>{128}
+                                              : fp64_sample   ? std::vector<std::uint64_t>{0}
+                                                              : std::vector<std::uint64_t>{0, 127, 255};
     // Conversions take seconds per 2^32 run, so `./run test` recomputes all their blocks; arithmetic,
     // a minute of CPU per run, a spread of them (all with MPSIM_EXHAUSTIVE_FULL=1). The fp64 runs (0.75
     // CPU-seconds a block): their first and last block outside test-full.
@@ -153,7 +153,8 @@ void check_file(const fs::path& path, Coverage coverage, Tally& t) {
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     t.seconds += secs;
     std::printf("  %-22s %3zu blocks recomputed, %3d differ from the hardware (%.2f s)%s\n", name.c_str(),
-                blocks.size(), run_mismatch, secs, open_difference(name, blocks.empty() ? 0 : blocks.back()) ? "  [open]" : "");
+                blocks.size(), run_mismatch, secs,
+                open_difference(name, blocks.empty() ? 0 : blocks.back()) ? "  [open]" : "");
     std::fflush(stdout);  // a long [exhaustive] run shows its progress in the log
   }
 }
@@ -166,10 +167,11 @@ void check_all(Coverage coverage) {
   }
   Tally t;
   for (const auto& p : files) check_file(p, coverage, t);
-  std::printf("recorded hardware results: %zu files, %d runs, %d blocks (%llu elements) recomputed in %.1f s; %d "
-              "differ from the hardware, %d from the device emulation; %d blocks of open differences still differ\n",
-              files.size(), t.runs, t.blocks, static_cast<unsigned long long>(t.elements), t.seconds, t.hw_mismatch,
-              t.emu_mismatch, t.open_differ);
+  std::printf(
+      "recorded hardware results: %zu files, %d runs, %d blocks (%llu elements) recomputed in %.1f s; %d "
+      "differ from the hardware, %d from the device emulation; %d blocks of open differences still differ\n",
+      files.size(), t.runs, t.blocks, static_cast<unsigned long long>(t.elements), t.seconds, t.hw_mismatch,
+      t.emu_mismatch, t.open_differ);
   for (const auto& o : open_differences()) std::printf("  open: %s: %s\n", o.run, o.why);
   CHECK(t.runs > 0);
   CHECK(t.hw_mismatch == 0);

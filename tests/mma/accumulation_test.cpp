@@ -38,7 +38,8 @@ TEST_CASE("accumulation error: exact answers, the summation bound, promotion", "
   CHECK(rep.fast[0].rel_max == rep.promoted[0].rel_max);  // one chunk: promotion changes nothing
   CHECK(rep.promoted[1].rel_max < rep.fast[1].rel_median / 10);
   // Deterministic.
-  CHECK(mma::accumulation_json(rep) == mma::accumulation_json(mma::accumulation_error(mma::parse_matrix_unit("h100-fp8"), opt)));
+  CHECK(mma::accumulation_json(rep) ==
+        mma::accumulation_json(mma::accumulation_error(mma::parse_matrix_unit("h100-fp8"), opt)));
 }
 
 TEST_CASE("accumulation error: K ranges and bad options", "[mma]") {

@@ -34,7 +34,7 @@ struct Example {
   const char* what;   // the suite's item
   std::vector<double> a, b;
   double c;
-  double want;        // the value the suite asserts (Expect::equal) or the exact result (Expect::nonzero)
+  double want;  // the value the suite asserts (Expect::equal) or the exact result (Expect::nonzero)
   Expect expect = Expect::equal;
 };
 
@@ -43,7 +43,7 @@ struct Suite {
   const char* gpu;  // the mpsim model run on it
   const Format* in;
   const Format* out;
-  int k;            // the wmma instruction's K
+  int k;  // the wmma instruction's K
   std::vector<Example> examples;
 };
 
@@ -59,8 +59,12 @@ double as_read(double x, const Format& in) {
 std::vector<Example> largest_first(const char* where, double small_a, double small_b) {
   std::vector<Example> v;
   for (int j = 0; j < 4; ++j) {
-    Example e{where, "sum starts from the largest element", {small_a, small_a, small_a, small_a},
-              {small_b, small_b, small_b, small_b}, p2(-24), 1.0};
+    Example e{where,
+              "sum starts from the largest element",
+              {small_a, small_a, small_a, small_a},
+              {small_b, small_b, small_b, small_b},
+              p2(-24),
+              1.0};
     e.a[j] = 1.0;
     e.b[j] = 1.0;
     v.push_back(e);
@@ -78,12 +82,16 @@ std::vector<Example> carry_out(const char* const where[4]) {
     v.push_back(e);
   }
   v.push_back({where[1], "carry out: the third bit", {1, 1, 1, 1}, {1, 1.5, 1.75, 1.875}, 1.875, 8.0});
-  v.push_back({where[2], "round-down in normalisation (positive)", {1, 1, 1, 1}, {1, 1, 1, 1}, 1 + p2(-22) + p2(-23), 5.0});
-  v.push_back({where[3], "round-up in normalisation (negative)", {1, 1, 1, 1}, {-1, -1, -1, -1}, -1 - p2(-22) - p2(-23), -5.0});
+  v.push_back(
+      {where[2], "round-down in normalisation (positive)", {1, 1, 1, 1}, {1, 1, 1, 1}, 1 + p2(-22) + p2(-23), 5.0});
+  v.push_back(
+      {where[3], "round-up in normalisation (negative)", {1, 1, 1, 1}, {-1, -1, -1, -1}, -1 - p2(-22) - p2(-23), -5.0});
   return v;
 }
 
-void append(std::vector<Example>& to, const std::vector<Example>& from) { to.insert(to.end(), from.begin(), from.end()); }
+void append(std::vector<Example>& to, const std::vector<Example>& from) {
+  to.insert(to.end(), from.begin(), from.end());
+}
 
 std::vector<Suite> suites() {
   std::vector<Suite> s;
@@ -95,7 +103,12 @@ std::vector<Suite> suites() {
     f16.examples = {
         {"V100.cu:181", "fp16 subnormal in (fp16 out)", {p2(-24)}, {4}, 0, p2(-22)},
         {"V100.cu:206", "fp16 subnormal out (fp16 out)", {p2(-14)}, {1}, -p2(-15), p2(-15), Expect::nonzero},
-        {"V100.cu:249", "products exact (fp16 out)", {below1_16, below1_16}, {below1_16, p2(-11)}, 0, 1 - p2(-10) + p2(-11)},
+        {"V100.cu:249",
+         "products exact (fp16 out)",
+         {below1_16, below1_16},
+         {below1_16, p2(-11)},
+         0,
+         1 - p2(-10) + p2(-11)},
         {"V100.cu:312", "accumulator rounded to nearest (fp16 out)", {p2(-24), p2(-24)}, {0.5, 0.25}, 0, p2(-24)},
     };
     f32.examples = {
@@ -104,13 +117,22 @@ std::vector<Suite> suites() {
         {"V100.cu:214", "fp16 subnormal out (fp32 out), product", {p2(-14)}, {0.5}, 0, p2(-15), Expect::nonzero},
         {"V100.cu:219", "fp16 subnormal out (fp32 out), sum", {p2(-14)}, {1}, -p2(-15), p2(-15), Expect::nonzero},
         {"V100.cu:231", "products exact", {below1_16}, {below1_16}, 0, 1 - p2(-10) + p2(-22)},
-        {"V100.cu:239", "products exact, four", {below1_16, below1_16, below1_16, below1_16},
-         {below1_16, below1_16, below1_16, below1_16}, 0, 4 * (1 - p2(-10) + p2(-22))},
+        {"V100.cu:239",
+         "products exact, four",
+         {below1_16, below1_16, below1_16, below1_16},
+         {below1_16, below1_16, below1_16, below1_16},
+         0,
+         4 * (1 - p2(-10) + p2(-22))},
         {"V100.cu:261", "products accumulated in fp32", {1, 1, 1, 1}, {p2(-24), p2(-24), p2(-24), p2(-24)}, 1, 1},
         {"V100.cu:293", "round-down for positive values", {1, 1, 1, 1}, {2, p2(-23) + p2(-24)}, 0, 2},
         {"V100.cu:303", "round-up for negative values", {1, 1, 1, 1}, {-2, -p2(-23) - p2(-24)}, 0, -2},
         {"V100.cu:327", "D1 extra bits in the alignment", {1}, {1}, -below1_32, p2(-23)},
-        {"V100.cu:337", "D2 normalisation in addition", {1, 1, 1, 1}, {p2(-24), p2(-24), p2(-24), p2(-24)}, below1_32, 1 + p2(-23)},
+        {"V100.cu:337",
+         "D2 normalisation in addition",
+         {1, 1, 1, 1},
+         {p2(-24), p2(-24), p2(-24), p2(-24)},
+         below1_32,
+         1 + p2(-23)},
         {"V100.cu:348", "D3 normalisation in subtraction", {1, 1}, {1, -p2(-24)}, -1 + p2(-24), p2(-23)},
     };
     append(f32.examples, largest_first("V100.cu:277", 1.0, p2(-24)));
@@ -124,23 +146,65 @@ std::vector<Suite> suites() {
     Suite f32{t, "a100", &fp16(), &fp32(), 16, {}}, f16{t, "a100", &fp16(), &fp16(), 16, {}};
     f16.examples = {
         {"T4-A100-binary16.cu:182", "fp16 subnormal in (fp16 out)", {p2(-24)}, {4}, 0, p2(-22)},
-        {"T4-A100-binary16.cu:207", "fp16 subnormal out (fp16 out)", {p2(-14)}, {1}, -p2(-15), p2(-15), Expect::nonzero},
-        {"T4-A100-binary16.cu:250", "products exact (fp16 out)", {below1_16, below1_16}, {below1_16, p2(-11)}, 0, 1 - p2(-10) + p2(-11)},
-        {"T4-A100-binary16.cu:316", "accumulator rounded to nearest (fp16 out)", {p2(-24), p2(-24)}, {0.5, 0.25}, 0, p2(-24)},
+        {"T4-A100-binary16.cu:207",
+         "fp16 subnormal out (fp16 out)",
+         {p2(-14)},
+         {1},
+         -p2(-15),
+         p2(-15),
+         Expect::nonzero},
+        {"T4-A100-binary16.cu:250",
+         "products exact (fp16 out)",
+         {below1_16, below1_16},
+         {below1_16, p2(-11)},
+         0,
+         1 - p2(-10) + p2(-11)},
+        {"T4-A100-binary16.cu:316",
+         "accumulator rounded to nearest (fp16 out)",
+         {p2(-24), p2(-24)},
+         {0.5, 0.25},
+         0,
+         p2(-24)},
     };
     f32.examples = {
         {"T4-A100-binary16.cu:189", "fp16 subnormal in (fp32 out)", {p2(-24)}, {4}, 0, p2(-22)},
         {"T4-A100-binary16.cu:195", "fp32 subnormal C in and out", {}, {}, p2(-149), p2(-149)},
-        {"T4-A100-binary16.cu:215", "fp16 subnormal out (fp32 out), product", {p2(-14)}, {0.5}, 0, p2(-15), Expect::nonzero},
-        {"T4-A100-binary16.cu:220", "fp16 subnormal out (fp32 out), sum", {p2(-14)}, {1}, -p2(-15), p2(-15), Expect::nonzero},
+        {"T4-A100-binary16.cu:215",
+         "fp16 subnormal out (fp32 out), product",
+         {p2(-14)},
+         {0.5},
+         0,
+         p2(-15),
+         Expect::nonzero},
+        {"T4-A100-binary16.cu:220",
+         "fp16 subnormal out (fp32 out), sum",
+         {p2(-14)},
+         {1},
+         -p2(-15),
+         p2(-15),
+         Expect::nonzero},
         {"T4-A100-binary16.cu:232", "products exact", {below1_16}, {below1_16}, 0, 1 - p2(-10) + p2(-22)},
-        {"T4-A100-binary16.cu:240", "products exact, four", {below1_16, below1_16, below1_16, below1_16},
-         {below1_16, below1_16, below1_16, below1_16}, 0, 4 * (1 - p2(-10) + p2(-22))},
-        {"T4-A100-binary16.cu:262", "products accumulated in fp32", {0.5, 0.5, 0.5, 0.5}, {p2(-24), p2(-24), p2(-24), p2(-24)}, 1, 1},
+        {"T4-A100-binary16.cu:240",
+         "products exact, four",
+         {below1_16, below1_16, below1_16, below1_16},
+         {below1_16, below1_16, below1_16, below1_16},
+         0,
+         4 * (1 - p2(-10) + p2(-22))},
+        {"T4-A100-binary16.cu:262",
+         "products accumulated in fp32",
+         {0.5, 0.5, 0.5, 0.5},
+         {p2(-24), p2(-24), p2(-24), p2(-24)},
+         1,
+         1},
         {"T4-A100-binary16.cu:297", "round-down for positive values", {1, 1, 1, 1}, {2, p2(-23) + p2(-24)}, 0, 2},
         {"T4-A100-binary16.cu:307", "round-up for negative values", {1, 1, 1, 1}, {-2, -p2(-23) - p2(-24)}, 0, -2},
         {"T4-A100-binary16.cu:331", "D1 extra bits in the alignment", {1}, {1}, -below1_32, p2(-24)},
-        {"T4-A100-binary16.cu:341", "D2 normalisation in addition", {1, 1, 1, 1}, {p2(-24), p2(-24), p2(-24), p2(-24)}, below1_32, 1 + p2(-23)},
+        {"T4-A100-binary16.cu:341",
+         "D2 normalisation in addition",
+         {1, 1, 1, 1},
+         {p2(-24), p2(-24), p2(-24), p2(-24)},
+         below1_32,
+         1 + p2(-23)},
         {"T4-A100-binary16.cu:352", "D3 normalisation in subtraction", {1, 1}, {1, -p2(-24)}, -1 + p2(-24), 0.0},
     };
     append(f32.examples, largest_first("T4-A100-binary16.cu:281", 0.5, p2(-24)));
@@ -158,13 +222,27 @@ std::vector<Suite> suites() {
         {"A100-bf16.cu:200", "fp32 subnormal out, product", {p2(-126)}, {0.5}, 0, p2(-127)},
         {"A100-bf16.cu:205", "fp32 subnormal out, sum", {p2(-126)}, {1}, -p2(-127), p2(-127)},
         {"A100-bf16.cu:217", "products exact", {below1_bf16}, {below1_bf16}, 0, 1 - p2(-7) + p2(-16)},
-        {"A100-bf16.cu:225", "products exact, four", {below1_bf16, below1_bf16, below1_bf16, below1_bf16},
-         {below1_bf16, below1_bf16, below1_bf16, below1_bf16}, 0, 4 * (1 - p2(-7) + p2(-16))},
-        {"A100-bf16.cu:237", "products accumulated in fp32", {0.5, 0.5, 0.5, 0.5}, {p2(-24), p2(-24), p2(-24), p2(-24)}, 1, 1},
+        {"A100-bf16.cu:225",
+         "products exact, four",
+         {below1_bf16, below1_bf16, below1_bf16, below1_bf16},
+         {below1_bf16, below1_bf16, below1_bf16, below1_bf16},
+         0,
+         4 * (1 - p2(-7) + p2(-16))},
+        {"A100-bf16.cu:237",
+         "products accumulated in fp32",
+         {0.5, 0.5, 0.5, 0.5},
+         {p2(-24), p2(-24), p2(-24), p2(-24)},
+         1,
+         1},
         {"A100-bf16.cu:271", "round-down for positive values", {1, 1, 1, 1}, {2, p2(-23) + p2(-24)}, 0, 2},
         {"A100-bf16.cu:281", "round-up for negative values", {1, 1, 1, 1}, {-2, -p2(-23) - p2(-24)}, 0, -2},
         {"A100-bf16.cu:295", "D1 extra bits in the alignment", {1}, {1}, -below1_32, p2(-24)},
-        {"A100-bf16.cu:305", "D2 normalisation in addition", {1, 1, 1, 1}, {p2(-24), p2(-24), p2(-24), p2(-24)}, below1_32, 1 + p2(-23)},
+        {"A100-bf16.cu:305",
+         "D2 normalisation in addition",
+         {1, 1, 1, 1},
+         {p2(-24), p2(-24), p2(-24), p2(-24)},
+         below1_32,
+         1 + p2(-23)},
         {"A100-bf16.cu:316", "D3 normalisation in subtraction", {1, 1}, {1, -p2(-24)}, -1 + p2(-24), 0.0},
     };
     append(f.examples, largest_first("A100-bf16.cu:255", 0.5, p2(-24)));
@@ -179,14 +257,33 @@ std::vector<Suite> suites() {
         {"A100-tf32.cu:178", "fp32 subnormal C in and out", {}, {}, p2(-149), p2(-149)},
         {"A100-tf32.cu:185", "fp32 subnormal out, product", {p2(-126)}, {0.5}, 0, p2(-127)},
         {"A100-tf32.cu:190", "fp32 subnormal out, sum", {p2(-126)}, {1}, -p2(-127), p2(-127)},
-        {"A100-tf32.cu:202", "products exact (fp32 1 - 2^-24 read as tf32)", {below1_32}, {below1_32}, 0, 1 - p2(-10) + p2(-22)},
-        {"A100-tf32.cu:210", "products exact, four", {below1_32, below1_32, below1_32, below1_32},
-         {below1_32, below1_32, below1_32, below1_32}, 0, 4 * (1 - p2(-10) + p2(-22))},
-        {"A100-tf32.cu:222", "products accumulated in fp32", {0.5, 0.5, 0.5, 0.5}, {p2(-24), p2(-24), p2(-24), p2(-24)}, 1, 1},
+        {"A100-tf32.cu:202",
+         "products exact (fp32 1 - 2^-24 read as tf32)",
+         {below1_32},
+         {below1_32},
+         0,
+         1 - p2(-10) + p2(-22)},
+        {"A100-tf32.cu:210",
+         "products exact, four",
+         {below1_32, below1_32, below1_32, below1_32},
+         {below1_32, below1_32, below1_32, below1_32},
+         0,
+         4 * (1 - p2(-10) + p2(-22))},
+        {"A100-tf32.cu:222",
+         "products accumulated in fp32",
+         {0.5, 0.5, 0.5, 0.5},
+         {p2(-24), p2(-24), p2(-24), p2(-24)},
+         1,
+         1},
         {"A100-tf32.cu:256", "round-down for positive values", {1, 1, 1, 1}, {2, p2(-23) + p2(-24)}, 0, 2},
         {"A100-tf32.cu:266", "round-up for negative values", {1, 1, 1, 1}, {-2, -p2(-23) - p2(-24)}, 0, -2},
         {"A100-tf32.cu:280", "D1 extra bits in the alignment", {1}, {1}, -below1_32, p2(-24)},
-        {"A100-tf32.cu:290", "D2 normalisation in addition", {1, 1, 1, 1}, {p2(-24), p2(-24), p2(-24), p2(-24)}, below1_32, 1 + p2(-23)},
+        {"A100-tf32.cu:290",
+         "D2 normalisation in addition",
+         {1, 1, 1, 1},
+         {p2(-24), p2(-24), p2(-24), p2(-24)},
+         below1_32,
+         1 + p2(-23)},
         {"A100-tf32.cu:301", "D3 normalisation in subtraction", {1, 1}, {1, -p2(-24)}, -1 + p2(-24), 0.0},
     };
     append(f.examples, largest_first("A100-tf32.cu:240", 0.5, p2(-24)));
@@ -234,7 +331,13 @@ TEST_CASE("the worked examples of Fasi et al. 2021 give the results reported for
   }
   // D5: V100.cu lines 405-415 (a = 1, b = 2^-24 four times); T4-A100-binary16.cu 409-423, A100-bf16.cu
   // 373-387, A100-tf32.cu 358-372 (a = 0.5, the last b = 2^-23 + 2^-24): D(C = 1) < D(C = 1 - 2^-24).
-  struct Mono { const char* where; const char* gpu; const Format* in; int k; double a0, b_last; };
+  struct Mono {
+    const char* where;
+    const char* gpu;
+    const Format* in;
+    int k;
+    double a0, b_last;
+  };
   const Mono mono[] = {{"V100.cu:415", "v100", &fp16(), 16, 1.0, p2(-24)},
                        {"T4-A100-binary16.cu:423", "a100", &fp16(), 16, 0.5, p2(-23) + p2(-24)},
                        {"A100-bf16.cu:387", "a100", &bf16(), 16, 0.5, p2(-23) + p2(-24)},

@@ -39,10 +39,16 @@ RecordedSet load(const fs::path& file) {
   s.gpu = stem.substr(0, stem.find('_'));
   s.input_name = stem.substr(stem.find('_') + 1);
   io::SourceOptions opt;
-  if (s.input_name == "e4m3") { s.input = &fp8_e4m3(); opt.dtype = io::DType::fp8_e4m3_bits; }
-  else if (s.input_name == "e5m2") { s.input = &fp8_e5m2(); opt.dtype = io::DType::fp8_e5m2_bits; }
-  else if (s.input_name == "bf16") { s.input = &bf16(); opt.dtype = io::DType::bf16_bits; }
-  else if (s.input_name == "fp16") s.input = &fp16();
+  if (s.input_name == "e4m3") {
+    s.input = &fp8_e4m3();
+    opt.dtype = io::DType::fp8_e4m3_bits;
+  } else if (s.input_name == "e5m2") {
+    s.input = &fp8_e5m2();
+    opt.dtype = io::DType::fp8_e5m2_bits;
+  } else if (s.input_name == "bf16") {
+    s.input = &bf16();
+    opt.dtype = io::DType::bf16_bits;
+  } else if (s.input_name == "fp16") s.input = &fp16();
   else s.input = &tf32();
   const auto src = io::TensorSource::open(file, opt);
   const auto& ta = src.tensor("a");
@@ -138,29 +144,32 @@ TEST_CASE("a mutated model misses the recordings", "[mma]") {
   };
   const Mutation mutations[] = {
       {"one fewer alignment bit", "h100", "fp16", [](mma::MatrixUnit& u) { --u.block.align_bits; }},
-      {"RNE instead of RZ", "h100", "fp16", [](mma::MatrixUnit& u) { u.block.rounding = mma::FinalRounding::nearest_even; }},
+      {"RNE instead of RZ", "h100", "fp16",
+       [](mma::MatrixUnit& u) { u.block.rounding = mma::FinalRounding::nearest_even; }},
       {"block 8 instead of 16", "h100", "fp16", [](mma::MatrixUnit& u) { u.block.products = 8; }},
       {"one fewer alignment bit", "v100", "fp16", [](mma::MatrixUnit& u) { --u.block.align_bits; }},
       {"one more alignment bit", "a100", "bf16", [](mma::MatrixUnit& u) { ++u.block.align_bits; }},
       {"one fewer alignment bit", "h100", "e4m3", [](mma::MatrixUnit& u) { --u.block.align_bits; }},
       {"sticky bit in the alignment", "b200", "bf16", [](mma::MatrixUnit& u) { u.block.sticky = true; }},
-      {"fp8 as one block of 32 (B200TC.m)", "b200", "e4m3", [](mma::MatrixUnit& u) {
+      {"fp8 as one block of 32 (B200TC.m)", "b200", "e4m3",
+       [](mma::MatrixUnit& u) {
          u.instruction.k = 0;
          u.block.products = 32;
        }},
       {"fp8 split into halves, not pairs", "h100", "e5m2", [](mma::MatrixUnit& u) { u.instruction.interleave = 16; }},
       {"fp8->fp16: C into the first block", "h100", "e4m3", [](mma::MatrixUnit& u) { u.instruction.k = 0; }},
-      {"fp8->fp16: blocks held in fp32 (RZ)", "h100", "e4m3", [](mma::MatrixUnit& u) {
+      {"fp8->fp16: blocks held in fp32 (RZ)", "h100", "e4m3",
+       [](mma::MatrixUnit& u) {
          u.instruction.block_output = fp32();
          u.block.rounding = mma::FinalRounding::toward_zero;
          u.block.result_bits = 23;
          u.block.exponent_floor = -133;
        }},
-      {"fp8->fp16: C added toward zero", "h200", "e4m3", [](mma::MatrixUnit& u) {
-         u.instruction.end_rounding = mma::FinalRounding::toward_zero;
-       }},
+      {"fp8->fp16: C added toward zero", "h200", "e4m3",
+       [](mma::MatrixUnit& u) { u.instruction.end_rounding = mma::FinalRounding::toward_zero; }},
       {"fp8->fp16: 13 alignment bits (fp8 path)", "b200", "e5m2", [](mma::MatrixUnit& u) { u.block.align_bits = 13; }},
-      {"fp8->fp16: exponent floor -133, not -21", "h100", "e4m3", [](mma::MatrixUnit& u) { u.block.exponent_floor = -133; }},
+      {"fp8->fp16: exponent floor -133, not -21", "h100", "e4m3",
+       [](mma::MatrixUnit& u) { u.block.exponent_floor = -133; }},
   };
   for (const auto& m : mutations) {
     const RecordedSet& s = find(m.gpu, m.input);

@@ -42,7 +42,8 @@ double ref_round(const Rational& x, int result_bits, const Format& out, mma::Fin
   if (x == 0) return 0.0;
   const Format res = make_format("result", out.exp_bits, result_bits, out.bias);
   const Rational mag = x < 0 ? Rational(-x) : x;
-  const RoundingMode rm = mode == mma::FinalRounding::toward_zero ? RoundingMode::toward_zero : RoundingMode::nearest_even;
+  const RoundingMode rm =
+      mode == mma::FinalRounding::toward_zero ? RoundingMode::toward_zero : RoundingMode::nearest_even;
   double v;
   if (mag >= pow2(out.emax + 1)) v = kInf;
   else v = decode(reference_round(mag, false, res, Rounding::of(rm)), res);
@@ -55,7 +56,10 @@ double ref_block(const mma::MatrixUnit& u, const mma::BlockFma& p, const std::ve
   // Specials first.
   bool nan = std::isnan(c), pinf = c == kInf, ninf = c == -kInf;
   for (std::size_t k = 0; k < a.size(); ++k) {
-    if (std::isnan(a[k]) || std::isnan(b[k])) { nan = true; continue; }
+    if (std::isnan(a[k]) || std::isnan(b[k])) {
+      nan = true;
+      continue;
+    }
     if (std::isinf(a[k]) || std::isinf(b[k])) {
       if (a[k] == 0 || b[k] == 0) nan = true;
       else ((std::signbit(a[k]) != std::signbit(b[k])) ? ninf : pinf) = true;
@@ -67,8 +71,8 @@ double ref_block(const mma::MatrixUnit& u, const mma::BlockFma& p, const std::ve
   std::vector<std::pair<Rational, int>> terms;  // (exact value, alignment exponent)
   for (std::size_t k = 0; k < a.size(); ++k) {
     if (a[k] == 0 || b[k] == 0) continue;
-    terms.push_back({exact_value(a[k]) * exact_value(b[k]),
-                     exponent_of(a[k], u.input.emin) + exponent_of(b[k], u.input.emin)});
+    terms.push_back(
+        {exact_value(a[k]) * exact_value(b[k]), exponent_of(a[k], u.input.emin) + exponent_of(b[k], u.input.emin)});
   }
   if (c != 0) terms.push_back({exact_value(c), exponent_of(c, -126)});
   if (terms.empty()) return 0.0;
@@ -100,7 +104,10 @@ double ref_chain(const mma::MatrixUnit& u, const std::vector<double>& a, const s
   if (u.instruction.k == 0) {
     for (std::size_t k0 = begin; k0 < end; k0 += static_cast<std::size_t>(n)) {
       std::vector<double> ba, bb;
-      for (std::size_t k = k0; k < std::min(end, k0 + n); ++k) { ba.push_back(a[k]); bb.push_back(b[k]); }
+      for (std::size_t k = k0; k < std::min(end, k0 + n); ++k) {
+        ba.push_back(a[k]);
+        bb.push_back(b[k]);
+      }
       acc = ref_block(u, u.block, ba, bb, acc, u.output);
     }
     return acc;
@@ -165,12 +172,12 @@ struct UnitCase {
   int promote;
 };
 const UnitCase kUnits[] = {
-    {"v100", &fp16(), &fp32(), 0},       {"v100", &fp16(), &fp16(), 0},        {"a100", &bf16(), &fp32(), 0},
-    {"a100", &tf32(), &fp32(), 0},       {"ada", &fp8_e4m3(), &fp32(), 0},     {"ada", &fp8_e5m2(), &fp16(), 0},
-    {"l40s", &fp8_e5m2(), &fp32(), 0},   {"h100", &fp16(), &fp32(), 0},        {"h100", &fp16(), &fp16(), 0},
-    {"h100", &bf16(), &fp32(), 64},      {"h100", &fp8_e4m3(), &fp32(), 0},    {"h100", &fp8_e4m3(), &fp32(), 128},
-    {"h100", &fp8_e5m2(), &fp16(), 0},   {"h200", &fp8_e5m2(), &fp16(), 0},    {"b200", &fp8_e4m3(), &fp32(), 0},
-    {"b200", &bf16(), &fp32(), 0},       {"b200", &tf32(), &fp32(), 0},        {"exact-fp32", &bf16(), &fp32(), 0},
+    {"v100", &fp16(), &fp32(), 0},       {"v100", &fp16(), &fp16(), 0},     {"a100", &bf16(), &fp32(), 0},
+    {"a100", &tf32(), &fp32(), 0},       {"ada", &fp8_e4m3(), &fp32(), 0},  {"ada", &fp8_e5m2(), &fp16(), 0},
+    {"l40s", &fp8_e5m2(), &fp32(), 0},   {"h100", &fp16(), &fp32(), 0},     {"h100", &fp16(), &fp16(), 0},
+    {"h100", &bf16(), &fp32(), 64},      {"h100", &fp8_e4m3(), &fp32(), 0}, {"h100", &fp8_e4m3(), &fp32(), 128},
+    {"h100", &fp8_e5m2(), &fp16(), 0},   {"h200", &fp8_e5m2(), &fp16(), 0}, {"b200", &fp8_e4m3(), &fp32(), 0},
+    {"b200", &bf16(), &fp32(), 0},       {"b200", &tf32(), &fp32(), 0},     {"exact-fp32", &bf16(), &fp32(), 0},
     {"exact-fp32", &fp16(), &fp32(), 0}, {"fp16-acc", &fp16(), &fp16(), 0},
 };
 
@@ -192,7 +199,10 @@ TEST_CASE("the model equals the Boost.Multiprecision reference on random tiles",
       for (std::size_t k = 0; k < K; ++k) {
         a[k] = gen.value(*cs.in, style, cs.out->emax / 2 - 4);
         b[k] = gen.value(*cs.in, style, cs.out->emax / 2 - 4);
-        if (style == 1 && k % 2 == 1 && (gen.rng() & 1)) { a[k] = -a[k - 1]; b[k] = b[k - 1]; }  // cancellation
+        if (style == 1 && k % 2 == 1 && (gen.rng() & 1)) {
+          a[k] = -a[k - 1];
+          b[k] = b[k - 1];
+        }  // cancellation
       }
       std::vector<double> c{style != 1 ? gen.value(fp32(), style, cs.out->emax - 4) : gen.value(*cs.out, 1)};
       mma::round_to_format(c, *cs.out);
@@ -204,8 +214,8 @@ TEST_CASE("the model equals the Boost.Multiprecision reference on random tiles",
         ++miss;
       }
     }
-    std::printf("  %-28s promote %-3d %d tiles (%zu NaN/Inf results), %zu mismatches\n", u.name.c_str(), cs.promote, trials,
-                specials, miss);
+    std::printf("  %-28s promote %-3d %d tiles (%zu NaN/Inf results), %zu mismatches\n", u.name.c_str(), cs.promote,
+                trials, specials, miss);
     total += trials;
     missed += miss;
   }
@@ -227,14 +237,16 @@ TEST_CASE("gemm's integer path equals dot for every element, whatever the thread
       for (std::size_t i = 0; i < B.size(); ++i) B[i] = gen.value(*cs.in, i % 3 == 0 ? 2 : 1, cs.out->emax / 2 - 4);
       for (auto& v : C) v = gen.value(*cs.out, 1);
       A[3 * K + 1] = cs.in->has_inf ? kInf : kNaN;  // row 3: the scalar path for specials
-      B[2 * N + 4] = kNaN;  // column 4
+      B[2 * N + 4] = kNaN;                          // column 4
       std::vector<double> D1(M * N), D3(M * N), Ds(M * N);
       mma::gemm(u, M, N, K, A.data(), B.data(), C.data(), D1.data(), 1);
       mma::gemm(u, M, N, K, A.data(), B.data(), C.data(), D3.data(), 3);
       mma::gemm_scalar(u, M, N, K, A.data(), B.data(), C.data(), Ds.data(), 2);
       for (std::size_t i = 0; i < M; ++i)
         for (std::size_t j = 0; j < N; ++j) {
-          std::vector<double> a(A.begin() + static_cast<std::ptrdiff_t>(i * K), A.begin() + static_cast<std::ptrdiff_t>((i + 1) * K)), b(K);
+          std::vector<double> a(A.begin() + static_cast<std::ptrdiff_t>(i * K),
+                                A.begin() + static_cast<std::ptrdiff_t>((i + 1) * K)),
+              b(K);
           for (std::size_t k = 0; k < K; ++k) b[k] = B[k * N + j];
           const double d = mma::dot(u, a, b, C[i * N + j]);
           const std::size_t e = i * N + j;
@@ -243,8 +255,9 @@ TEST_CASE("gemm's integer path equals dot for every element, whatever the thread
         }
     }
   }
-  std::printf("gemm (integer path, 1 and 3 threads) and gemm_scalar vs dot: %zu elements over %zu units, %zu mismatches\n",
-              elements, std::size(kUnits), miss);
+  std::printf(
+      "gemm (integer path, 1 and 3 threads) and gemm_scalar vs dot: %zu elements over %zu units, %zu mismatches\n",
+      elements, std::size(kUnits), miss);
   CHECK(miss == 0);
 }
 
@@ -277,7 +290,9 @@ TEST_CASE("the published exceptional cases give the published results", "[mma]")
     u.block.result_bits = out.man_bits;
     return u;
   };
-  auto rz = [](double x, const Format& f) { return decode(round_bits(x, f, Rounding::of(RoundingMode::toward_zero)), f); };
+  auto rz = [](double x, const Format& f) {
+    return decode(round_bits(x, f, Rounding::of(RoundingMode::toward_zero)), f);
+  };
   const double c127 = std::ldexp(1.0, 127);  // 0x7F000000
   const double c113 = std::ldexp(1.0, 113);  // 0x78000000
   struct Case {
@@ -290,10 +305,30 @@ TEST_CASE("the published exceptional cases give the published results", "[mma]")
       {"1: c + a1 b1 overflows to +Inf (bf16 in)", custom(bf16(), fp32()), {rz(c127, bf16())}, {1.0}, c127, kInf},
       {"2: +Inf x -Inf is -Inf, not NaN", custom(bf16(), fp32()), {kInf}, {-kInf}, 0.0, -kInf},
       {"3: +Inf + -Inf is NaN", custom(tf32(), fp32()), {-kInf, kInf}, {1.0, 1.0}, 0.0, kNaN},
-      {"4: fp16 accumulation overflows to +Inf", custom(fp16(), fp16()), {rz(c113, fp16()), rz(c113, fp16())}, {1.0, 1.0}, 0.0, kInf},
-      {"5: fp16 accumulation overflows to -Inf", custom(fp16(), fp16()), {rz(-c113, fp16()), rz(-c113, fp16())}, {1.0, 1.0}, 0.0, -kInf},
-      {"6: fp8 e5m2 in, fp16 out overflows to +Inf", custom(fp8_e5m2(), fp16()), {rz(c113, fp8_e5m2()), rz(c113, fp8_e5m2())}, {1.0, 1.0}, 0.0, kInf},
-      {"7: fp8 e5m2 in, fp16 out overflows to -Inf", custom(fp8_e5m2(), fp16()), {rz(c113, fp8_e5m2()), rz(c113, fp8_e5m2())}, {-1.0, -1.0}, 0.0, -kInf},
+      {"4: fp16 accumulation overflows to +Inf",
+       custom(fp16(), fp16()),
+       {rz(c113, fp16()), rz(c113, fp16())},
+       {1.0, 1.0},
+       0.0,
+       kInf},
+      {"5: fp16 accumulation overflows to -Inf",
+       custom(fp16(), fp16()),
+       {rz(-c113, fp16()), rz(-c113, fp16())},
+       {1.0, 1.0},
+       0.0,
+       -kInf},
+      {"6: fp8 e5m2 in, fp16 out overflows to +Inf",
+       custom(fp8_e5m2(), fp16()),
+       {rz(c113, fp8_e5m2()), rz(c113, fp8_e5m2())},
+       {1.0, 1.0},
+       0.0,
+       kInf},
+      {"7: fp8 e5m2 in, fp16 out overflows to -Inf",
+       custom(fp8_e5m2(), fp16()),
+       {rz(c113, fp8_e5m2()), rz(c113, fp8_e5m2())},
+       {-1.0, -1.0},
+       0.0,
+       -kInf},
   };
   int passed = 0;
   for (const auto& cs : cases) {
@@ -304,7 +339,8 @@ TEST_CASE("the published exceptional cases give the published results", "[mma]")
     passed += same(got, cs.want);
   }
   CHECK(same(mma::dot(mma::matrix_unit("h100", fp8_e5m2(), fp16()), std::vector<double>{57344.0, 57344.0},
-                      std::vector<double>{1.0, 1.0}, 0.0), kInf));
+                      std::vector<double>{1.0, 1.0}, 0.0),
+             kInf));
   std::printf("ExceptionalCasesTest.m: %d of 7 cases as published\n", passed);
 }
 

@@ -52,12 +52,12 @@ TEST_CASE("utf-8 decoding", "[corpus]") {
   CHECK(decode_utf8("a\xC3\xA9\xE2\x82\xAC\xF0\x9D\x84\x9E", "t") ==
         std::vector<std::uint32_t>{0x61, 0xE9, 0x20AC, 0x1D11E});
   const std::pair<const char*, const char*> bad[] = {
-      {"ab\xE9z", "byte 2"},             // Latin-1 é
-      {"\xC0\xAF", "byte 0"},            // overlong '/'
-      {"x\xED\xA0\x80", "byte 1"},       // UTF-16 surrogate D800
-      {"\xF4\x90\x80\x80", "byte 0"},    // above U+10FFFF
-      {"ok\xE2\x82", "byte 2"},          // truncated
-      {"\x80", "byte 0"},                // lone continuation byte
+      {"ab\xE9z", "byte 2"},           // Latin-1 é
+      {"\xC0\xAF", "byte 0"},          // overlong '/'
+      {"x\xED\xA0\x80", "byte 1"},     // UTF-16 surrogate D800
+      {"\xF4\x90\x80\x80", "byte 0"},  // above U+10FFFF
+      {"ok\xE2\x82", "byte 2"},        // truncated
+      {"\x80", "byte 0"},              // lone continuation byte
   };
   for (const auto& [bytes, where] : bad) {
     INFO(where);
@@ -133,10 +133,10 @@ TEST_CASE("generated language: a Zipf vocabulary keeps the records and draws its
     worst_z = std::max(worst_z, std::abs(first[r] - records * p[r]) / sd);
   }
   const double z_succ = (to_successor - expected_successor) / std::sqrt(var_successor);
-  std::printf("zipf language (%d words, s = %.1f): %.0f records; first-word ranks 1..5 worst |z| %.2f "
-              "(rank 1: %.0f, expected %.1f); %.0f of %.0f transitions to a successor, expected %.1f (z %.2f)\n",
-              words, s_exp, records, worst_z, first[0], records * p[0], to_successor, transitions, expected_successor,
-              z_succ);
+  std::printf(
+      "zipf language (%d words, s = %.1f): %.0f records; first-word ranks 1..5 worst |z| %.2f "
+      "(rank 1: %.0f, expected %.1f); %.0f of %.0f transitions to a successor, expected %.1f (z %.2f)\n",
+      words, s_exp, records, worst_z, first[0], records * p[0], to_successor, transitions, expected_successor, z_succ);
   CHECK(worst_z < 5);
   CHECK(std::abs(z_succ) < 5);
 }

@@ -30,7 +30,8 @@ TEST_CASE("average precision, hand-worked", "[detection_map]") {
 }
 
 TEST_CASE("non-maximum suppression, hand-worked", "[detection_map]") {
-  const std::vector<nn::Box> boxes{{0.5, 0.5, 0.2, 0.2}, {0.51, 0.5, 0.2, 0.2}, {0.2, 0.2, 0.1, 0.1}, {0.5, 0.56, 0.2, 0.2}};
+  const std::vector<nn::Box> boxes{
+      {0.5, 0.5, 0.2, 0.2}, {0.51, 0.5, 0.2, 0.2}, {0.2, 0.2, 0.1, 0.1}, {0.5, 0.56, 0.2, 0.2}};
   const std::vector<double> scores{0.6, 0.9, 0.5, 0.4};
   // 1 kept first; 0 overlaps it (IoU 0.9) and goes; 2 is elsewhere; 3 overlaps 1 with IoU ~0.52 > 0.45
   for (double iou : {0.45, 0.95}) {

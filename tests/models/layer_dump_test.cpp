@@ -27,8 +27,7 @@ nlohmann::json metadata_of(const std::filesystem::path& path) {
   std::memcpy(&n, bytes.data(), 8);
   const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
   nlohmann::json meta = nlohmann::json::object();
-  for (const auto& [k, v] : header.at("__metadata__").items())
-    meta[k] = nlohmann::json::parse(v.get<std::string>());
+  for (const auto& [k, v] : header.at("__metadata__").items()) meta[k] = nlohmann::json::parse(v.get<std::string>());
   return meta;
 }
 
@@ -95,9 +94,10 @@ TEST_CASE("a layer dump holds the step's gradients, sites and batch", "[layer_du
         CHECK(src.read_float(src.tensor("batch/images")) == src.read_float(src.tensor("site/conv1/in")));
         CHECK(meta["truths"].size() == 2);
       }
-      std::printf("%s under %s: %zu gradient values compared with a plain run of the step, %zu mismatches; %zu sites "
-                  "(%zu with counts)\n",
-                  model.c_str(), policy.c_str(), compared, mismatches, sites, rounded);
+      std::printf(
+          "%s under %s: %zu gradient values compared with a plain run of the step, %zu mismatches; %zu sites "
+          "(%zu with counts)\n",
+          model.c_str(), policy.c_str(), compared, mismatches, sites, rounded);
       CHECK(mismatches == 0);
     }
   }

@@ -2,11 +2,11 @@
 // sites, the text corpus path and its errors.
 #include "catch_compat.hpp"
 
+#include <unistd.h>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <set>
-#include <unistd.h>
 
 #include "models_test_util.hpp"
 #include "mpsim/error.hpp"
@@ -24,7 +24,8 @@ fs::path write_temp(const std::string& name, const std::string& bytes) {
 }  // namespace
 
 TEST_CASE("lstm: same seed, same bits; another seed, other bits", "[lstm_lm]") {
-  nn::Precision p1(nn::parse_policy("mixed-fp16")), p2(nn::parse_policy("mixed-fp16")), p3(nn::parse_policy("mixed-fp16"));
+  nn::Precision p1(nn::parse_policy("mixed-fp16")), p2(nn::parse_policy("mixed-fp16")),
+      p3(nn::parse_policy("mixed-fp16"));
   auto a = nn::make_model("lstm", {}, 7), b = nn::make_model("lstm", {}, 7), c = nn::make_model("lstm", {}, 8);
   const double la = modeltest::sgd_steps(*a, p1, 3, 0.1, 1024.0f);
   const double lb = modeltest::sgd_steps(*b, p2, 3, 0.1, 1024.0f);
@@ -55,7 +56,8 @@ TEST_CASE("lstm: gradients scale exactly with a power-of-two loss scale under fp
   const auto ga = a->params(), gb = b->params();
   std::size_t n = 0, mismatches = 0;
   for (std::size_t k = 0; k < ga.size(); ++k)
-    for (std::size_t i = 0; i < ga[k].grad.size(); ++i, ++n) mismatches += ga[k].grad[i] != std::ldexp(gb[k].grad[i], -2);
+    for (std::size_t i = 0; i < ga[k].grad.size(); ++i, ++n)
+      mismatches += ga[k].grad[i] != std::ldexp(gb[k].grad[i], -2);
   std::printf("lstm: %zu gradients compared (scale 2^-2 vs 1), %zu mismatches\n", n, mismatches);
   CHECK(mismatches == 0);
 }
@@ -65,9 +67,9 @@ TEST_CASE("lstm: mixed-fp16 sites", "[lstm_lm]") {
   auto m = nn::make_model("lstm", {}, 1);
   // The loss times 2^-10 (the trainer's --loss-divisor-log2 10): activation gradients underflow in fp16.
   m->forward_backward(0, 0x1p-10f, prec);
-  for (const char* site : {"lstm/in", "lstm/w_ih", "lstm/ih_out", "lstm/h_in", "lstm/hh_out", "fc/out", "fc/out_grad",
-                           "fc/in_grad", "lstm/gates_grad", "lstm/h_grad", "lstm/in_grad", "lstm/w_hh_grad",
-                           "embed/w_grad"}) {
+  for (const char* site :
+       {"lstm/in", "lstm/w_ih", "lstm/ih_out", "lstm/h_in", "lstm/hh_out", "fc/out", "fc/out_grad", "fc/in_grad",
+        "lstm/gates_grad", "lstm/h_grad", "lstm/in_grad", "lstm/w_hh_grad", "embed/w_grad"}) {
     INFO(site);
     CHECK(prec.site_stats().count(site) == 1);
   }
@@ -103,8 +105,8 @@ TEST_CASE("lstm: bad corpora are rejected with the file named", "[lstm_lm]") {
   const fs::path latin1 = write_temp("latin1.txt", std::string(500, 'a') + "caf\xe9" + std::string(500, 'b'));
   const fs::path shorty = write_temp("short.txt", "just a few words");
   nn::ModelConfig c;
-  for (const auto& [p, why] : {std::pair{empty, "empty"}, std::pair{latin1, "invalid UTF-8 at byte 503"},
-                               std::pair{shorty, "characters"}}) {
+  for (const auto& [p, why] :
+       {std::pair{empty, "empty"}, std::pair{latin1, "invalid UTF-8 at byte 503"}, std::pair{shorty, "characters"}}) {
     c.corpus_path = p.string();
     try {
       nn::make_model("lstm", c, 1);

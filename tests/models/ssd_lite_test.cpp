@@ -25,7 +25,8 @@ TEST_CASE("ssd: parameters have stable names and sizes", "[ssd]") {
 }
 
 TEST_CASE("ssd: same seed, same bits; another seed, other bits", "[ssd]") {
-  nn::Precision p1(nn::parse_policy("mixed-fp16")), p2(nn::parse_policy("mixed-fp16")), p3(nn::parse_policy("mixed-fp16"));
+  nn::Precision p1(nn::parse_policy("mixed-fp16")), p2(nn::parse_policy("mixed-fp16")),
+      p3(nn::parse_policy("mixed-fp16"));
   auto a = nn::make_model("ssd", {}, 7), b = nn::make_model("ssd", {}, 7), c = nn::make_model("ssd", {}, 8);
   CHECK(modeltest::bits_of(a->params(), false) == modeltest::bits_of(b->params(), false));
   CHECK(modeltest::bits_of(a->params(), false) != modeltest::bits_of(c->params(), false));
@@ -58,7 +59,8 @@ TEST_CASE("ssd: gradients scale exactly with a power-of-two loss scale under fp3
   const auto ga = a->params(), gb = b->params();
   std::size_t n = 0, mismatches = 0;
   for (std::size_t k = 0; k < ga.size(); ++k)
-    for (std::size_t i = 0; i < ga[k].grad.size(); ++i, ++n) mismatches += ga[k].grad[i] != std::ldexp(gb[k].grad[i], -6);
+    for (std::size_t i = 0; i < ga[k].grad.size(); ++i, ++n)
+      mismatches += ga[k].grad[i] != std::ldexp(gb[k].grad[i], -6);
   std::printf("ssd: %zu gradients compared (scale 2^-6 vs 1), %zu mismatches\n", n, mismatches);
   CHECK(mismatches == 0);
   CHECK(prec.site_stats().empty());  // fp32 rounds nothing

@@ -9,8 +9,8 @@ using namespace mpsim::nn;
 
 namespace {
 
-std::vector<double> direct_conv(const std::vector<double>& x, const std::vector<double>& w, const std::vector<double>& b,
-                                const Conv2dShape& s) {
+std::vector<double> direct_conv(const std::vector<double>& x, const std::vector<double>& w,
+                                const std::vector<double>& b, const Conv2dShape& s) {
   std::vector<double> out(s.out_size());
   for (int n = 0; n < s.B; ++n)
     for (int o = 0; o < s.OC; ++o)

@@ -35,8 +35,7 @@ TEST_CASE("fp16 accumulation stalls where fp32 accumulation does not: constructe
   CHECK(s16[0] == 1.0f);
 }
 
-TEST_CASE("fp16 accumulation equals an in-order loop of fp32 multiply-adds rounded to fp16, bit for bit",
-          "[matmul]") {
+TEST_CASE("fp16 accumulation equals an in-order loop of fp32 multiply-adds rounded to fp16, bit for bit", "[matmul]") {
   // Random fp16 inputs; each output computed independently, k ascending, as s = fp16(float(s) + a_k b_k)
   // through the scalar rounding (round_bits via the value type's constructor), and for comparison as
   // s = fma(a_k, b_k, s) with the fp16 value type (one correctly rounded fused operation per step).
@@ -69,9 +68,10 @@ TEST_CASE("fp16 accumulation equals an in-order loop of fp32 multiply-adds round
       differ_from_fp32 += got != out32[m * N + n];
       worst = std::max(worst, std::abs(static_cast<double>(got) - out32[m * N + n]));
     }
-  std::printf("fp16 accumulation, %d outputs of %d-term sums: %d differ from the fp32-multiply-add loop, %d from the "
-              "fused fp16 fma loop; %d differ from fp32 accumulation (largest difference %g)\n",
-              M * N, K, mismatches, differ_from_fused, differ_from_fp32, worst);
+  std::printf(
+      "fp16 accumulation, %d outputs of %d-term sums: %d differ from the fp32-multiply-add loop, %d from the "
+      "fused fp16 fma loop; %d differ from fp32 accumulation (largest difference %g)\n",
+      M * N, K, mismatches, differ_from_fused, differ_from_fp32, worst);
   CHECK(mismatches == 0);
   CHECK(differ_from_fused <= 3);  // double rounding at a tie only, when the terms lie far apart
   CHECK(differ_from_fp32 > M * N / 2);

@@ -59,7 +59,8 @@ std::vector<float> transpose(const std::vector<float>& x, std::size_t rows, std:
 int bit_mismatches(const std::vector<float>& a, const std::vector<float>& b) {
   REQUIRE(a.size() == b.size());
   int n = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) n += std::bit_cast<std::uint32_t>(a[i]) != std::bit_cast<std::uint32_t>(b[i]);
+  for (std::size_t i = 0; i < a.size(); ++i)
+    n += std::bit_cast<std::uint32_t>(a[i]) != std::bit_cast<std::uint32_t>(b[i]);
   return n;
 }
 
@@ -106,7 +107,7 @@ TEST_CASE("mma policy keys parse; bad values are refused naming the key", "[mma_
   CHECK(parse_policy("mixed-fp16:mma=h100").describe().find("mma=h100") != std::string::npos);
 
   refused("mixed-fp16:mma=h900", "mma: unknown model 'h900'");
-  refused("mixed-fp16:mma=h100,mma_promote=100", "mma_promote");      // not a multiple of the block of 16
+  refused("mixed-fp16:mma=h100,mma_promote=100", "mma_promote");  // not a multiple of the block of 16
   refused("mixed-fp16:mma=h100,mma_promote=-128", "mma_promote");
   refused("mixed-fp16:mma=h100,mma_promote_fprop=x", "mma_promote_fprop");
   refused("mixed-fp16:mma_promote=128", "mma_promote needs mma");
@@ -114,7 +115,7 @@ TEST_CASE("mma policy keys parse; bad values are refused naming the key", "[mma_
   refused("mixed-fp16:", "nothing after ':'");
   refused("mixed-fp16-acc16:mma=h100", "accumulate");
   refused("fp32:mma=h100", "matmul_input");
-  refused("mixed-bf16:mma=v100", "mma=v100");                            // V100 has no bf16 input
+  refused("mixed-bf16:mma=v100", "mma=v100");  // V100 has no bf16 input
   refused("fp8-blockwise:mma=h100", "fp8-blockwise");
   refused("mxfp8:mma=h100", "mxfp8");
   refused("fp8-rowwise-gw-hp:mma=h100", "wgrad");
@@ -123,7 +124,8 @@ TEST_CASE("mma policy keys parse; bad values are refused naming the key", "[mma_
 
 TEST_CASE("linear GEMMs under mma=h100 equal mma::gemm bit for bit", "[mma_policy_test]") {
   const int N = 24, C = 200, OC = 40;  // K = 200, 24 and 200: blocks of 16 with ragged ends
-  const auto inp = random_in(fp16(), N * C, 1), weight = random_in(fp16(), OC * C, 2), dout = random_in(fp16(), N * OC, 3);
+  const auto inp = random_in(fp16(), N * C, 1), weight = random_in(fp16(), OC * C, 2),
+             dout = random_in(fp16(), N * OC, 3);
   for (const char* spec : {"mixed-fp16:mma=h100", "mixed-fp16:mma=h100,mma_promote=32", "mixed-fp16:mma=v100"}) {
     Precision prec(parse_policy(spec));
     const MmaOptions& o = *prec.policy().mma;
@@ -131,9 +133,10 @@ TEST_CASE("linear GEMMs under mma=h100 equal mma::gemm bit for bit", "[mma_polic
     fprop.promote_every = o.promote_fprop;
     grad.promote_every = o.promote_grad;
     std::vector<float> out(N * OC), dinp(N * C), dw(OC * C);
-    linear_forward(out.data(), inp.data(), weight.data(), static_cast<const float*>(nullptr), N, C, OC, prec.gemm("fc"));
-    linear_backward(dinp.data(), dw.data(), static_cast<float*>(nullptr), dout.data(), inp.data(), weight.data(), N, C, OC,
-                    prec.gemm("fc"));
+    linear_forward(out.data(), inp.data(), weight.data(), static_cast<const float*>(nullptr), N, C, OC,
+                   prec.gemm("fc"));
+    linear_backward(dinp.data(), dw.data(), static_cast<float*>(nullptr), dout.data(), inp.data(), weight.data(), N, C,
+                    OC, prec.gemm("fc"));
     // y = x w^T; dx = dy w; dw = dy^T x (the B operand passed as its transpose, N x K).
     const int m1 = bit_mismatches(out, unit_gemm(fprop, inp, weight, N, OC, C));
     const int m2 = bit_mismatches(dinp, unit_gemm(grad, dout, transpose(weight, OC, C), N, C, OC));
@@ -146,9 +149,10 @@ TEST_CASE("linear GEMMs under mma=h100 equal mma::gemm bit for bit", "[mma_polic
         for (int k = 0; k < C; ++k) s += inp[i * C + k] * weight[j * C + k];
         differ += s != out[i * OC + j];
       }
-    std::printf("%-36s fprop %d, dgrad %d, wgrad %d outputs: bit mismatches %d %d %d; fprop outputs differing from a "
-                "sequential fp32 sum: %d\n",
-                spec, N * OC, N * C, OC * C, m1, m2, m3, differ);
+    std::printf(
+        "%-36s fprop %d, dgrad %d, wgrad %d outputs: bit mismatches %d %d %d; fprop outputs differing from a "
+        "sequential fp32 sum: %d\n",
+        spec, N * OC, N * C, OC * C, m1, m2, m3, differ);
     CHECK(m1 == 0);
     CHECK(m2 == 0);
     CHECK(m3 == 0);
@@ -174,9 +178,10 @@ TEST_CASE("the unit's truncation shows in a linear layer; promotion every 128 re
   mma::MatrixUnit u = mma::matrix_unit("h100", fp16(), fp32());
   u.promote_every = 128;
   const float own = unit_gemm(u, x, w, 1, 1, K)[0];
-  std::printf("K=%d: fast %.10g (expected 1024), promoted %.10g (expected %.10g, unit's own %.10g), fp32 %.10g "
-              "(exact %.10g)\n",
-              K, fast, promoted, 1024 + 31 * std::ldexp(1.0, -9), own, plain, 1024 + 4095 * std::ldexp(1.0, -16));
+  std::printf(
+      "K=%d: fast %.10g (expected 1024), promoted %.10g (expected %.10g, unit's own %.10g), fp32 %.10g "
+      "(exact %.10g)\n",
+      K, fast, promoted, 1024 + 31 * std::ldexp(1.0, -9), own, plain, 1024 + 4095 * std::ldexp(1.0, -16));
   CHECK(fast == 1024.0f);
   CHECK(promoted == static_cast<float>(1024 + 31 * std::ldexp(1.0, -9)));
   CHECK(std::bit_cast<std::uint32_t>(promoted) == std::bit_cast<std::uint32_t>(own));
@@ -195,7 +200,8 @@ TEST_CASE("under an fp8 recipe the unit multiplies the scaled fp8 values and the
   for (const char* spec : {"fp8-tensorwise-current:mma=h100", "fp8-rowwise:mma=h100,mma_promote=64"}) {
     Precision prec(parse_policy(spec));
     std::vector<float> out(N * OC), dinp(N * C);
-    linear_forward(out.data(), inp.data(), weight.data(), static_cast<const float*>(nullptr), N, C, OC, prec.gemm("fc"));
+    linear_forward(out.data(), inp.data(), weight.data(), static_cast<const float*>(nullptr), N, C, OC,
+                   prec.gemm("fc"));
     linear_backward(dinp.data(), static_cast<float*>(nullptr), static_cast<float*>(nullptr), dout.data(), inp.data(),
                     weight.data(), N, C, OC, prec.gemm("fc"));
     // Independently: a fresh Quantizer of the same recipe gives the scales; q = round(x * scale) in the
@@ -210,10 +216,12 @@ TEST_CASE("under an fp8 recipe the unit multiplies the scaled fp8 values and the
       const auto qa = qz.quantize("fc", ra, A, M, K), qb = qz.quantize("fc", rb, Bt, Nn, K);
       const Format& fa = recipe::operand_of(ra) == recipe::Operand::dy ? qz.recipe().backward : qz.recipe().forward;
       const Format& fb = recipe::operand_of(rb) == recipe::Operand::dy ? qz.recipe().backward : qz.recipe().forward;
-      auto sc = [](const recipe::QuantizedOperand& q, std::size_t r) { return q.scales.size() == 1 ? q.scales[0] : q.scales[r]; };
+      auto sc = [](const recipe::QuantizedOperand& q, std::size_t r) {
+        return q.scales.size() == 1 ? q.scales[0] : q.scales[r];
+      };
       auto q_of = [&](float x, double s, const Format& f) {
-        return round(static_cast<double>(x * static_cast<float>(s)), with_options(f, Subnormals::keep, Overflow::saturate),
-                     Rounding{});
+        return round(static_cast<double>(x * static_cast<float>(s)),
+                     with_options(f, Subnormals::keep, Overflow::saturate), Rounding{});
       };
       std::vector<double> a(M * K), b(K * Nn), d(M * Nn);
       for (std::size_t i = 0; i < M; ++i)
@@ -233,12 +241,14 @@ TEST_CASE("under an fp8 recipe the unit multiplies the scaled fp8 values and the
       mma::gemm(u, M, Nn, K, a.data(), b.data(), nullptr, d.data(), 1);
       std::vector<float> out(M * Nn);
       for (std::size_t i = 0; i < M; ++i)
-        for (std::size_t j = 0; j < Nn; ++j) out[i * Nn + j] = static_cast<float>(d[i * Nn + j] / (sc(qa, i) * sc(qb, j)));
+        for (std::size_t j = 0; j < Nn; ++j)
+          out[i * Nn + j] = static_cast<float>(d[i * Nn + j] / (sc(qa, i) * sc(qb, j)));
       return out;
     };
-    const int m1 = bit_mismatches(out, reference(recipe::Role::fprop_x, recipe::Role::fprop_w, inp, weight, N, OC, C, promote_f));
-    const int m2 = bit_mismatches(
-        dinp, reference(recipe::Role::dgrad_dy, recipe::Role::dgrad_w, dout, transpose(weight, OC, C), N, C, OC, promote_g));
+    const int m1 =
+        bit_mismatches(out, reference(recipe::Role::fprop_x, recipe::Role::fprop_w, inp, weight, N, OC, C, promote_f));
+    const int m2 = bit_mismatches(dinp, reference(recipe::Role::dgrad_dy, recipe::Role::dgrad_w, dout,
+                                                  transpose(weight, OC, C), N, C, OC, promote_g));
     double worst = 0;  // how far the fp8 GEMM is from the fp32 product of the unquantized operands, for scale
     for (int i = 0; i < N; ++i)
       for (int j = 0; j < OC; ++j) {
@@ -246,10 +256,11 @@ TEST_CASE("under an fp8 recipe the unit multiplies the scaled fp8 values and the
         for (int k = 0; k < C; ++k) s += double(inp[i * C + k]) * weight[j * C + k];
         worst = std::max(worst, std::fabs(out[i * OC + j] - s));
       }
-    std::printf("%-40s fprop %d outputs, %d bit mismatches; dgrad (%s x %s) %d outputs, %d mismatches; q not "
-                "recovered by value * scale alone: %d; worst |fp8 unit - fp64 unquantized| %.3g\n",
-                spec, N * OC, m1, qz.recipe().backward.name.c_str(), qz.recipe().forward.name.c_str(), N * C, m2,
-                needed_rounding, worst);
+    std::printf(
+        "%-40s fprop %d outputs, %d bit mismatches; dgrad (%s x %s) %d outputs, %d mismatches; q not "
+        "recovered by value * scale alone: %d; worst |fp8 unit - fp64 unquantized| %.3g\n",
+        spec, N * OC, m1, qz.recipe().backward.name.c_str(), qz.recipe().forward.name.c_str(), N * C, m2,
+        needed_rounding, worst);
     CHECK(m1 == 0);
     CHECK(m2 == 0);
   }
@@ -266,7 +277,8 @@ TEST_CASE("conv2d's im2col GEMM under mma=a100 equals mma::gemm bit for bit", "[
   const int krows = s.C * s.K * s.K, ncols = s.B * s.OH() * s.OW(), P = s.OH() * s.OW();
   std::vector<float> col(static_cast<std::size_t>(krows) * ncols);
   im2col(col.data(), x.data(), s);
-  const auto prod = unit_gemm(mma::matrix_unit("a100", bf16(), fp32()), w, transpose(col, krows, ncols), s.OC, ncols, krows);
+  const auto prod =
+      unit_gemm(mma::matrix_unit("a100", bf16(), fp32()), w, transpose(col, krows, ncols), s.OC, ncols, krows);
   std::vector<float> ref(out.size());
   for (int b = 0; b < s.B; ++b)
     for (int oc = 0; oc < s.OC; ++oc)
@@ -293,8 +305,8 @@ TEST_CASE("a reused B decoding gives the bits of a fresh one, and a changed B is
   for (const bool reuse : {true, false}) {
     set_mma_operand_reuse(reuse);
     for (int step = 0; step < 3; ++step) {
-      if (step == 1) Bt[5] = -Bt[5];                      // the weight changes where it lies
-      const bool grad = step == 2;                        // a unit with promotion every 16: another decoding key
+      if (step == 1) Bt[5] = -Bt[5];  // the weight changes where it lies
+      const bool grad = step == 2;    // a unit with promotion every 16: another decoding key
       mma::MatrixUnit u = mma::matrix_unit("h100", fp16(), fp32());
       u.promote_every = grad ? 16 : 0;
       for (int t = 0; t < 4; ++t) {
@@ -321,12 +333,13 @@ TEST_CASE("a reused B decoding gives the bits of a fresh one, and a changed B is
     Ar[i] = static_cast<float>(round(static_cast<double>(A[i]), fp16(), Rounding{}));
     changed += Ar[i] != A[i];
   }
-  for (std::size_t i = 0; i < Braw.size(); ++i) Br[i] = static_cast<float>(round(static_cast<double>(Braw[i] = nd(gen)), fp16(), Rounding{}));
+  for (std::size_t i = 0; i < Braw.size(); ++i)
+    Br[i] = static_cast<float>(round(static_cast<double>(Braw[i] = nd(gen)), fp16(), Rounding{}));
   std::vector<float> D(M * N);
   mma_matmul(D.data(), A.data(), Braw.data(), M, N, K, o, false, s, s);
   const int raw_miss = bit_mismatches(D, unit_gemm(mma::matrix_unit("h100", fp16(), fp32()), Ar, Br, M, N, K));
-  std::printf("operands rounded inside mma_matmul (%d of %zu A values changed): %d mismatches of %zu outputs\n", changed,
-              A.size(), raw_miss, M * N);
+  std::printf("operands rounded inside mma_matmul (%d of %zu A values changed): %d mismatches of %zu outputs\n",
+              changed, A.size(), raw_miss, M * N);
   CHECK(changed > 0);
   CHECK(raw_miss == 0);
 }

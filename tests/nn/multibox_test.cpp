@@ -82,7 +82,7 @@ TEST_CASE("multibox loss on a hand-worked case", "[multibox]") {
   const std::vector<Box> defaults{{0.25, 0.25, 0.5, 0.5}, {0.75, 0.75, 0.5, 0.5}};
   const std::vector<std::vector<GroundTruth>> truths{{{{0.25, 0.25, 0.5, 0.5}, 1}}};
   const std::vector<double> loc{0.5, -2.0, 0.0, 0.0, 9, 9, 9, 9};  // d1's offsets take no part
-  const std::vector<double> conf{0.0, 1.0, 2.0, 0.0};               // d0 logits (bg, cls1), d1 logits
+  const std::vector<double> conf{0.0, 1.0, 2.0, 0.0};              // d0 logits (bg, cls1), d1 logits
   std::vector<double> dloc(8), dconf(4);
   const auto r = multibox_loss(dloc.data(), dconf.data(), loc.data(), conf.data(), truths, defaults, 2, 1.0);
   // loc: smooth L1 of (0.5, -2, 0, 0) = 0.125 + 1.5; conf: d0 -log(e/(1+e)), d1 (the one negative,
@@ -103,8 +103,8 @@ TEST_CASE("multibox loss on a hand-worked case", "[multibox]") {
 TEST_CASE("multibox loss gradient matches central differences", "[multibox]") {
   const auto defaults = make_default_boxes({{3, 0.4, {1.0, 2.0}}, {2, 0.6, {1.0}}});
   const int D = static_cast<int>(defaults.size()), NC = 3, B = 2;
-  const std::vector<std::vector<GroundTruth>> truths{
-      {{{0.3, 0.35, 0.4, 0.35}, 1}, {{0.7, 0.7, 0.5, 0.5}, 2}}, {{{0.5, 0.5, 0.6, 0.55}, 2}}};
+  const std::vector<std::vector<GroundTruth>> truths{{{{0.3, 0.35, 0.4, 0.35}, 1}, {{0.7, 0.7, 0.5, 0.5}, 2}},
+                                                     {{{0.5, 0.5, 0.6, 0.55}, 2}}};
   std::mt19937_64 rng(11);
   auto loc = gradcheck::random_vector(B * D * 4, rng, -0.9, 0.9);
   auto conf = gradcheck::random_vector(B * D * NC, rng, -2, 2);

@@ -45,7 +45,8 @@ TEST_CASE("custom policies", "[policy]") {
   CHECK(p.activation_grad->name == "bf16");
   CHECK(!p.weight_grad);
   CHECK(p.weight->name == "fp16");
-  const auto q = parse_policy("custom: matmul_in=fp8_e4m3 , w_grad=fp8_e5m2, act_grad=e5m2, rounding=sr, sr_seed=7, sr_bits=8");
+  const auto q =
+      parse_policy("custom: matmul_in=fp8_e4m3 , w_grad=fp8_e5m2, act_grad=e5m2, rounding=sr, sr_seed=7, sr_bits=8");
   CHECK(q.matmul_input->name == "fp8_e4m3");
   CHECK(!q.matmul_output);
   CHECK(q.weight_grad->name == "fp8_e5m2");
@@ -119,10 +120,11 @@ TEST_CASE("Precision::round counts per site match an independent fp16 conversion
     s100 += expect[i] != 0 && std::abs(expect[i]) < std::ldexp(1.0f, -14);
     o100 += std::isinf(expect[i]);
   }
-  std::printf("round: %zu values, underflow %llu, subnormal %llu, overflow %llu, zero %llu; site counts %llu %llu %llu\n",
-              a.size(), (unsigned long long)underflow, (unsigned long long)subnormal, (unsigned long long)overflow,
-              (unsigned long long)zero, (unsigned long long)s.underflow, (unsigned long long)s.subnormal,
-              (unsigned long long)s.overflow);
+  std::printf(
+      "round: %zu values, underflow %llu, subnormal %llu, overflow %llu, zero %llu; site counts %llu %llu %llu\n",
+      a.size(), (unsigned long long)underflow, (unsigned long long)subnormal, (unsigned long long)overflow,
+      (unsigned long long)zero, (unsigned long long)s.underflow, (unsigned long long)s.subnormal,
+      (unsigned long long)s.overflow);
   CHECK(s.count == a.size() + 100);
   CHECK(s.underflow == underflow + u100);
   CHECK(s.subnormal == subnormal + s100);

@@ -38,7 +38,8 @@ std::vector<float> transpose(const std::vector<float>& a, std::size_t rows, std:
 
 std::size_t differ(const std::vector<float>& a, const std::vector<float>& b) {
   std::size_t m = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) m += std::bit_cast<std::uint32_t>(a[i]) != std::bit_cast<std::uint32_t>(b[i]);
+  for (std::size_t i = 0; i < a.size(); ++i)
+    m += std::bit_cast<std::uint32_t>(a[i]) != std::bit_cast<std::uint32_t>(b[i]);
   return m;
 }
 
@@ -78,8 +79,8 @@ TEST_CASE("a linear layer's three GEMMs under a recipe quantize their operands b
   const int N = 24, C = 40, OC = 36;  // C and OC not multiples of 32 / 16 / 128: short last blocks
   const auto x = randn(static_cast<std::size_t>(N) * C, 1), w = randn(static_cast<std::size_t>(OC) * C, 2, 0.1f);
   const auto dy = randn(static_cast<std::size_t>(N) * OC, 3, 1e-6f);
-  for (const char* spec : {"fp8-tensorwise-current", "fp8-rowwise", "fp8-rowwise-gw-hp", "fp8-blockwise:block=16", "mxfp8",
-                           "mxfp4", "nvfp4", "fp8-none"}) {
+  for (const char* spec : {"fp8-tensorwise-current", "fp8-rowwise", "fp8-rowwise-gw-hp", "fp8-blockwise:block=16",
+                           "mxfp8", "mxfp4", "nvfp4", "fp8-none"}) {
     Precision prec(parse_policy(spec));
     std::vector<float> y(static_cast<std::size_t>(N) * OC), dx(static_cast<std::size_t>(N) * C), dw(w.size()), db(OC);
     linear_forward(y.data(), x.data(), w.data(), static_cast<const float*>(nullptr), N, C, OC, prec.gemm("fc"));
@@ -91,9 +92,10 @@ TEST_CASE("a linear layer's three GEMMs under a recipe quantize their operands b
       return q.quantize("fc", r, a, rows, cols).values;
     };
     const auto y_ref = product(quant(Role::fprop_x, x, N, C), quant(Role::fprop_w, w, OC, C), N, OC, C);
-    const auto dx_ref = product(quant(Role::dgrad_dy, dy, N, OC), quant(Role::dgrad_w, transpose(w, OC, C), C, OC), N, C, OC);
-    const auto dw_ref = product(quant(Role::wgrad_dy, transpose(dy, N, OC), OC, N), quant(Role::wgrad_x, transpose(x, N, C), C, N),
-                                OC, C, N);
+    const auto dx_ref =
+        product(quant(Role::dgrad_dy, dy, N, OC), quant(Role::dgrad_w, transpose(w, OC, C), C, OC), N, C, OC);
+    const auto dw_ref = product(quant(Role::wgrad_dy, transpose(dy, N, OC), OC, N),
+                                quant(Role::wgrad_x, transpose(x, N, C), C, N), OC, C, N);
     const std::size_t bad = differ(y, y_ref) + differ(dx, dx_ref) + differ(dw, dw_ref);
     const Stats& s = prec.site_stats().at("fc/dgrad_dy");
     std::printf("%s: %zu outputs of fprop, dgrad and wgrad compared, %zu differ; fc/dgrad_dy %llu of %llu flushed\n",
@@ -108,7 +110,8 @@ TEST_CASE("a linear layer's three GEMMs under a recipe quantize their operands b
 TEST_CASE("conv2d and lstm GEMMs under a recipe see their operands by role", "[recipe_policy]") {
   // conv2d's forward GEMM: w (OC, C*K*K) as fprop_w, im2col(x)^T as fprop_x.
   const Conv2dShape s{2, 3, 6, 6, 5, 3, 1, 1};
-  const auto x = randn(static_cast<std::size_t>(s.in_size()), 4), w = randn(static_cast<std::size_t>(s.weight_size()), 5);
+  const auto x = randn(static_cast<std::size_t>(s.in_size()), 4),
+             w = randn(static_cast<std::size_t>(s.weight_size()), 5);
   Precision prec(parse_policy("mxfp8"));
   std::vector<float> out(static_cast<std::size_t>(s.out_size()));
   conv2d_forward(out.data(), x.data(), w.data(), static_cast<const float*>(nullptr), s, prec.gemm("conv"));
@@ -116,9 +119,9 @@ TEST_CASE("conv2d and lstm GEMMs under a recipe see their operands by role", "[r
   std::vector<float> col(static_cast<std::size_t>(krows) * ncols);
   im2col(col.data(), x.data(), s);
   recipe::Quantizer q(recipe::parse_recipe("mxfp8"));
-  const auto prod = product(q.quantize("conv", recipe::Role::fprop_w, w, s.OC, krows).values,
-                            q.quantize("conv", recipe::Role::fprop_x, transpose(col, krows, ncols), ncols, krows).values,
-                            s.OC, ncols, krows);
+  const auto prod = product(
+      q.quantize("conv", recipe::Role::fprop_w, w, s.OC, krows).values,
+      q.quantize("conv", recipe::Role::fprop_x, transpose(col, krows, ncols), ncols, krows).values, s.OC, ncols, krows);
   std::vector<float> ref(out.size());
   const int P = s.OH() * s.OW();
   for (int b = 0; b < s.B; ++b)
@@ -128,8 +131,9 @@ TEST_CASE("conv2d and lstm GEMMs under a recipe see their operands by role", "[r
   CHECK(differ(out, ref) == 0);
   // lstm: the input and recurrent weights are separate layers "lstm/ih" and "lstm/hh" with their own sites.
   const LstmShape ls{3, 2, 8, 4};
-  const auto lx = randn(static_cast<std::size_t>(ls.T * ls.B * ls.I), 6), wih = randn(static_cast<std::size_t>(16 * ls.I), 7),
-             whh = randn(static_cast<std::size_t>(16 * ls.H), 8), bias = randn(16, 9);
+  const auto lx = randn(static_cast<std::size_t>(ls.T * ls.B * ls.I), 6),
+             wih = randn(static_cast<std::size_t>(16 * ls.I), 7), whh = randn(static_cast<std::size_t>(16 * ls.H), 8),
+             bias = randn(16, 9);
   LstmCache<float> cache;
   std::vector<float> h(static_cast<std::size_t>(ls.T * ls.B * ls.H));
   Precision lp(parse_policy("fp8-tensorwise-delayed"));

@@ -30,9 +30,9 @@ std::vector<float> operand(std::size_t rows, std::size_t cols, std::uint64_t see
   std::vector<float> x(rows * cols);
   for (auto& v : x) v = std::ldexp(d(g), e(g));
   if (x.size() > 300) {
-    x[7] = 3.0e4f;                                                // outlier
-    for (std::size_t i = 200; i < 300; ++i) x[i] = 0.0f;          // zeros
-    x[150] = std::bit_cast<float>(0x00000123u);                   // float32 subnormals
+    x[7] = 3.0e4f;                                        // outlier
+    for (std::size_t i = 200; i < 300; ++i) x[i] = 0.0f;  // zeros
+    x[150] = std::bit_cast<float>(0x00000123u);           // float32 subnormals
     x[151] = -std::bit_cast<float>(0x00400000u);
   }
   return x;
@@ -79,8 +79,9 @@ TEST_CASE("recipes parse by their sources' names and refuse the rest by name", "
     CHECK(parse_recipe(r.spec).spec == r.spec);  // the canonical spec round-trips
     std::printf("recipe %s\n", r.spec.c_str());
   }
-  const Recipe d = parse_recipe("fp8-tensorwise-delayed:fp8_format=E4M3,margin=2,amax_history_len=16,"
-                                "amax_compute_algo=most_recent");
+  const Recipe d = parse_recipe(
+      "fp8-tensorwise-delayed:fp8_format=E4M3,margin=2,amax_history_len=16,"
+      "amax_compute_algo=most_recent");
   CHECK(d.backward.name == fp8_e4m3().name);
   CHECK(d.margin == 2);
   CHECK(d.amax_history_len == 16);
@@ -117,15 +118,15 @@ TEST_CASE("fp8-tensorwise-delayed follows TE's amax history and scale update ste
                              (use_max ? "max" : "most_recent")));
     // The reference: TE's history as a deque, newest at the front (delayed_scaling.cu lines 97-111).
     std::deque<float> hist(4, 0.0f);
-    float scale = 1.0f;  // TE starts every scale at 1
+    float scale = 1.0f;                      // TE starts every scale at 1
     const float scaled_max = 448.0f / 2.0f;  // fp8_max * 2^-margin (line 300)
     std::size_t compared = 0, bad = 0;
     const std::size_t rows = 24, cols = 40;
     for (int step = 0; step < 9; ++step) {
       std::vector<float> x = operand(rows, cols, 100 + step, -12 + step, 2 + step);
-      if (step == 3) x[5] = std::numeric_limits<float>::infinity();  // a non-finite amax: scale kept
-      if (step == 5) std::fill(x.begin(), x.end(), 0.0f);            // a zero amax: scale kept
-      if (step == 6) x[9] = std::numeric_limits<float>::quiet_NaN(); // NaN is skipped by the amax (fmaxf)
+      if (step == 3) x[5] = std::numeric_limits<float>::infinity();   // a non-finite amax: scale kept
+      if (step == 5) std::fill(x.begin(), x.end(), 0.0f);             // a zero amax: scale kept
+      if (step == 6) x[9] = std::numeric_limits<float>::quiet_NaN();  // NaN is skipped by the amax (fmaxf)
       const QuantizedOperand got = q.quantize("fc", Role::fprop_x, x, rows, cols);
       float amax = 0;
       for (float v : x)
@@ -162,7 +163,8 @@ TEST_CASE("fp8-tensorwise-delayed follows TE's amax history and scale update ste
   a.end_step();
   Quantizer b(parse_recipe("fp8-tensorwise-delayed:amax_history_len=3"));
   b.set_delayed_state(a.delayed_state());
-  CHECK(mismatches(a.quantize("l", Role::dgrad_dy, x, 8, 64).values, b.quantize("l", Role::dgrad_dy, x, 8, 64).values) == 0);
+  CHECK(mismatches(a.quantize("l", Role::dgrad_dy, x, 8, 64).values,
+                   b.quantize("l", Role::dgrad_dy, x, 8, 64).values) == 0);
   CHECK(a.delayed_state() == b.delayed_state());
   Quantizer c(parse_recipe("fp8-tensorwise-delayed:amax_history_len=5"));
   CHECK_THROWS_AS(c.set_delayed_state(a.delayed_state()), Error);
@@ -187,7 +189,8 @@ TEST_CASE("fp8-blockwise scales 1x128 tiles of x and dy and 128x128 blocks of w 
         for (std::size_t c0 = 0; c0 < cols; c0 += tc) {
           float amax = 0;
           for (std::size_t i = r0; i < std::min(rows, r0 + tr); ++i)
-            for (std::size_t j = c0; j < std::min(cols, c0 + tc); ++j) amax = std::max(amax, std::fabs(x[i * cols + j]));
+            for (std::size_t j = c0; j < std::min(cols, c0 + tc); ++j)
+              amax = std::max(amax, std::fabs(x[i * cols + j]));
           // recipe_common.cuh lines 18-46 with epsilon 0.
           float s = 1.0f;
           if (!(std::isinf(amax) || amax == 0.0f)) {
@@ -237,7 +240,8 @@ TEST_CASE("the 16x16 random Hadamard transform is TE's D H / 4 and leaves the wg
     for (std::size_t c0 = 0; c0 + 16 <= cols; c0 += 16)
       for (std::size_t j = 0; j < 16; ++j) {
         long double s = 0;  // (x D H)_j = sum_i x_i d_i H_ij
-        for (std::size_t i = 0; i < 16; ++i) s += static_cast<long double>(x[r * cols + c0 + i]) * hadamard_signs()[i] * h[i][j];
+        for (std::size_t i = 0; i < 16; ++i)
+          s += static_cast<long double>(x[r * cols + c0 + i]) * hadamard_signs()[i] * h[i][j];
         want[r * cols + c0 + j] = static_cast<float>(s / 4);
       }
   const std::size_t bad = mismatches(got, want);
@@ -308,7 +312,8 @@ TEST_CASE("nvfp4 scales 16x16 tiles of w once each under the tensor scale", "[re
 TEST_CASE("nvfp4 rounds gradients stochastically, reproducibly and without bias", "[recipe]") {
   const std::size_t rows = 4, cols = 64;
   std::vector<float> x(rows * cols);
-  for (std::size_t i = 0; i < x.size(); ++i) x[i] = 1.0f + 0.3f * static_cast<float>(i % 7) / 7.0f;  // between e2m1 steps
+  for (std::size_t i = 0; i < x.size(); ++i)
+    x[i] = 1.0f + 0.3f * static_cast<float>(i % 7) / 7.0f;  // between e2m1 steps
   Quantizer a(parse_recipe("nvfp4:seed=5")), b(parse_recipe("nvfp4:seed=5")), rne(parse_recipe("nvfp4:sr=0"));
   const auto qa = a.quantize("fc", Role::dgrad_dy, x, rows, cols);
   CHECK(mismatches(qa.values, b.quantize("fc", Role::dgrad_dy, x, rows, cols).values) == 0);
@@ -341,8 +346,8 @@ TEST_CASE("each recipe's scaling rescues a constructed operand its unscaled cast
     std::normal_distribution<float> d;
     for (auto& v : x) v = std::ldexp(d(g), -14);
     const auto none = Quantizer(parse_recipe("fp8-none")).quantize("l", Role::fprop_x, x, 64, 64);
-    std::printf("fp8-none on 2^-14 values: %llu of %zu flushed\n", static_cast<unsigned long long>(none.stats.underflow),
-                x.size());
+    std::printf("fp8-none on 2^-14 values: %llu of %zu flushed\n",
+                static_cast<unsigned long long>(none.stats.underflow), x.size());
     CHECK(none.stats.underflow > x.size() * 9 / 10);
     for (const char* spec : {"fp8-tensorwise-current", "fp8-rowwise", "fp8-blockwise", "mxfp8"}) {
       const auto s = Quantizer(parse_recipe(spec)).quantize("l", Role::fprop_x, x, 64, 64);
@@ -374,8 +379,8 @@ TEST_CASE("each recipe's scaling rescues a constructed operand its unscaled cast
     q.end_step();
     const auto s1 = q.quantize("l", Role::fprop_x, x, 32, 32);
     std::printf("delayed on 2^-14: step 0 flushes %llu, step 1 flushes %llu (scale %g)\n",
-                static_cast<unsigned long long>(s0.stats.underflow), static_cast<unsigned long long>(s1.stats.underflow),
-                s1.scales[0]);
+                static_cast<unsigned long long>(s0.stats.underflow),
+                static_cast<unsigned long long>(s1.stats.underflow), s1.scales[0]);
     CHECK(s0.stats.underflow == x.size());
     CHECK(s1.stats.underflow == 0);
   }
@@ -387,7 +392,8 @@ TEST_CASE("each recipe's scaling rescues a constructed operand its unscaled cast
     for (std::size_t i = 0; i < 64; ++i) x[i] = (i < 32 ? 1.0f : std::ldexp(1.0f, apart)) * (1.0f + (i % 3) * 0.5f);
     const auto s = Quantizer(parse_recipe(spec)).quantize("l", Role::fprop_x, x, 1, 64);
     double worst = 0;
-    for (std::size_t i = 0; i < 64; ++i) worst = std::max(worst, std::fabs(static_cast<double>(s.values[i]) - x[i]) / x[i]);
+    for (std::size_t i = 0; i < 64; ++i)
+      worst = std::max(worst, std::fabs(static_cast<double>(s.values[i]) - x[i]) / x[i]);
     std::printf("%s: worst relative error over blocks 2^20 apart %.3g\n", spec, worst);
     CHECK(worst <= 0.25);
   }
@@ -411,7 +417,8 @@ TEST_CASE("each recipe's scaling rescues a constructed operand its unscaled cast
       CHECK(qa.hadamard == (rht == 1));
       err[rht] = gemm_error(a, b, qa.values, qb.values, m, n, k);
     }
-    std::printf("nvfp4 wgrad, heavy-tailed operands: relative GEMM error without RHT %.4f, with %.4f\n", err[0], err[1]);
+    std::printf("nvfp4 wgrad, heavy-tailed operands: relative GEMM error without RHT %.4f, with %.4f\n", err[0],
+                err[1]);
     CHECK(err[0] < 0.3);
     CHECK(err[1] < 0.3);
   }

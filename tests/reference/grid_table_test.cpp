@@ -27,8 +27,9 @@ std::pair<std::uint64_t, std::uint64_t> cross_check(std::uint64_t samples_per_fo
         cases += row.checked;
         mismatches += row.mismatches;
         if (row.mismatches)
-          FAIL_CHECK(row.format << " " << row.mode << ": " << row.mismatches << " mismatches, first " << row.first->input
-                                << " boost 0x" << std::hex << row.first->expected << " grid 0x" << row.first->got);
+          FAIL_CHECK(row.format << " " << row.mode << ": " << row.mismatches << " mismatches, first "
+                                << row.first->input << " boost 0x" << std::hex << row.first->expected << " grid 0x"
+                                << row.first->got);
       }
     }
   }

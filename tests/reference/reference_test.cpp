@@ -118,7 +118,8 @@ TEST_CASE("reference: stochastic rounding follows the documented rule", "[refere
     std::printf("reference SR b=%d: %d of 2000 up (expect ~500)\n", b, ups);
   }
   // With one random bit, frac = 1/4 truncates to 0: never up.
-  for (std::uint64_t i = 0; i < 100; ++i) CHECK(reference_round(x, false, fp16(), Rounding::stochastic(7, 1), i) == 0x3c00);
+  for (std::uint64_t i = 0; i < 100; ++i)
+    CHECK(reference_round(x, false, fp16(), Rounding::stochastic(7, 1), i) == 0x3c00);
 }
 
 TEST_CASE("reference_decode and exact_value are exact", "[reference]") {
@@ -144,8 +145,7 @@ TEST_CASE("reference_decode and exact_value are exact", "[reference]") {
   }
 }
 
-TEST_CASE("production round_bits agrees with the Boost reference on boundary samples of every format",
-          "[reference]") {
+TEST_CASE("production round_bits agrees with the Boost reference on boundary samples of every format", "[reference]") {
   const auto modes = verify::all_modes(11);
   std::uint64_t checked = 0, mismatches = 0;
   for (const Format& f : named_formats()) {

@@ -18,12 +18,12 @@
 #include <tuple>
 
 #include "../io/test_files.hpp"
-#include "run_mpsim.hpp"
 #include "mpsim/analysis/updates.hpp"
 #include "mpsim/format/block.hpp"
 #include "mpsim/format/format.hpp"
 #include "mpsim/format/round.hpp"
 #include "mpsim/io/npy.hpp"
+#include "run_mpsim.hpp"
 
 using namespace mpsim;
 using mpsim::test::ScratchDir;
@@ -42,7 +42,8 @@ std::vector<float> gradients(std::size_t n, std::uint64_t seed) {
   std::mt19937_64 g(seed);
   std::normal_distribution<double> e(-22, 5);
   std::vector<float> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = i % 13 == 0 ? 0.0f : static_cast<float>((g() & 1 ? -1 : 1) * std::exp2(e(g)));
+  for (std::size_t i = 0; i < n; ++i)
+    v[i] = i % 13 == 0 ? 0.0f : static_cast<float>((g() & 1 ? -1 : 1) * std::exp2(e(g)));
   v[1] = 1e6f;  // overflows fp16
   return v;
 }
@@ -98,8 +99,8 @@ TEST_CASE("hist and underflow on .npy files: JSON against brute force, tidy CSV,
   }
   CHECK(rows > 20);
 
-  const auto u = run_mpsim(dir, "underflow " + files + " --format fp16 --scale 1024 --sweep --json " +
-                                    quote((dir / "u.json").string()));
+  const auto u = run_mpsim(
+      dir, "underflow " + files + " --format fp16 --scale 1024 --sweep --json " + quote((dir / "u.json").string()));
   REQUIRE(u.status == 0);
   const auto uj = read_json(dir / "u.json");
   const auto& ta = uj["tensors"][0]["tensor"] == (dir / "a.npy").string() ? uj["tensors"][0] : uj["tensors"][1];
@@ -119,7 +120,8 @@ TEST_CASE("underflow reports min, max, mean, std, l1_norm, l2_norm of every tens
   // double arithmetic here gives the exact values (analysis/moments_test checks the hard cases).
   const std::vector<float> v = {4, -2, 3, -1, std::numeric_limits<float>::quiet_NaN(), 2, 0, 1, 1};
   io::write_npy(dir / "v.npy", io::make_npy(std::span<const float>(v)));
-  const auto u = run_mpsim(dir, "underflow " + quote((dir / "v.npy").string()) + " --json " + quote((dir / "u.json").string()));
+  const auto u =
+      run_mpsim(dir, "underflow " + quote((dir / "v.npy").string()) + " --json " + quote((dir / "u.json").string()));
   REQUIRE(u.status == 0);
   const auto t = read_json(dir / "u.json")["tensors"][0];
   double n = 0, sum = 0, l1 = 0, sq = 0, lo = 1e9, hi = -1e9;
@@ -142,15 +144,15 @@ TEST_CASE("underflow reports min, max, mean, std, l1_norm, l2_norm of every tens
   CHECK(t["std"].get<double>() == std::sqrt(var));
 }
 
-TEST_CASE("--json - and --csv - write the report to standard output, the summary to standard error",
-          "[analysis_cli]") {
+TEST_CASE("--json - and --csv - write the report to standard output, the summary to standard error", "[analysis_cli]") {
   ScratchDir dir("analysis-cli");
   const auto a = gradients(2000, 5);
   io::write_npy(dir / "a.npy", io::make_npy(std::span<const float>(a)));
   const std::string in = quote((dir / "a.npy").string());
   const std::string bin = quote(std::getenv("MPSIM_BIN"));
   auto run_split = [&](const std::string& args) {
-    const std::string cmd = bin + " " + args + " > " + quote((dir / "out").string()) + " 2> " + quote((dir / "err").string());
+    const std::string cmd =
+        bin + " " + args + " > " + quote((dir / "out").string()) + " 2> " + quote((dir / "err").string());
     const int raw = std::system(cmd.c_str());
     std::ifstream o(dir / "out"), e(dir / "err");
     std::stringstream so, se;
@@ -186,7 +188,8 @@ TEST_CASE("--json - and --csv - write the report to standard output, the summary
     const auto fj = nlohmann::json::parse(fout);
     CHECK(fj["schema"] == "mpsim-formats-1");
     CHECK(fj["formats"].size() == named_formats().size());
-    const auto [rs, rout, rerr] = run_split("round --to bf16 --stats-json - " + in + " " + quote((dir / "o.npy").string()));
+    const auto [rs, rout, rerr] =
+        run_split("round --to bf16 --stats-json - " + in + " " + quote((dir / "o.npy").string()));
     CHECK(rs == 0);
     const auto rj = nlohmann::json::parse(rout);
     std::printf("formats --json -: %zu formats; round --stats-json -: schema %s, count %s\n", fj["formats"].size(),
@@ -234,8 +237,8 @@ TEST_CASE("rounding and updates commands", "[analysis_cli]") {
   ScratchDir dir("analysis-cli");
   const auto a = gradients(4000, 3);
   io::write_npy(dir / "a.npy", io::make_npy(std::span<const float>(a)));
-  const auto r = run_mpsim(dir, "rounding-error " + quote((dir / "a.npy").string()) + " --format bf16 --modes rne,sr,rtz --json " +
-                                    quote((dir / "r.json").string()));
+  const auto r = run_mpsim(dir, "rounding-error " + quote((dir / "a.npy").string()) +
+                                    " --format bf16 --modes rne,sr,rtz --json " + quote((dir / "r.json").string()));
   REQUIRE(r.status == 0);
   const auto rj = read_json(dir / "r.json");
   const auto& modes = rj["tensors"][0]["modes"];
@@ -309,9 +312,9 @@ TEST_CASE("bad input: exit 2 and no output; one bad file among good ones is name
   const std::string out = quote((dir / "out.json").string());
   const std::string good = quote((dir / "in/a.npy").string());
   for (const std::string cmd : {"hist", "underflow", "rounding-error"}) {
-    for (const std::string& bad : std::vector<std::string>{good + " --format fp99", good + " --scale 3", good + " --format fp16 --scale 0",
-                                  quote((dir / "missing.npy").string()), quote((dir / "in/c.npy").string()),
-                                  good + " --mode sideways"}) {
+    for (const std::string& bad : std::vector<std::string>{
+             good + " --format fp99", good + " --scale 3", good + " --format fp16 --scale 0",
+             quote((dir / "missing.npy").string()), quote((dir / "in/c.npy").string()), good + " --mode sideways"}) {
       if (cmd == "hist" && bad.find("--mode") != std::string::npos) continue;
       const auto r = run_mpsim(dir, cmd + " " + bad + " --json " + out);
       CHECK(r.status == 2);
@@ -343,8 +346,8 @@ TEST_CASE("bad input: exit 2 and no output; one bad file among good ones is name
   const std::vector<float> w3(3, 1.0f), u4(4, 1.0f);
   io::write_npy(dir / "w3.npy", io::make_npy(std::span<const float>(w3)));
   io::write_npy(dir / "u4.npy", io::make_npy(std::span<const float>(u4)));
-  const auto m = run_mpsim(dir, "updates " + quote((dir / "w3.npy").string()) + " " + quote((dir / "u4.npy").string()) +
-                                    " --json " + out);
+  const auto m = run_mpsim(
+      dir, "updates " + quote((dir / "w3.npy").string()) + " " + quote((dir / "u4.npy").string()) + " --json " + out);
   CHECK(m.status == 2);
 }
 
@@ -373,8 +376,11 @@ TEST_CASE("block formats stream in underflow, hist and rounding-error: any chunk
   };
   const std::vector<std::string> commands = {
       "underflow --format mxfp8_e4m3,mxfp4_e2m1,nvfp4,fp8_e4m3,fp16 --scale 1024",
-      "hist --format nvfp4", "hist --format mxfp4_e2m1", "hist --format mxfp8_e4m3",
-      "rounding-error --format nvfp4 --modes rne,sr --seed 3", "rounding-error --format mxfp8_e4m3 --modes rne,sr",
+      "hist --format nvfp4",
+      "hist --format mxfp4_e2m1",
+      "hist --format mxfp8_e4m3",
+      "rounding-error --format nvfp4 --modes rne,sr --seed 3",
+      "rounding-error --format mxfp8_e4m3 --modes rne,sr",
       "rounding-error --format mxfp4_e2m1"};
   for (const std::string& cmd : commands) {
     const auto whole = run_mpsim(dir, cmd + " " + in + " --json " + out);
@@ -404,18 +410,20 @@ TEST_CASE("block formats stream in underflow, hist and rounding-error: any chunk
           CHECK(j["subnormal_num"] == s.subnormal);
           CHECK(j["saturated_num"] == s.saturated);
           CHECK(j["blocks"] == s.blocks);
-          std::printf("underflow %s %s: flushed %llu subnormal %llu saturated %llu blocks %llu (quantize_blocks on "
-                      "the whole tensor: the same)\n",
-                      want["tensors"][t]["tensor"].get<std::string>().c_str(), bf.name.c_str(),
-                      static_cast<unsigned long long>(s.flushed), static_cast<unsigned long long>(s.subnormal),
-                      static_cast<unsigned long long>(s.saturated), static_cast<unsigned long long>(s.blocks));
+          std::printf(
+              "underflow %s %s: flushed %llu subnormal %llu saturated %llu blocks %llu (quantize_blocks on "
+              "the whole tensor: the same)\n",
+              want["tensors"][t]["tensor"].get<std::string>().c_str(), bf.name.c_str(),
+              static_cast<unsigned long long>(s.flushed), static_cast<unsigned long long>(s.subnormal),
+              static_cast<unsigned long long>(s.saturated), static_cast<unsigned long long>(s.blocks));
         }
       }
     }
   }
-  std::printf("block formats streamed: %d reports with chunks of 7 and 1000 values equal to the one-chunk report "
-              "(%d JSON numbers compared)\n",
-              reports, numbers);
+  std::printf(
+      "block formats streamed: %d reports with chunks of 7 and 1000 values equal to the one-chunk report "
+      "(%d JSON numbers compared)\n",
+      reports, numbers);
 
   // A truncated file: exit 2, nothing written.
   write_truncated(dir / "short.npy", a);

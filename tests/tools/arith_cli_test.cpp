@@ -15,11 +15,11 @@
 #include <fmt/format.h>
 
 #include "../io/test_files.hpp"
-#include "run_mpsim.hpp"
 #include "mpsim/format/arith.hpp"
 #include "mpsim/format/format.hpp"
 #include "mpsim/format/round.hpp"
 #include "mpsim/io/npy.hpp"
+#include "run_mpsim.hpp"
 
 using mpsim::io::DType;
 using mpsim::test::ScratchDir;
@@ -29,7 +29,9 @@ namespace {
 using mpsim::test::quote;
 using mpsim::test::RunResult;
 
-RunResult run_arith(const ScratchDir& dir, const std::string& args) { return mpsim::test::run_mpsim(dir, "arith " + args); }
+RunResult run_arith(const ScratchDir& dir, const std::string& args) {
+  return mpsim::test::run_mpsim(dir, "arith " + args);
+}
 
 std::string p(const ScratchDir& dir, const char* name) { return quote((dir / name).string()); }
 
@@ -70,8 +72,8 @@ TEST_CASE("mpsim arith --bits: every op and mode matches the library, element by
       std::string files = p(dir, "a.npy");
       if (mpsim::arity(aop) >= 2) files += " " + p(dir, "b.npy");
       if (mpsim::arity(aop) == 3) files += " " + p(dir, "c.npy");
-      const auto res = run_arith(dir, fmt::format("{} --format fp16 --mode {} --seed 9 --bits {} {}", op, mode, files,
-                                                  p(dir, "out.npy")));
+      const auto res = run_arith(
+          dir, fmt::format("{} --format fp16 --mode {} --seed 9 --bits {} {}", op, mode, files, p(dir, "out.npy")));
       REQUIRE(res.status == 0);
       const auto out = mpsim::io::read_npy(dir / "out.npy");
       REQUIRE(out.dtype == DType::u16);
@@ -150,7 +152,9 @@ TEST_CASE("mpsim arith on values: float32 / float16 / float64 in, same dtype out
   const std::vector<float> a = {1.0f, 2.0f, 65504.0f, -0.5f, 0.0f}, b = {3.0f, 3.0f, 16.0f, 0.5f, -0.0f};
   mpsim::io::write_npy(dir / "a.npy", mpsim::io::make_npy(std::span<const float>(a)));
   mpsim::io::write_npy(dir / "b.npy", mpsim::io::make_npy(std::span<const float>(b)));
-  REQUIRE(run_arith(dir, "div --format fp16 " + p(dir, "a.npy") + " " + p(dir, "b.npy") + " " + p(dir, "q.npy")).status == 0);
+  REQUIRE(
+      run_arith(dir, "div --format fp16 " + p(dir, "a.npy") + " " + p(dir, "b.npy") + " " + p(dir, "q.npy")).status ==
+      0);
   const auto q = mpsim::io::to_float(mpsim::io::read_npy(dir / "q.npy"));
   REQUIRE(q.size() == 5);
   CHECK(q[0] == static_cast<float>(mpsim::decode(0x3555, mpsim::fp16())));  // 1/3 in fp16
@@ -158,7 +162,9 @@ TEST_CASE("mpsim arith on values: float32 / float16 / float64 in, same dtype out
   CHECK(q[2] == 4094.0f);                                                   // 65504 / 16
   CHECK(q[3] == -1.0f);
   CHECK(std::isnan(q[4]));  // 0 / -0
-  REQUIRE(run_arith(dir, "add --format fp16 " + p(dir, "a.npy") + " " + p(dir, "b.npy") + " " + p(dir, "s.npy")).status == 0);
+  REQUIRE(
+      run_arith(dir, "add --format fp16 " + p(dir, "a.npy") + " " + p(dir, "b.npy") + " " + p(dir, "s.npy")).status ==
+      0);
   const auto s = mpsim::io::to_float(mpsim::io::read_npy(dir / "s.npy"));
   CHECK(std::isinf(s[2]));  // 65520 rounds to inf
   CHECK(s[4] == 0.0f);
@@ -251,8 +257,8 @@ TEST_CASE("mpsim arith streams: chunked output is bit-identical to one chunk, od
   mpsim::io::write_npy(dir / "bad.npy", mpsim::io::make_npy(std::span<const float>(bad)));
   mpsim::io::write_npy(dir / "bv.npy", mpsim::io::make_npy(std::span<const float>(bv)));
   const auto before = dir.files().size();
-  const auto res = run_arith(dir, "add --format fp16 --chunk 1000 " + p(dir, "bv.npy") + " " + p(dir, "bad.npy") + " " +
-                                      p(dir, "out.npy"));
+  const auto res = run_arith(
+      dir, "add --format fp16 --chunk 1000 " + p(dir, "bv.npy") + " " + p(dir, "bad.npy") + " " + p(dir, "out.npy"));
   CHECK(res.status == 2);
   CHECK(res.output.find("bad.npy: element 4321") != std::string::npos);
   CHECK(!std::filesystem::exists(dir / "out.npy"));
@@ -273,9 +279,9 @@ TEST_CASE("mpsim arith add_sat / mul_sat / fma_sat: the PTX .sat forms, +0 for -
   mpsim::io::write_npy(dir / "c.npy", mpsim::io::make_npy(std::span<const std::uint16_t>(c)));
   auto run = [&](const std::string& op, const std::string& like) {
     const bool fma = op == "fma_sat";
-    const auto res = run_arith(dir, fmt::format("{} --format fp16 --like {} --bits {} {} {}{}", op, like,
-                                                p(dir, "a.npy"), p(dir, "b.npy"), fma ? p(dir, "c.npy") + " " : "",
-                                                p(dir, "out.npy")));
+    const auto res =
+        run_arith(dir, fmt::format("{} --format fp16 --like {} --bits {} {} {}{}", op, like, p(dir, "a.npy"),
+                                   p(dir, "b.npy"), fma ? p(dir, "c.npy") + " " : "", p(dir, "out.npy")));
     INFO(res.output);
     REQUIRE(res.status == 0);
     const auto out = mpsim::io::read_npy(dir / "out.npy");
@@ -296,7 +302,8 @@ TEST_CASE("mpsim arith add_sat / mul_sat / fma_sat: the PTX .sat forms, +0 for -
   const auto fma_h100 = run("fma_sat", "cuda-sm90");
   CHECK(fma_h100[0] == 0x0000);  // 0 * -0 + -0 = -0 -> +0
   CHECK(fma_h100[2] == 0x0000);  // 1 * 2 - 4 = -2 -> +0
-  const auto bad = run_arith(dir, fmt::format("sqrt_sat --format fp16 --bits {} {}", p(dir, "a.npy"), p(dir, "out.npy")));
+  const auto bad =
+      run_arith(dir, fmt::format("sqrt_sat --format fp16 --bits {} {}", p(dir, "a.npy"), p(dir, "out.npy")));
   CHECK(bad.status == 2);
   CHECK(bad.output.find("sqrt_sat") != std::string::npos);
 }

@@ -74,11 +74,12 @@ TEST_CASE("--scaler-state: a GradScaler state_dict seeds the run; a bad one exit
           "[checkpoint_cli]") {
   ScratchDir dir("ck-scaler-state");
   // GradScaler.state_dict()'s five entries (torch/amp/grad_scaler.py), as json.dump writes them.
-  write_text(dir / "state.json",
-             R"({"scale": 1024.0, "growth_factor": 4.0, "backoff_factor": 0.25, "growth_interval": 7, "_growth_tracker": 2})");
+  write_text(
+      dir / "state.json",
+      R"({"scale": 1024.0, "growth_factor": 4.0, "backoff_factor": 0.25, "growth_interval": 7, "_growth_tracker": 2})");
   const fs::path run = dir / "run";
-  const auto ok = run_mpsim(dir, kTrain + "--scaler-state " + quote((dir / "state.json").string()) + " --out " +
-                                     quote(run.string()));
+  const auto ok = run_mpsim(
+      dir, kTrain + "--scaler-state " + quote((dir / "state.json").string()) + " --out " + quote(run.string()));
   REQUIRE(ok.status == 0);
   const auto cfg = read_json(run / "run.json");
   const std::string spec = cfg["config"]["scaler_spec"].get<std::string>();
@@ -96,8 +97,8 @@ TEST_CASE("--scaler-state: a GradScaler state_dict seeds the run; a bad one exit
   for (const auto& [text, want] : bad) {
     write_text(dir / "bad.json", text);
     const fs::path out = dir / "bad_run";
-    const auto r = run_mpsim(dir, kTrain + "--scaler-state " + quote((dir / "bad.json").string()) + " --out " +
-                                      quote(out.string()));
+    const auto r = run_mpsim(
+        dir, kTrain + "--scaler-state " + quote((dir / "bad.json").string()) + " --out " + quote(out.string()));
     std::printf("%s -> exit %d: %s", text.c_str(), r.status, r.output.c_str());
     CHECK(r.status == 2);
     CHECK(r.output.find("bad.json") != std::string::npos);
@@ -113,8 +114,10 @@ TEST_CASE("resuming from a cut checkpoint exits 2 naming it, nothing written", "
   const std::string bytes = slurp(run / "checkpoint.safetensors");
   write_text(dir / "cut.safetensors", bytes.substr(0, bytes.size() - 100));
   const fs::path out = dir / "resumed";
-  const auto r = run_mpsim(dir, "train --model lstm --policy mixed-fp16 --steps 6 --size 8 --batch 2 --scaler dynamic "
-                                "--resume " + quote((dir / "cut.safetensors").string()) + " --out " + quote(out.string()));
+  const auto r = run_mpsim(dir,
+                           "train --model lstm --policy mixed-fp16 --steps 6 --size 8 --batch 2 --scaler dynamic "
+                           "--resume " +
+                               quote((dir / "cut.safetensors").string()) + " --out " + quote(out.string()));
   std::printf("cut checkpoint -> exit %d: %s", r.status, r.output.c_str());
   CHECK(r.status == 2);
   CHECK(r.output.find("cut.safetensors: truncated checkpoint") != std::string::npos);

@@ -36,26 +36,30 @@ TEST_CASE("mpsim gemm reproduces recorded H100 fp8 dot products with fp16 output
   io::SourceOptions opt;
   opt.dtype = io::DType::fp8_e4m3_bits;
   const auto src = io::TensorSource::open(std::filesystem::path(root) / "data/mma/recorded/h100_e4m3.npz", opt);
-  const auto a = src.read_double(src.tensor("a")), b = src.read_double(src.tensor("b")), c = src.read_double(src.tensor("c"));
+  const auto a = src.read_double(src.tensor("a")), b = src.read_double(src.tensor("b")),
+             c = src.read_double(src.tensor("c"));
   const auto d = src.read_float(src.tensor("d_fp16"));
   // n recorded cases as one GEMM: A = rows a_i, B = columns b_i, C diagonal c_i; D's diagonal is compared.
   const std::int64_t n = 64, K = 32;
-  std::vector<double> A(a.begin(), a.begin() + n * K), B(static_cast<std::size_t>(K * n)), C(static_cast<std::size_t>(n * n), 0.0);
+  std::vector<double> A(a.begin(), a.begin() + n * K), B(static_cast<std::size_t>(K * n)),
+      C(static_cast<std::size_t>(n * n), 0.0);
   for (std::int64_t i = 0; i < n; ++i) {
-    for (std::int64_t k = 0; k < K; ++k) B[static_cast<std::size_t>(k * n + i)] = b[static_cast<std::size_t>(i * K + k)];
+    for (std::int64_t k = 0; k < K; ++k)
+      B[static_cast<std::size_t>(k * n + i)] = b[static_cast<std::size_t>(i * K + k)];
     C[static_cast<std::size_t>(i * n + i)] = c[static_cast<std::size_t>(i)];  // fp32 values: gemm rounds C to fp16
   }
   write_matrix(dir / "A.npy", A, n, K);
   write_matrix(dir / "B.npy", B, K, n);
   write_matrix(dir / "C.npy", C, n, n);
-  const auto res = run_mpsim(dir, "gemm --model h100 --in fp8_e4m3 --out fp16 " + quote((dir / "A.npy").string()) + " " +
-                                      quote((dir / "B.npy").string()) + " " + quote((dir / "C.npy").string()) + " " +
-                                      quote((dir / "D.npy").string()));
+  const auto res = run_mpsim(dir, "gemm --model h100 --in fp8_e4m3 --out fp16 " + quote((dir / "A.npy").string()) +
+                                      " " + quote((dir / "B.npy").string()) + " " + quote((dir / "C.npy").string()) +
+                                      " " + quote((dir / "D.npy").string()));
   REQUIRE(res.status == 0);
   const auto D = io::to_float(io::read_npy(dir / "D.npy"));
   REQUIRE(D.size() == static_cast<std::size_t>(n * n));
   std::size_t miss = 0;
-  for (std::int64_t i = 0; i < n; ++i) miss += bits(D[static_cast<std::size_t>(i * n + i)]) != bits(d[static_cast<std::size_t>(i)]);
+  for (std::int64_t i = 0; i < n; ++i)
+    miss += bits(D[static_cast<std::size_t>(i * n + i)]) != bits(d[static_cast<std::size_t>(i)]);
   WARN("mpsim gemm h100 fp8_e4m3 -> fp16: " << n << " recorded cases, " << miss << " mismatches");
   CHECK(miss == 0);
   CHECK(res.output.find("rounded to the formats first") != std::string::npos);
@@ -66,8 +70,8 @@ TEST_CASE("mpsim gemm rounds inputs to the formats first, and rejects bad input 
   // 1 + 2^-12 is not an fp16 value: rounded to 1 first, so D = 1 * 1 = 1 exactly.
   write_matrix(dir / "A.npy", {1.0 + std::ldexp(1.0, -12)}, 1, 1);
   write_matrix(dir / "B.npy", {1.0}, 1, 1);
-  auto res = run_mpsim(dir, "gemm --model a100 " + quote((dir / "A.npy").string()) + " " + quote((dir / "B.npy").string()) +
-                                " " + quote((dir / "D.npy").string()));
+  auto res = run_mpsim(dir, "gemm --model a100 " + quote((dir / "A.npy").string()) + " " +
+                                quote((dir / "B.npy").string()) + " " + quote((dir / "D.npy").string()));
   REQUIRE(res.status == 0);
   CHECK(io::to_float(io::read_npy(dir / "D.npy")) == std::vector<float>{1.0f});
   CHECK(res.output.find("1 of A, 0 of B") != std::string::npos);
@@ -124,8 +128,8 @@ TEST_CASE("mpsim accumulation-error writes JSON and CSV; a bad --k exits 2", "[g
   rows = 0;
   while (std::getline(tcsv, line)) ++rows;
   CHECK(rows == 1 + 2 + 2);
-  res = run_mpsim(dir, "accumulation-error --model h100-fp16 --k 32 --tensors " + quote((dir / "TB.npy").string()) + " " +
-                           quote((dir / "TB.npy").string()));
+  res = run_mpsim(dir, "accumulation-error --model h100-fp16 --k 32 --tensors " + quote((dir / "TB.npy").string()) +
+                           " " + quote((dir / "TB.npy").string()));
   CHECK(res.status == 2);
   CHECK(res.output.find("do not multiply") != std::string::npos);
   res = run_mpsim(dir, "accumulation-error --model h900-fp8");

@@ -20,8 +20,8 @@ TEST_CASE("train under mma=h100 runs; bad mma values exit 2 naming the key", "[m
   ScratchDir dir("mma-train");
   const fs::path run = dir / "run";
   const std::string train = "train --model lstm --steps 2 --size 8 --batch 2 --policy ";
-  const auto ok = run_mpsim(dir, train + quote("fp8-tensorwise-delayed:mma=h100,mma_promote_grad=128") + " --out " +
-                                     quote(run.string()));
+  const auto ok = run_mpsim(
+      dir, train + quote("fp8-tensorwise-delayed:mma=h100,mma_promote_grad=128") + " --out " + quote(run.string()));
   std::printf("fp8-tensorwise-delayed:mma=h100,mma_promote_grad=128 -> exit %d: %s", ok.status, ok.output.c_str());
   REQUIRE(ok.status == 0);
   std::ifstream f(run / "run.json");

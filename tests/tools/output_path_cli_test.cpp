@@ -35,8 +35,8 @@ bool has(const std::string& text, const std::string& part) { return text.find(pa
 // `timeout` so that a hang fails the test instead of stalling the suite: the exit status and standard error.
 mpsim::test::RunResult run_shell(const ScratchDir& dir, const std::string& args, const std::string& stdout_to) {
   const auto log = dir.path().parent_path() / (dir.path().filename().string() + ".stderr.log");
-  const std::string cmd = "timeout 60 " + quote(std::getenv("MPSIM_BIN")) + " " + args + " > " + stdout_to + " 2> " +
-                          quote(log.string());
+  const std::string cmd =
+      "timeout 60 " + quote(std::getenv("MPSIM_BIN")) + " " + args + " > " + stdout_to + " 2> " + quote(log.string());
   const int raw = std::system(cmd.c_str());
   std::ifstream f(log);
   const std::string err((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
@@ -89,10 +89,11 @@ TEST_CASE("reports onto /dev/null, /dev/full, a symlink and a full standard outp
 
   // bash's process substitution: the report goes through /dev/fd/N into the reader, nothing is created.
   const std::string subst = "bash -c " + quote(quote(std::getenv("MPSIM_BIN")) + " formats --json >(cat > " +
-                                              quote((dir / "via_pipe.json").string()) + ") > /dev/null; wait $!");
+                                               quote((dir / "via_pipe.json").string()) + ") > /dev/null; wait $!");
   const int subst_raw = std::system(subst.c_str());
-  std::printf("formats --json >(cat > via_pipe.json): exit %d, %ju bytes through the pipe\n", WEXITSTATUS(subst_raw),
-              fs::exists(dir / "via_pipe.json") ? static_cast<std::uintmax_t>(fs::file_size(dir / "via_pipe.json")) : 0);
+  std::printf(
+      "formats --json >(cat > via_pipe.json): exit %d, %ju bytes through the pipe\n", WEXITSTATUS(subst_raw),
+      fs::exists(dir / "via_pipe.json") ? static_cast<std::uintmax_t>(fs::file_size(dir / "via_pipe.json")) : 0);
   CHECK(WEXITSTATUS(subst_raw) == 0);
   CHECK((fs::exists(dir / "via_pipe.json") && fs::file_size(dir / "via_pipe.json") > 100));
 
@@ -132,9 +133,11 @@ TEST_CASE("train --out re-used: refused before training, replaced with --force",
   CHECK(fs::exists(out / "notes.txt"));
 
   // Resuming into the same folder reads the checkpoint before --force removes it.
-  const auto resumed = run_mpsim(dir, "train --model lstm --policy mixed-fp16 --steps 3 --size 8 --batch 2 --force "
-                                      "--resume " + quote((out / "checkpoint.safetensors").string()) + " --out " +
-                                      quote(out.string()));
+  const auto resumed =
+      run_mpsim(dir,
+                "train --model lstm --policy mixed-fp16 --steps 3 --size 8 --batch 2 --force "
+                "--resume " +
+                    quote((out / "checkpoint.safetensors").string()) + " --out " + quote(out.string()));
   CHECK(resumed.status == 0);
   CHECK(fs::exists(out / "checkpoint.safetensors"));
 }
@@ -149,8 +152,8 @@ TEST_CASE("names that are not UTF-8, a folder as checkpoint, a FIFO as input: ex
   CHECK(has(bad_out.output, "run_\\xe9"));
   CHECK_FALSE(fs::exists(odd));
 
-  const auto folder = run_mpsim(dir, kTrain + "--resume " + quote(dir.path().string()) + " --out " +
-                                         quote((dir / "r").string()));
+  const auto folder =
+      run_mpsim(dir, kTrain + "--resume " + quote(dir.path().string()) + " --out " + quote((dir / "r").string()));
   std::printf("train --resume FOLDER: exit %d: %s", folder.status, folder.output.c_str());
   CHECK(folder.status == 2);
   CHECK(has(folder.output, "is a folder"));
@@ -158,8 +161,8 @@ TEST_CASE("names that are not UTF-8, a folder as checkpoint, a FIFO as input: ex
 
   // An input whose name is not UTF-8 (the JSON report would have to name it).
   std::ofstream(dir / "g\xe9.npy") << "x";
-  const auto odd_in = run_mpsim(dir, "underflow " + quote((dir / "g\xe9.npy").string()) + " --json " +
-                                         quote((dir / "u.json").string()));
+  const auto odd_in = run_mpsim(
+      dir, "underflow " + quote((dir / "g\xe9.npy").string()) + " --json " + quote((dir / "u.json").string()));
   std::printf("underflow g\\xe9.npy: exit %d: %s", odd_in.status, odd_in.output.c_str());
   CHECK(odd_in.status == 2);
   CHECK(has(odd_in.output, "g\\xe9.npy"));

@@ -20,13 +20,13 @@
 
 #include "../format/recorded_conversions.hpp"
 #include "../io/test_files.hpp"
-#include "run_mpsim.hpp"
 #include "mpsim/format/block.hpp"
 #include "mpsim/format/format.hpp"
 #include "mpsim/format/profile.hpp"
 #include "mpsim/format/round.hpp"
 #include "mpsim/format/soft_error.hpp"
 #include "mpsim/io/npy.hpp"
+#include "run_mpsim.hpp"
 
 using namespace mpsim;
 using mpsim::io::DType;
@@ -40,11 +40,28 @@ using mpsim::test::run_mpsim;
 // Inputs covering every binade of float from subnormals to overflow, both signs, ties of fp16 and
 // bf16, and the specials.
 std::vector<float> test_inputs(std::size_t random_count) {
-  std::vector<float> x = {0.0f, -0.0f, 1.0f, -1.0f, 1.00048828125f /* fp16 tie 1 + 2^-11 */, 65504.0f, 65520.0f,
-                          65536.0f, 448.0f, 464.0f, 57344.0f, 61440.0f, std::ldexp(1.0f, -24), std::ldexp(1.0f, -25),
-                          std::ldexp(3.0f, -26), std::ldexp(1.0f, -149), -std::ldexp(1.0f, -126), 1.00390625f,
-                          std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                          std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::max()};
+  std::vector<float> x = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          -1.0f,
+                          1.00048828125f /* fp16 tie 1 + 2^-11 */,
+                          65504.0f,
+                          65520.0f,
+                          65536.0f,
+                          448.0f,
+                          464.0f,
+                          57344.0f,
+                          61440.0f,
+                          std::ldexp(1.0f, -24),
+                          std::ldexp(1.0f, -25),
+                          std::ldexp(3.0f, -26),
+                          std::ldexp(1.0f, -149),
+                          -std::ldexp(1.0f, -126),
+                          1.00390625f,
+                          std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN(),
+                          std::numeric_limits<float>::max()};
   std::mt19937_64 gen(12345);
   std::uniform_real_distribution<float> expo(-40.0f, 40.0f);
   for (std::size_t i = 0; i < random_count; ++i) {
@@ -61,8 +78,8 @@ std::pair<mpsim::BlockFormat, mpsim::Rounding> block_spec(const std::string& spe
   const mpsim::BlockFormat bf = mpsim::parse_block_format(
       spec.substr(0, spec.find(' ')), 0, has("rceil") ? mpsim::BlockScaleRule::rceil : mpsim::BlockScaleRule::floor);
   mpsim::Rounding r = mpsim::Rounding::of(has("--mode sr")    ? mpsim::RoundingMode::stochastic
-                                         : has("--mode rtz") ? mpsim::RoundingMode::toward_zero
-                                                             : mpsim::RoundingMode::nearest_even);
+                                          : has("--mode rtz") ? mpsim::RoundingMode::toward_zero
+                                                              : mpsim::RoundingMode::nearest_even);
   if (const auto at = spec.find("--seed "); at != std::string::npos) r.seed = std::stoull(spec.substr(at + 7));
   return {bf, r};
 }
@@ -81,7 +98,8 @@ nlohmann::json read_json(const std::filesystem::path& p) {
 TEST_CASE("mpsim round: simulate mode matches round_bits for every format and mode", "[round_cli]") {
   ScratchDir dir("round-cli");
   const auto x = test_inputs(2000);
-  mpsim::io::write_npy(dir / "x.npy", mpsim::io::make_npy(std::span<const float>(x), {2, static_cast<std::int64_t>(x.size() / 2)}));
+  mpsim::io::write_npy(dir / "x.npy",
+                       mpsim::io::make_npy(std::span<const float>(x), {2, static_cast<std::int64_t>(x.size() / 2)}));
   const char* formats[] = {"fp16", "bf16", "tf32", "fp8_e4m3", "fp8_e5m2", "e5m7", "float8_e4m3fn"};
   const char* modes[] = {"rne", "rtz", "ru", "rd", "rna", "rto", "sr"};
   std::size_t checked = 0, mismatches = 0;
@@ -213,7 +231,10 @@ TEST_CASE("mpsim round --stats-json and the summary line count what happened", "
   // Brute-force counts: classify every input by what round() does to it.
   std::uint64_t nan = 0, exact = 0, rounded = 0, underflow = 0, subnormal = 0, overflow = 0;
   for (float v : x) {
-    if (std::isnan(v)) { ++nan; continue; }
+    if (std::isnan(v)) {
+      ++nan;
+      continue;
+    }
     if (std::isinf(v) || v == 0) continue;
     const double r = decode(round_bits(v, fp16()), fp16());
     if (r == v) ++exact;
@@ -280,12 +301,17 @@ TEST_CASE("mpsim round: bad options and inputs exit 2 with one message and leave
       {"round --to fp16 --stats-json " + quote((dir / "no/such/s.json").string()) + " " + quote(in) + " " + out,
        "cannot create"},
       {"round " + quote(in) + " " + out, "--to is required"},
-      {"round --to fp16 --flip -0.5 " + quote(in) + " " + out, "--flip: the probability must be a number in [0, 1], got '-0.5'"},
-      {"round --to fp16 --flip 1.5 " + quote(in) + " " + out, "--flip: the probability must be a number in [0, 1], got '1.5'"},
-      {"round --to fp16 --flip nan --stats-json " + stats + " " + quote(in) + " " + out, "--flip: the probability must be"},
-      {"round --to fp16 --flip abc --bits " + quote(in) + " " + out, "--flip: the probability must be a number in [0, 1], got 'abc'"},
+      {"round --to fp16 --flip -0.5 " + quote(in) + " " + out,
+       "--flip: the probability must be a number in [0, 1], got '-0.5'"},
+      {"round --to fp16 --flip 1.5 " + quote(in) + " " + out,
+       "--flip: the probability must be a number in [0, 1], got '1.5'"},
+      {"round --to fp16 --flip nan --stats-json " + stats + " " + quote(in) + " " + out,
+       "--flip: the probability must be"},
+      {"round --to fp16 --flip abc --bits " + quote(in) + " " + out,
+       "--flip: the probability must be a number in [0, 1], got 'abc'"},
       {"round --to mxfp8_e4m3 --flip 0.1 " + quote(in) + " " + out, "--flip does not apply to mxfp8_e4m3"},
-      {"round --to fp16 --flip 0.1 --flip-bits sign " + quote(in) + " " + out, "--flip-bits: unknown value 'sign' (known: fraction, any)"},
+      {"round --to fp16 --flip 0.1 --flip-bits sign " + quote(in) + " " + out,
+       "--flip-bits: unknown value 'sign' (known: fraction, any)"},
   };
   for (const auto& [args, what] : cases) {
     const auto res = run_mpsim(dir, args);
@@ -326,8 +352,8 @@ TEST_CASE("mpsim round --like reproduces a device profile element by element", "
       // The profile's rules, written out here.
       const std::size_t sub = x.size() - 3, nan = x.size() - 1;
       if (std::string(name) == "x86" && f == bf16()) {
-        CHECK(got[sub] == 0.0);          // +subnormal float -> +0
-        CHECK(got[sub + 1] == 0x8000);   // -subnormal float -> -0
+        CHECK(got[sub] == 0.0);         // +subnormal float -> +0
+        CHECK(got[sub + 1] == 0x8000);  // -subnormal float -> -0
       } else if (f == bf16()) {
         CHECK(got[sub] == static_cast<double>(round_bits(x[sub], f)));
         CHECK(got[sub] != 0.0);
@@ -362,8 +388,10 @@ TEST_CASE("mpsim round --like cuda-sm90: simulate-mode values are the decoded --
   };
   std::vector<Case> cases;
   for (const auto& rc : mpsim::test::kRecordedConversions)
-    cases.push_back({rc.run, std::string("--to ") + rc.format + " --mode " + rc.cli_mode +
-                                 (rc.saturate ? " --overflow saturate" : ""), "x32.npy"});
+    cases.push_back(
+        {rc.run,
+         std::string("--to ") + rc.format + " --mode " + rc.cli_mode + (rc.saturate ? " --overflow saturate" : ""),
+         "x32.npy"});
   cases.push_back({"fp64_fp16_rn", "--to fp16", "x64.npy"});
   cases.push_back({"fp64_bf16_rn", "--to bf16", "x64.npy"});
   std::uint64_t compared = 0, mismatches = 0, nan_values = 0;
@@ -405,8 +433,8 @@ TEST_CASE("mpsim round --like cuda-sm90: simulate-mode values are the decoded --
   }
   CHECK(mismatches == 0);
   WARN("round --like cuda-sm90, values against decoded --bits: " << cases.size() << " recorded conversions, "
-                                                                  << compared << " elements (" << nan_values
-                                                                  << " NaN values), " << mismatches << " mismatches");
+                                                                 << compared << " elements (" << nan_values
+                                                                 << " NaN values), " << mismatches << " mismatches");
 }
 
 TEST_CASE("mpsim round streams: chunked output is bit-identical to one chunk, odd tails included", "[round_cli]") {
@@ -423,8 +451,12 @@ TEST_CASE("mpsim round streams: chunked output is bit-identical to one chunk, od
   mpsim::io::write_npy(dir / "x64.npy", mpsim::io::make_npy(std::span<const double>(xd)));
   mpsim::io::write_npy(dir / "x16.npy", mpsim::io::make_npy(std::span<const std::uint16_t>(xh), DType::f16));
   const char* inputs[] = {"x32.npy", "x64.npy", "x16.npy"};
-  const char* options[] = {"--to fp16", "--to bf16 --mode sr --seed 7", "--to fp8_e4m3 --bits",
-                           "--to fp16 --mode sr --seed 3 --bits", "--to e5m2 --mode rto", "--to tf32 --bits",
+  const char* options[] = {"--to fp16",
+                           "--to bf16 --mode sr --seed 7",
+                           "--to fp8_e4m3 --bits",
+                           "--to fp16 --mode sr --seed 3 --bits",
+                           "--to e5m2 --mode rto",
+                           "--to tf32 --bits",
                            "--to bf16 --mode rd --bits --like cuda-sm90"};
   const std::size_t chunks[] = {1, 97, 1000, 4096};
   std::size_t files = 0, bytes_compared = 0;
@@ -435,7 +467,8 @@ TEST_CASE("mpsim round streams: chunked output is bit-identical to one chunk, od
           std::string(opt).find("--bits") == std::string::npos)
         continue;
       const std::string in = quote((dir / input).string());
-      const auto whole = run_mpsim(dir, std::string("round ") + opt + " " + in + " " + quote((dir / "whole.npy").string()));
+      const auto whole =
+          run_mpsim(dir, std::string("round ") + opt + " " + in + " " + quote((dir / "whole.npy").string()));
       INFO(input << " " << opt << ": " << whole.output);
       REQUIRE(whole.status == 0);
       const auto want = mpsim::test::read_bytes(dir / "whole.npy");
@@ -478,9 +511,9 @@ TEST_CASE("mpsim round --to tf32 --mode rna [--overflow saturate] --like cuda-sm
   // The recorded H100 outputs (data/hardware/nvidia-h100-80gb-hbm3/ first_mismatches) as float patterns;
   // --bits writes tf32's 19-bit encodings, the pattern >> 13.
   ScratchDir dir("round-cli-tf32");
-  const std::vector<float> x = {std::bit_cast<float>(0x7f800001u), std::bit_cast<float>(0x7fa6f000u), 1.0f,
-                                std::numeric_limits<float>::infinity(), std::numeric_limits<float>::max(),
-                                std::bit_cast<float>(0xff802000u)};
+  const std::vector<float> x = {
+      std::bit_cast<float>(0x7f800001u),      std::bit_cast<float>(0x7fa6f000u), 1.0f,
+      std::numeric_limits<float>::infinity(), std::numeric_limits<float>::max(), std::bit_cast<float>(0xff802000u)};
   const auto in = (dir / "x.npy").string();
   mpsim::io::write_npy(in, mpsim::io::make_npy(std::span<const float>(x)));
   const std::string io = " " + quote(in) + " " + quote((dir / "y.npy").string());
@@ -531,14 +564,16 @@ TEST_CASE("mpsim round --to an MX format streams by rows: any chunk gives round_
         differ += std::bit_cast<std::uint32_t>(got[i]) != std::bit_cast<std::uint32_t>(want[i]);
     }
   }
-  std::printf("round --to MX, streamed by rows with chunks of 1, 150, 4096 and the default: %zu values vs "
-              "round_blocks on the whole tensor, %zu differ\n",
-              compared, differ);
+  std::printf(
+      "round --to MX, streamed by rows with chunks of 1, 150, 4096 and the default: %zu values vs "
+      "round_blocks on the whole tensor, %zu differ\n",
+      compared, differ);
   CHECK(differ == 0);
 }
 
-TEST_CASE("mpsim round --to a block format, values and --bits, streams by rows: any chunk gives the whole tensor's bytes",
-          "[round_cli]") {
+TEST_CASE(
+    "mpsim round --to a block format, values and --bits, streams by rows: any chunk gives the whole tensor's bytes",
+    "[round_cli]") {
   ScratchDir dir("round-cli");
   // 97 rows of 100 (MX: three blocks of 32 and one of 4 per row; nvfp4: six of 16 and one of 4); chunks of 1,
   // 150 and 4096 values end inside rows and blocks. The reference is the whole tensor quantized at once
@@ -554,7 +589,8 @@ TEST_CASE("mpsim round --to a block format, values and --bits, streams by rows: 
   for (const std::vector<float>* input : std::initializer_list<const std::vector<float>*>{&finite, &with_specials}) {
     const std::vector<float>& x = *input;
     mpsim::io::write_npy(dir / "x.npy", mpsim::io::make_npy(std::span<const float>(x), {97, 100}));
-    for (const char* to : {"mxfp8_e4m3 --mode sr --seed 5", "mxfp4_e2m1 --mode rtz", "nvfp4", "nvfp4 --mode sr --seed 9"}) {
+    for (const char* to :
+         {"mxfp8_e4m3 --mode sr --seed 5", "mxfp4_e2m1 --mode rtz", "nvfp4", "nvfp4 --mode sr --seed 9"}) {
       const auto [bf, r] = block_spec(to);
       std::vector<float> want(x.size());
       mpsim::round_blocks(x, want, row, bf, r);
@@ -563,7 +599,8 @@ TEST_CASE("mpsim round --to a block format, values and --bits, streams by rows: 
           {"elements", mpsim::io::make_npy(std::span<const std::uint8_t>(q.elements), {97, 100})},
           {"scales", mpsim::io::make_npy(std::span<const std::uint8_t>(q.scales),
                                          {97, static_cast<std::int64_t>((row + bf.block - 1) / bf.block)})}};
-      if (bf.two_level) members.push_back({"tensor_scale", mpsim::io::make_npy(std::span<const float>(&q.tensor_scale, 1), {1})});
+      if (bf.two_level)
+        members.push_back({"tensor_scale", mpsim::io::make_npy(std::span<const float>(&q.tensor_scale, 1), {1})});
       const auto want_bits = mpsim::io::npz_bytes(members);
       for (const char* chunk : {"", " --chunk 1", " --chunk 150", " --chunk 4096"}) {
         const std::string io = " " + quote((dir / "x.npy").string()) + " " + quote((dir / "y.out").string());
@@ -584,10 +621,11 @@ TEST_CASE("mpsim round --to a block format, values and --bits, streams by rows: 
       }
     }
   }
-  std::printf("round --to mxfp8_e4m3 / mxfp4_e2m1 / nvfp4 streamed by rows (chunks of 1, 150, 4096 and the default), "
-              "inputs finite and with inf/NaN: %zu values vs round_blocks on the whole tensor, %zu differ; %zu --bits "
-              ".npz files (%zu bytes) vs npz_bytes of quantize_blocks on the whole tensor\n",
-              values_compared, values_differ, files_compared, bytes_compared);
+  std::printf(
+      "round --to mxfp8_e4m3 / mxfp4_e2m1 / nvfp4 streamed by rows (chunks of 1, 150, 4096 and the default), "
+      "inputs finite and with inf/NaN: %zu values vs round_blocks on the whole tensor, %zu differ; %zu --bits "
+      ".npz files (%zu bytes) vs npz_bytes of quantize_blocks on the whole tensor\n",
+      values_compared, values_differ, files_compared, bytes_compared);
   CHECK(values_differ == 0);
 }
 
@@ -641,7 +679,8 @@ TEST_CASE("mpsim round --flip: soft errors in the encodings and the values, coun
     const int m = c.bits == SoftErrorBits::any ? f.storage_bits : f.man_bits;
     // The expected codes: round_bits of each input, then the library's flips.
     std::vector<std::uint32_t> want(x.size());
-    for (std::size_t i = 0; i < x.size(); ++i) want[i] = static_cast<std::uint32_t>(round_bits(static_cast<double>(x[i]), f));
+    for (std::size_t i = 0; i < x.size(); ++i)
+      want[i] = static_cast<std::uint32_t>(round_bits(static_cast<double>(x[i]), f));
     const std::vector<std::uint32_t> plain = want;
     std::uint64_t want_flipped = 0;
     for (std::size_t i = 0; i < x.size(); ++i) {
@@ -685,7 +724,8 @@ TEST_CASE("mpsim round --flip: soft errors in the encodings and the values, coun
       bad += got != plain[i];
     }
     for (const char* kind : {"--bits ", ""}) {
-      const auto chunked = run_mpsim(dir, common + kind + "--chunk 97 " + c.in + " " + quote((dir / "chunked.npy").string()));
+      const auto chunked =
+          run_mpsim(dir, common + kind + "--chunk 97 " + c.in + " " + quote((dir / "chunked.npy").string()));
       REQUIRE(chunked.status == 0);
       CHECK(mpsim::test::read_bytes(dir / "chunked.npy") ==
             mpsim::test::read_bytes(dir / (std::string(kind).empty() ? "vals.npy" : "bits.npy")));
@@ -714,5 +754,5 @@ TEST_CASE("mpsim round --flip: soft errors in the encodings and the values, coun
     CHECK(bad == 0);
   }
   WARN("mpsim round --flip 0.2: " << compared << " codes and values compared with round_bits + flip_bits, "
-                                   << mismatches << " mismatches; chunked runs identical");
+                                  << mismatches << " mismatches; chunked runs identical");
 }

@@ -2,8 +2,8 @@
 // and stdout + stderr together; the command and its output go into the test's failure message.
 #pragma once
 
-#include "catch_compat.hpp"
 #include <sys/wait.h>
+#include "catch_compat.hpp"
 
 #include <cstdlib>
 #include <filesystem>

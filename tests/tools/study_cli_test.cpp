@@ -69,8 +69,8 @@ double sample_sd(const std::vector<double>& v) {
 TEST_CASE("mpsim study: the paired intervals and verdicts follow from the runs' steps.csv", "[study_cli]") {
   ScratchDir dir("study");
   const int steps = 6, seeds = 2;
-  const auto r = run_mpsim(dir, "study loss-scaling --model lstm --size 8 --batch 2 --steps " + std::to_string(steps) + " --seeds " +
-                                    std::to_string(seeds) + " --jobs 2 --static-scales 8 --out " +
+  const auto r = run_mpsim(dir, "study loss-scaling --model lstm --size 8 --batch 2 --steps " + std::to_string(steps) +
+                                    " --seeds " + std::to_string(seeds) + " --jobs 2 --static-scales 8 --out " +
                                     quote((dir / "study").string()));
   REQUIRE(r.status == 0);
   std::ifstream f(dir / "study" / "summary.json");
@@ -89,7 +89,8 @@ TEST_CASE("mpsim study: the paired intervals and verdicts follow from the runs' 
   for (const auto& row : rows) {
     Config c;
     for (int seed = 1; seed <= seeds; ++seed) {
-      const FinalRow fr = final_row(dir / "study" / "runs" / row["runs"].get<std::string>() / ("seed" + std::to_string(seed)) / "steps.csv");
+      const FinalRow fr = final_row(dir / "study" / "runs" / row["runs"].get<std::string>() /
+                                    ("seed" + std::to_string(seed)) / "steps.csv");
       c.metric.push_back(fr.metric);
       c.diverged = c.diverged || fr.step < steps || !std::isfinite(fr.loss) || !std::isfinite(fr.metric);
     }
@@ -97,20 +98,20 @@ TEST_CASE("mpsim study: the paired intervals and verdicts follow from the runs' 
   }
   const double tol = summary["tolerance_pct"].get<double>() / 100 * std::abs(mean(configs[0].metric));
   const double level = 1 - 0.05 / static_cast<double>(rows.size() - 1);  // Bonferroni over the rows but fp32
-  const double t = std::tan(M_PI * (1 - (1 - level) / 2 - 0.5));       // Student's t, 1 dof = Cauchy
+  const double t = std::tan(M_PI * (1 - (1 - level) / 2 - 0.5));         // Student's t, 1 dof = Cauchy
   int disagreements = 0;
   for (std::size_t i = 0; i < rows.size(); ++i) {
     std::vector<double> d;
     for (int s = 0; s < seeds; ++s) d.push_back(configs[i].metric[s] - configs[0].metric[s]);
     const double dm = mean(d), half = t * sample_sd(d) / std::sqrt(static_cast<double>(seeds));
     const double lo = higher_is_better ? -(dm + half) : dm - half, hi = higher_is_better ? -(dm - half) : dm + half;
-    const std::string want = i == 0                                ? "reference"
-                             : configs[i].diverged                  ? "diverged"
+    const std::string want = i == 0                                      ? "reference"
+                             : configs[i].diverged                       ? "diverged"
                              : !(std::isfinite(lo) && std::isfinite(hi)) ? "inconclusive"
-                             : (lo >= -tol && hi <= tol)            ? "matches fp32"
-                             : lo > tol                             ? "degraded"
-                             : hi < -tol                            ? "better than fp32"
-                                                                    : "inconclusive";
+                             : (lo >= -tol && hi <= tol)                 ? "matches fp32"
+                             : lo > tol                                  ? "degraded"
+                             : hi < -tol                                 ? "better than fp32"
+                                                                         : "inconclusive";
     const std::string got = rows[i]["verdict"].get<std::string>();
     std::printf("%-40s vs fp32 %+-12.4g worse by [%+.4g, %+.4g] tolerance %-10.4g verdict %-13s recomputed %s\n",
                 rows[i]["configuration"].get<std::string>().c_str(), dm, lo, hi, tol, got.c_str(), want.c_str());
@@ -130,9 +131,10 @@ TEST_CASE("mpsim study: the paired intervals and verdicts follow from the runs' 
 
 TEST_CASE("mpsim study: --only runs fp32 and the named rows, --accumulate reaches every run", "[study_cli]") {
   ScratchDir dir("study-only");
-  const auto r = run_mpsim(dir, "study loss-scaling --model lstm --size 8 --batch 2 --steps 3 --seeds 1 --jobs 2 "
-                                "--accumulate 2 --only mixed-fp16_none,mixed-bf16_none --out " +
-                                    quote((dir / "study").string()));
+  const auto r = run_mpsim(dir,
+                           "study loss-scaling --model lstm --size 8 --batch 2 --steps 3 --seeds 1 --jobs 2 "
+                           "--accumulate 2 --only mixed-fp16_none,mixed-bf16_none --out " +
+                               quote((dir / "study").string()));
   REQUIRE(r.status == 0);
   std::ifstream f(dir / "study" / "summary.json");
   const auto summary = nlohmann::json::parse(f);
@@ -155,8 +157,9 @@ TEST_CASE("mpsim study: --only runs fp32 and the named rows, --accumulate reache
 
 TEST_CASE("mpsim study: an unknown --only name is refused, naming it and the known ones", "[study_cli]") {
   ScratchDir dir("study-only-bad");
-  const auto r = run_mpsim(dir, "study loss-scaling --model lstm --steps 2 --seeds 1 --only fp32_none,mixed-fp17_none --out " +
-                                    quote((dir / "study").string()));
+  const auto r =
+      run_mpsim(dir, "study loss-scaling --model lstm --steps 2 --seeds 1 --only fp32_none,mixed-fp17_none --out " +
+                         quote((dir / "study").string()));
   CHECK(r.status == 2);
   CHECK(r.output.find("'mixed-fp17_none'") != std::string::npos);
   CHECK(r.output.find("mixed-fp16_dynamic_growth_interval_") != std::string::npos);
@@ -165,8 +168,10 @@ TEST_CASE("mpsim study: an unknown --only name is refused, naming it and the kno
 
 TEST_CASE("mpsim study recipes: the recipe rows, their dy operands' mass and sign in steps.csv", "[study_cli]") {
   ScratchDir dir("study-recipes");
-  const auto r = run_mpsim(dir, "study recipes --model lstm --vocab 4096 --size 8 --batch 2 --steps 2 --seeds 1 "
-                                "--jobs 2 --only fp8-none_none --out " + quote((dir / "study").string()));
+  const auto r = run_mpsim(dir,
+                           "study recipes --model lstm --vocab 4096 --size 8 --batch 2 --steps 2 --seeds 1 "
+                           "--jobs 2 --only fp8-none_none --out " +
+                               quote((dir / "study").string()));
   REQUIRE(r.status == 0);
   std::ifstream f(dir / "study" / "summary.json");
   const auto summary = nlohmann::json::parse(f);
@@ -196,10 +201,11 @@ TEST_CASE("mpsim study recipes: the recipe rows, their dy operands' mass and sig
   }
   const bool has_columns = std::find(names.begin(), names.end(), "fc/wgrad_dy:push_down") != names.end() &&
                            std::find(names.begin(), names.end(), "step:lost_bias") != names.end();
-  std::printf("study recipes: %zu rows; fp8-none: %zu of %zu steps flushed most of fc/wgrad_dy, %zu of them with "
-              "over 90 %% of it pushing down; over all sites push_down %.4g, l1 lost %.4g%%\n",
-              summary["rows"].size(), with_flush, rows_read, one_sided, down,
-              fp8["activation_grad_l1_lost_pct_mean"].get<double>());
+  std::printf(
+      "study recipes: %zu rows; fp8-none: %zu of %zu steps flushed most of fc/wgrad_dy, %zu of them with "
+      "over 90 %% of it pushing down; over all sites push_down %.4g, l1 lost %.4g%%\n",
+      summary["rows"].size(), with_flush, rows_read, one_sided, down,
+      fp8["activation_grad_l1_lost_pct_mean"].get<double>());
   CHECK(has_columns);
   CHECK(rows_read == 2);
   CHECK(with_flush == rows_read);
@@ -211,8 +217,10 @@ TEST_CASE("mpsim study recipes: the recipe rows, their dy operands' mass and sig
 
 TEST_CASE("mpsim study --out: an earlier study is refused unless --force, which removes its files", "[study_cli]") {
   ScratchDir dir("study-force");
-  const std::string args = "study loss-scaling --model lstm --size 8 --batch 2 --steps 1 --seeds 1 --jobs 1 "
-                           "--only mixed-bf16_none --out " + quote((dir / "study").string());
+  const std::string args =
+      "study loss-scaling --model lstm --size 8 --batch 2 --steps 1 --seeds 1 --jobs 1 "
+      "--only mixed-bf16_none --out " +
+      quote((dir / "study").string());
   REQUIRE(run_mpsim(dir, args).status == 0);
   // An old run folder this study would not write, and a file of the user's.
   fs::create_directories(dir / "study" / "runs" / "old_row" / "seed1");

@@ -118,8 +118,10 @@ std::filesystem::path h100_dir() {
 TEST_CASE("mpsim verify --against recomputes recorded blocks and reports them equal", "[verify_cli]") {
   ScratchDir dir("verify-against");
   const auto json_path = dir / "against.json";
-  const RunResult r = run_verify(dir, "--against '" + h100_dir().string() + "' --only fp16_mul_sat --blocks 128 "
-                                      "--json '" + json_path.string() + "'");
+  const RunResult r = run_verify(dir, "--against '" + h100_dir().string() +
+                                          "' --only fp16_mul_sat --blocks 128 "
+                                          "--json '" +
+                                          json_path.string() + "'");
   INFO(r.output);
   CHECK(r.status == 0);
   CHECK(r.output.find("fp16_mul_sat") != std::string::npos);

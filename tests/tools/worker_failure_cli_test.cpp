@@ -45,7 +45,8 @@ TEST_CASE("a failing bulk-engine worker: exit 3 with the message, no output file
   std::vector<float> x(std::size_t{1} << 18);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i) * 0.001f;
   mpsim::io::write_npy(dir / "in.npy", mpsim::io::make_npy(x, {static_cast<std::int64_t>(x.size())}));
-  const std::string args = "round --to fp16 " + quote((dir / "in.npy").string()) + " " + quote((dir / "out.npy").string());
+  const std::string args =
+      "round --to fp16 " + quote((dir / "in.npy").string()) + " " + quote((dir / "out.npy").string());
   {
     const auto ok = run_mpsim(dir, args);
     CHECK(ok.status == 0);  // the same command without the hook succeeds
@@ -69,6 +70,7 @@ TEST_CASE("a failing training worker: exit 3 with the message, no run folder lef
   std::vector<std::string> left;
   for (const auto& e : std::filesystem::recursive_directory_iterator(dir / "given"))
     left.push_back(std::filesystem::relative(e.path(), dir / "given").string());
-  std::printf("train into an existing folder: exit %d, the folder holds %zu entries afterwards\n", r.status, left.size());
+  std::printf("train into an existing folder: exit %d, the folder holds %zu entries afterwards\n", r.status,
+              left.size());
   CHECK(left == std::vector<std::string>{"notes.txt"});
 }

@@ -68,8 +68,7 @@ TEST_CASE("a checkpoint laid out in another order reads back the same; flipped b
   int compared = 0, differ = 0;
   for (const auto& t : ck.tensors) {
     const auto& want = raw.tensors.at(t.name);
-    for (std::size_t i = 0; i < want.size(); ++i, ++compared)
-      differ += std::memcmp(&want[i], &t.values[i], 4) != 0;
+    for (std::size_t i = 0; i < want.size(); ++i, ++compared) differ += std::memcmp(&want[i], &t.values[i], 4) != 0;
   }
   std::printf("reordered checkpoint: %zu tensors, %d values compared bit for bit, %d differ\n", ck.tensors.size(),
               compared, differ);
@@ -85,7 +84,8 @@ TEST_CASE("a checkpoint laid out in another order reads back the same; flipped b
     std::string bad = bytes;
     bad[i] ^= 0x04;
     std::ofstream(dir / "flip.safetensors", std::ios::binary) << bad;
-    refused += error_of([&] { read_checkpoint(dir / "flip.safetensors"); }).find("corrupt checkpoint") != std::string::npos;
+    refused +=
+        error_of([&] { read_checkpoint(dir / "flip.safetensors"); }).find("corrupt checkpoint") != std::string::npos;
   }
   std::printf("data byte flips: %d, refused %d\n", flips, refused);
   CHECK(flips == 40);

@@ -135,10 +135,11 @@ TEST_CASE("no master copy: fp16 weights swallow updates that fp32 master weights
     moved_sr += sr[i] != 1.0f;
     master_exact += master[i] == static_cast<float>(1.0 - 0x1p-13);
   }
-  std::printf("no master copy, %zu updates of 2^-13 at 1.0: fp32 master swallowed %llu (kept exactly %zu), fp16 "
-              "nearest swallowed %llu, fp16 stochastic swallowed %llu (moved %zu, expected %zu +- %.0f)\n",
-              n, (unsigned long long)s_master.swallowed, master_exact, (unsigned long long)s_pure.swallowed,
-              (unsigned long long)s_sr.swallowed, moved_sr, n / 4, std::sqrt(n * 0.25 * 0.75));
+  std::printf(
+      "no master copy, %zu updates of 2^-13 at 1.0: fp32 master swallowed %llu (kept exactly %zu), fp16 "
+      "nearest swallowed %llu, fp16 stochastic swallowed %llu (moved %zu, expected %zu +- %.0f)\n",
+      n, (unsigned long long)s_master.swallowed, master_exact, (unsigned long long)s_pure.swallowed,
+      (unsigned long long)s_sr.swallowed, moved_sr, n / 4, std::sqrt(n * 0.25 * 0.75));
   CHECK(s_master.nonzero == n);
   CHECK(s_master.swallowed == 0);
   CHECK(master_exact == n);

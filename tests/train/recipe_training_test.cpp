@@ -4,13 +4,13 @@
 // scaling (amax history in the checkpoint) or nvfp4 (stochastic rounding offset) resumes bit for bit.
 #include "catch_compat.hpp"
 
+#include <unistd.h>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "mpsim/nn/model.hpp"
@@ -66,9 +66,9 @@ TEST_CASE("the lstm learns under every recipe family, next to fp32", "[recipe_tr
   const TrainSummary fp32 = run_training(ref, nn::make_model);
   const double start = first_loss(ref.out);
   std::printf("fp32: loss %.5f -> %.5f in %d steps, %.2f s\n", start, fp32.final_loss, steps, fp32.wall_seconds);
-  for (const char* policy : {"fp8-none", "fp8-tensorwise-delayed", "fp8-tensorwise-current:power_2_scales=1", "fp8-rowwise",
-                             "fp8-rowwise-gw-hp", "fp8-blockwise", "mxfp8:scaling_mode=rceil", "mxfp6_e2m3", "mxfp4",
-                             "nvfp4"}) {
+  for (const char* policy :
+       {"fp8-none", "fp8-tensorwise-delayed", "fp8-tensorwise-current:power_2_scales=1", "fp8-rowwise",
+        "fp8-rowwise-gw-hp", "fp8-blockwise", "mxfp8:scaling_mode=rceil", "mxfp6_e2m3", "mxfp4", "nvfp4"}) {
     auto c = config("lstm", policy, steps);
     const TrainSummary s = run_training(c, nn::make_model);
     const nlohmann::json ck = read_checkpoint(c.out / "checkpoint.safetensors").header;
@@ -121,12 +121,13 @@ TEST_CASE("resume under delayed scaling and nvfp4 equals the straight run bit fo
     REQUIRE(a.tensors.size() == b.tensors.size());
     std::size_t tensor_mismatches = 0;
     for (std::size_t t = 0; t < a.tensors.size(); ++t)
-      tensor_mismatches += std::memcmp(a.tensors[t].values.data(), b.tensors[t].values.data(),
-                                       a.tensors[t].values.size() * 4) != 0;
+      tensor_mismatches +=
+          std::memcmp(a.tensors[t].values.data(), b.tensors[t].values.data(), a.tensors[t].values.size() * 4) != 0;
     const nlohmann::json& ra = a.header.at("recipe_state");
-    std::printf("resume %s: 6 rows compared, %d differ; %zu tensors, %zu differ; %zu delayed-scaling states, sr offset %s\n",
-                policy, mismatches, a.tensors.size(), tensor_mismatches, ra.at("delayed").size(),
-                ra.at("sr_offset").dump().c_str());
+    std::printf(
+        "resume %s: 6 rows compared, %d differ; %zu tensors, %zu differ; %zu delayed-scaling states, sr offset %s\n",
+        policy, mismatches, a.tensors.size(), tensor_mismatches, ra.at("delayed").size(),
+        ra.at("sr_offset").dump().c_str());
     CHECK(mismatches == 0);
     CHECK(tensor_mismatches == 0);
     CHECK(ra == b.header.at("recipe_state"));
@@ -149,7 +150,8 @@ TEST_CASE("an lstm run under mixed-fp16:mma=h100 is finite and the same bits wit
   const TrainSummary s2 = run_training(two, nn::make_model);
   const TrainSummary sp = run_training(plain, nn::make_model);
   const auto r1 = read_lines(one.out / "steps.csv"), r2 = read_lines(two.out / "steps.csv");
-  const auto a = read_checkpoint(one.out / "checkpoint.safetensors"), b = read_checkpoint(two.out / "checkpoint.safetensors");
+  const auto a = read_checkpoint(one.out / "checkpoint.safetensors"),
+             b = read_checkpoint(two.out / "checkpoint.safetensors");
   const auto p = read_checkpoint(plain.out / "checkpoint.safetensors");
   REQUIRE(r1.size() == 3);
   REQUIRE(a.tensors.size() == b.tensors.size());
@@ -157,15 +159,16 @@ TEST_CASE("an lstm run under mixed-fp16:mma=h100 is finite and the same bits wit
   for (std::size_t i = 0; i < r1.size(); ++i) row_mismatches += r1[i] != r2[i];
   std::size_t tensor_mismatches = 0, differ_from_plain = 0;
   for (std::size_t t = 0; t < a.tensors.size(); ++t) {
-    tensor_mismatches += std::memcmp(a.tensors[t].values.data(), b.tensors[t].values.data(),
-                                     a.tensors[t].values.size() * 4) != 0;
-    differ_from_plain += std::memcmp(a.tensors[t].values.data(), p.tensors[t].values.data(),
-                                     a.tensors[t].values.size() * 4) != 0;
+    tensor_mismatches +=
+        std::memcmp(a.tensors[t].values.data(), b.tensors[t].values.data(), a.tensors[t].values.size() * 4) != 0;
+    differ_from_plain +=
+        std::memcmp(a.tensors[t].values.data(), p.tensors[t].values.data(), a.tensors[t].values.size() * 4) != 0;
   }
-  std::printf("mixed-fp16:mma=h100: loss %.7f after 2 steps (mixed-fp16 %.7f); steps.csv rows differing between 1 and 2 "
-              "threads %d of %zu; checkpoint tensors differing %zu of %zu (from mixed-fp16's: %zu); %.2f s and %.2f s\n",
-              s1.final_loss, sp.final_loss, row_mismatches, r1.size(), tensor_mismatches, a.tensors.size(),
-              differ_from_plain, s1.wall_seconds, s2.wall_seconds);
+  std::printf(
+      "mixed-fp16:mma=h100: loss %.7f after 2 steps (mixed-fp16 %.7f); steps.csv rows differing between 1 and 2 "
+      "threads %d of %zu; checkpoint tensors differing %zu of %zu (from mixed-fp16's: %zu); %.2f s and %.2f s\n",
+      s1.final_loss, sp.final_loss, row_mismatches, r1.size(), tensor_mismatches, a.tensors.size(), differ_from_plain,
+      s1.wall_seconds, s2.wall_seconds);
   CHECK(std::isfinite(s1.final_loss));
   CHECK(!s1.diverged);
   CHECK(row_mismatches == 0);

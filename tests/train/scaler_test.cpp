@@ -145,8 +145,10 @@ TEST_CASE("every dynamic scaler against an independent statement of its rule on 
     double scale = 65536;
     int clean_run = 0;
     for (bool inf : infs) {
-      if (inf) { scale /= 2; clean_run = 0; }
-      else if (++clean_run % interval == 0) scale *= 2;
+      if (inf) {
+        scale /= 2;
+        clean_run = 0;
+      } else if (++clean_run % interval == 0) scale *= 2;
       want.push_back(scale);
     }
     check_sequence(run(s, infs), want, "dynamic (random)");

@@ -25,14 +25,20 @@ class LinearRegression : public mpsim::nn::Model {
   // sums over samples are exact in float whatever their order.
   LinearRegression(std::string name, int dim, int batch, std::uint64_t seed, double grad_scale = 1.0,
                    bool exact = false)
-      : name_(std::move(name)), dim_(dim), batch_(batch), seed_(seed), grad_scale_(grad_scale), exact_(exact), w_(dim),
-        dw_(dim), b_(1), db_(1) {
+      : name_(std::move(name)),
+        dim_(dim),
+        batch_(batch),
+        seed_(seed),
+        grad_scale_(grad_scale),
+        exact_(exact),
+        w_(dim),
+        dw_(dim),
+        b_(1),
+        db_(1) {
     for (int i = 0; i < dim; ++i) w_[i] = grid(0.1f * uniform(seed, 1000 + i), 6);
   }
   std::string name() const override { return name_; }
-  std::vector<mpsim::nn::Param> params() override {
-    return {{"lin/weight", w_, dw_}, {"lin/bias", b_, db_}};
-  }
+  std::vector<mpsim::nn::Param> params() override { return {{"lin/weight", w_, dw_}, {"lin/bias", b_, db_}}; }
   double forward_backward(std::uint64_t batch_index, float loss_scale, mpsim::nn::Precision& prec) override {
     std::vector<float> x(static_cast<std::size_t>(batch_) * dim_), y(batch_), pred(batch_), wcopy(w_);
     make_batch(batch_index, x, y);
@@ -114,7 +120,8 @@ inline std::unique_ptr<mpsim::nn::Model> make(std::string_view name, const mpsim
                                               std::uint64_t seed) {
   const int dim = c.size > 0 ? c.size : 8, batch = c.batch > 0 ? c.batch : 16;
   if (name == "tiny") return std::make_unique<LinearRegression>("tiny", dim, batch, seed);
-  if (name == "tiny_small_grads") return std::make_unique<LinearRegression>("tiny_small_grads", dim, batch, seed, std::ldexp(1.0, -20));
+  if (name == "tiny_small_grads")
+    return std::make_unique<LinearRegression>("tiny_small_grads", dim, batch, seed, std::ldexp(1.0, -20));
   if (name == "tiny_exact") return std::make_unique<LinearRegression>("tiny_exact", dim, batch, seed, 1.0, true);
   throw mpsim::Error("unknown model '" + std::string(name) + "'");
 }

@@ -6,14 +6,14 @@
 
 #include <fmt/core.h>
 
+#include <unistd.h>
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <map>
 #include <fstream>
+#include <map>
 #include <sstream>
-#include <unistd.h>
 
 #include "mpsim/error.hpp"
 #include "mpsim/format/round.hpp"
@@ -87,8 +87,9 @@ TEST_CASE("the same run twice, and with 1 and 2 threads, gives byte-identical st
 }
 
 TEST_CASE("resume: N steps, stop, resume to 2N equals 2N straight, bit for bit", "[trainer]") {
-  for (const char* scaler : {"dynamic,init_scale=1048576,growth_interval=3", "hysteresis:megatron,init_scale=1048576,growth_interval=3",
-                             "hysteresis:deepspeed,init_scale=1048576,growth_interval=3"}) {
+  for (const char* scaler :
+       {"dynamic,init_scale=1048576,growth_interval=3", "hysteresis:megatron,init_scale=1048576,growth_interval=3",
+        "hysteresis:deepspeed,init_scale=1048576,growth_interval=3"}) {
     for (const char* opt : {"sgd", "adamw"}) {
       INFO("scaler " << scaler << ", optimizer " << opt);
       auto straight = base("straight", "mixed-fp16", scaler, 24);
@@ -157,7 +158,8 @@ TEST_CASE("a too-large initial scale overflows fp16: dynamic skips and backs off
     expected_scale /= 2;
     ++skipped_prefix;
   }
-  INFO("skipped prefix " << skipped_prefix << ", skipped total " << s.skipped_steps << ", final scale " << s.final_scale);
+  INFO("skipped prefix " << skipped_prefix << ", skipped total " << s.skipped_steps << ", final scale "
+                         << s.final_scale);
   CHECK(skipped_prefix >= 10);
   CHECK(s.skipped_steps == skipped_prefix);
   CHECK_FALSE(s.diverged);
@@ -242,11 +244,12 @@ TEST_CASE("steps.csv's gradient mass lost matches the first step recomputed by h
   for (std::size_t i = 0; i < names.size(); ++i) v[names[i]] = cells[i].empty() ? NAN : std::stod(cells[i]);
   const double l1 = double(f_abs / abs), l2 = double(f_sq / sq), cos = double(dot / std::sqrt(sq * sq_q));
   const double down = double(f_down / f_abs), bias = double(f_signed / abs);
-  std::printf("tiny model, mixed-fp16, step 1: %zu activation gradients, %d flushed; |g| lost %.6g (csv %.6g), "
-              "g^2 lost %.6g (csv %.6g), cosine %.12f (csv %.12f), lost pushing down %.6g (csv %.6g), lost bias "
-              "%.6g (csv %.6g)\n",
-              before.size(), flushed, l1, v["lin/act_grad:l1_lost"], l2, v["lin/act_grad:l2sq_lost"], cos,
-              v["lin/act_grad:cosine"], down, v["lin/act_grad:push_down"], bias, v["lin/act_grad:lost_bias"]);
+  std::printf(
+      "tiny model, mixed-fp16, step 1: %zu activation gradients, %d flushed; |g| lost %.6g (csv %.6g), "
+      "g^2 lost %.6g (csv %.6g), cosine %.12f (csv %.12f), lost pushing down %.6g (csv %.6g), lost bias "
+      "%.6g (csv %.6g)\n",
+      before.size(), flushed, l1, v["lin/act_grad:l1_lost"], l2, v["lin/act_grad:l2sq_lost"], cos,
+      v["lin/act_grad:cosine"], down, v["lin/act_grad:push_down"], bias, v["lin/act_grad:lost_bias"]);
   CHECK(v["lin/act_grad:push_down"] == Approx(down).epsilon(1e-5));
   CHECK(v["lin/act_grad:lost_bias"] == Approx(bias).epsilon(1e-5));
   CHECK(v["step:push_down"] == v["lin/act_grad:push_down"]);
@@ -362,11 +365,13 @@ TEST_CASE("corrupt, truncated and mismatched checkpoints are refused, nothing ov
   // The container of earlier versions: magic, version 1, header length, header, no tensors, CRC-32.
   write(dir / "old.mpck", std::string("MPSIMCKP\x01\0\0\0\x02\0\0\0\0\0\0\0{}\0\0\0\0", 26));
   // What each must say besides the file's name.
-  const std::vector<std::pair<const char*, const char*>> cases = {
-      {"truncated.safetensors", "truncated checkpoint"}, {"cut_by_4.safetensors", "truncated checkpoint"},
-      {"flipped.safetensors", "CRC-32"},                 {"empty.safetensors", "truncated checkpoint"},
-      {"text.safetensors", "not an mpsim checkpoint"},   {"old.mpck", "MPSIMCKP"},
-      {"missing.safetensors", "cannot open"}};
+  const std::vector<std::pair<const char*, const char*>> cases = {{"truncated.safetensors", "truncated checkpoint"},
+                                                                  {"cut_by_4.safetensors", "truncated checkpoint"},
+                                                                  {"flipped.safetensors", "CRC-32"},
+                                                                  {"empty.safetensors", "truncated checkpoint"},
+                                                                  {"text.safetensors", "not an mpsim checkpoint"},
+                                                                  {"old.mpck", "MPSIMCKP"},
+                                                                  {"missing.safetensors", "cannot open"}};
   for (const auto& [name, why] : cases) {
     std::string message;
     try {
@@ -444,8 +449,7 @@ std::vector<std::string> csv_column(const fs::path& file, const std::string& nam
   for (std::size_t r = 1; r < rows.size(); ++r) {
     std::stringstream ss(rows[r]);
     std::string cell;
-    for (std::size_t c = 0; c <= col && std::getline(ss, cell, ','); ++c) {
-    }
+    for (std::size_t c = 0; c <= col && std::getline(ss, cell, ','); ++c) {}
     out.push_back(cell);
   }
   return out;
@@ -485,7 +489,8 @@ TEST_CASE("loss / accumulate: 2 and 4 micro-batches equal one big batch bit for 
       const auto init = fresh->params();
       for (std::size_t t = 0; t < init.size(); ++t)
         for (std::size_t i = 0; i < init[t].value.size(); ++i)
-          largest_update = std::max(largest_update, std::abs(static_cast<double>(cks[0].tensors[t].values[i]) - init[t].value[i]));
+          largest_update =
+              std::max(largest_update, std::abs(static_cast<double>(cks[0].tensors[t].values[i]) - init[t].value[i]));
     }
     std::size_t compared = 0, mismatches = 0;
     double worst = 0;
@@ -496,9 +501,10 @@ TEST_CASE("loss / accumulate: 2 and 4 micro-batches equal one big batch bit for 
           mismatches += std::memcmp(&x, &y, 4) != 0;
           worst = std::max(worst, std::abs(static_cast<double>(x) - y));
         }
-    std::printf("%s: batch 16 vs 2 x 8 vs 4 x 4 (loss / accumulate), one step: %zu weights compared, %zu differ "
-                "(largest difference %g, largest update %g); steps.csv rows %s | %s | %s\n",
-                policy, compared, mismatches, worst, largest_update, rows[0].c_str(), rows[1].c_str(), rows[2].c_str());
+    std::printf(
+        "%s: batch 16 vs 2 x 8 vs 4 x 4 (loss / accumulate), one step: %zu weights compared, %zu differ "
+        "(largest difference %g, largest update %g); steps.csv rows %s | %s | %s\n",
+        policy, compared, mismatches, worst, largest_update, rows[0].c_str(), rows[1].c_str(), rows[2].c_str());
     CHECK(compared == 18);
     if (exact) {
       CHECK(mismatches == 0);
@@ -527,11 +533,13 @@ TEST_CASE("the loss divisor: fp32 runs are bit-identical whatever k; fp16 loses 
   const auto norms = csv_column(plain.out / "steps.csv", "grad_norm");
   int clipped = 0;
   for (const auto& v : norms) clipped += std::stod(v) > 0.05;
-  std::printf("divisor 2^8 under fp32: steps.csv %zu bytes, identical: %s; grad_norm step 1 %s, %d of %zu steps clipped\n",
-              a.size(), a == b ? "yes" : "no", norms.at(0).c_str(), clipped, norms.size());
+  std::printf(
+      "divisor 2^8 under fp32: steps.csv %zu bytes, identical: %s; grad_norm step 1 %s, %d of %zu steps clipped\n",
+      a.size(), a == b ? "yes" : "no", norms.at(0).c_str(), clipped, norms.size());
   CHECK(a == b);
   CHECK(clipped > 0);
-  const auto ck_a = read_checkpoint(plain.out / "checkpoint.safetensors"), ck_b = read_checkpoint(divided.out / "checkpoint.safetensors");
+  const auto ck_a = read_checkpoint(plain.out / "checkpoint.safetensors"),
+             ck_b = read_checkpoint(divided.out / "checkpoint.safetensors");
   for (std::size_t t = 0; t < ck_a.tensors.size(); ++t) CHECK(ck_a.tensors[t].values == ck_b.tensors[t].values);
 
   // Under mixed-fp16 the divided run's activation gradients are 2^8 times smaller inside the network.
@@ -597,7 +605,8 @@ TEST_CASE("resume stays bit-exact with accumulation, the divisor, clipping and n
     CHECK(s_resumed.updates_swallowed == s_straight.updates_swallowed);
     CHECK(s_resumed.updates_nonzero == s_straight.updates_nonzero);
     CHECK(slurp(straight.out / "checkpoint.safetensors").size() == slurp(second.out / "checkpoint.safetensors").size());
-    const auto ck_a = read_checkpoint(straight.out / "checkpoint.safetensors"), ck_b = read_checkpoint(second.out / "checkpoint.safetensors");
+    const auto ck_a = read_checkpoint(straight.out / "checkpoint.safetensors"),
+               ck_b = read_checkpoint(second.out / "checkpoint.safetensors");
     for (std::size_t t = 0; t < ck_a.tensors.size(); ++t) CHECK(ck_a.tensors[t].values == ck_b.tensors[t].values);
   }
 }
@@ -629,8 +638,9 @@ TEST_CASE("--dump-grads: the unscaled gradients of each histogram step as safete
     for (std::size_t k = 0; k < params[i].grad.size(); ++k, ++compared)
       differ += std::memcmp(&ck.tensors[i].values[k], &params[i].grad[k], sizeof(float)) != 0;
   }
-  std::printf("dump-grads: %zu gradient values of step 1 (scale 1024, unscaled) vs the model's gradients at scale 1: "
-              "%zu differ\n",
-              compared, differ);
+  std::printf(
+      "dump-grads: %zu gradient values of step 1 (scale 1024, unscaled) vs the model's gradients at scale 1: "
+      "%zu differ\n",
+      compared, differ);
   CHECK(differ == 0);
 }

@@ -8,8 +8,8 @@
 #include <sys/resource.h>
 
 #include <chrono>
-#include <ctime>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -56,7 +56,8 @@ int main() {
     out.write(reinterpret_cast<const char*>(&hlen), 2);
     out.write(dict.data(), std::streamsize(dict.size()));
     for (std::size_t done = 0; done < n; done += block) {
-      for (std::size_t i = 0; i < block; ++i) v[i] = (i & 15) == 0 ? 0.0f : ((g() & 1) ? -1.0f : 1.0f) * std::exp2(e(g));
+      for (std::size_t i = 0; i < block; ++i)
+        v[i] = (i & 15) == 0 ? 0.0f : ((g() & 1) ? -1.0f : 1.0f) * std::exp2(e(g));
       out.write(reinterpret_cast<const char*>(v.data()), std::streamsize(block * 4));
     }
   }

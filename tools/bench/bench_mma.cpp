@@ -47,7 +47,11 @@ void model(benchmark::State& state, const std::string& name, const mpsim::Format
 
 // 1024^3, then 256 x 256 x 256 and 64 x 512 x 256 (the order of the simulator's layer GEMMs).
 void shapes(benchmark::internal::Benchmark* b) {
-  b->Args({1024, 1024, 1024})->Args({256, 256, 256})->Args({64, 512, 256})->Unit(benchmark::kMillisecond)->UseRealTime();
+  b->Args({1024, 1024, 1024})
+      ->Args({256, 256, 256})
+      ->Args({64, 512, 256})
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
 }
 
 }  // namespace

@@ -84,10 +84,17 @@ int main(int argc, char** argv) {
   auto number = [&](int i, int fallback) { return argc > i && std::atoi(argv[i]) > 0 ? std::atoi(argv[i]) : fallback; };
   const int steps = number(1, 3);
   const int rounds = number(2, 7);
-  std::vector<std::string> policies{"mixed-fp16",    "fp8-none",        "fp8-tensorwise-delayed",
-                                          "fp8-tensorwise-current", "fp8-rowwise", "fp8-rowwise-gw-hp",
-                                          "fp8-blockwise", "mxfp8",           "mxfp6_e2m3",
-                                          "mxfp4",         "nvfp4"};
+  std::vector<std::string> policies{"mixed-fp16",
+                                    "fp8-none",
+                                    "fp8-tensorwise-delayed",
+                                    "fp8-tensorwise-current",
+                                    "fp8-rowwise",
+                                    "fp8-rowwise-gw-hp",
+                                    "fp8-blockwise",
+                                    "mxfp8",
+                                    "mxfp6_e2m3",
+                                    "mxfp4",
+                                    "nvfp4"};
   auto list = [](const char* env, std::vector<std::string>& out) {
     const char* v = std::getenv(env);
     if (!v || !*v) return;

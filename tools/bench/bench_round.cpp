@@ -78,25 +78,34 @@ std::vector<Row>& rows() {
 
 // Registers a benchmark that runs `pass` once per iteration (1 iteration x 7 repetitions) and records
 // ns/element.
-void add(const std::string& format, const std::string& mode, int set, const std::string& kind, std::function<void()> pass) {
+void add(const std::string& format, const std::string& mode, int set, const std::string& kind,
+         std::function<void()> pass) {
   const std::size_t row = rows().size();
   rows().push_back({format, mode, set_name(set), kind, {}, pass});
   const std::string name = format + "/" + mode + "/" + set_name(set);
-  benchmark::RegisterBenchmark(name.c_str(), [row, pass](benchmark::State& st) {
-    for (auto _ : st) {
-      const auto t0 = std::chrono::steady_clock::now();
-      pass();
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      rows()[row].ns.push_back(s * 1e9 / static_cast<double>(kN));
-      benchmark::ClobberMemory();
-    }
-    st.counters["ns_per_elem"] = rows()[row].ns.back();
-  })->Iterations(1)->Repetitions(kRepetitions)->ReportAggregatesOnly(true)->UseRealTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark(name.c_str(),
+                               [row, pass](benchmark::State& st) {
+                                 for (auto _ : st) {
+                                   const auto t0 = std::chrono::steady_clock::now();
+                                   pass();
+                                   const double s =
+                                       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+                                   rows()[row].ns.push_back(s * 1e9 / static_cast<double>(kN));
+                                   benchmark::ClobberMemory();
+                                 }
+                                 st.counters["ns_per_elem"] = rows()[row].ns.back();
+                               })
+      ->Iterations(1)
+      ->Repetitions(kRepetitions)
+      ->ReportAggregatesOnly(true)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
 }
 
 __attribute__((target("avx2,f16c"))) void f16c_packed(const float* in, std::uint16_t* out, std::size_t n) {
   for (std::size_t i = 0; i < n; i += 8)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
 }
 
 __attribute__((target("avx2,f16c"))) void f16c_simulate(const float* in, float* out, std::size_t n) {
@@ -277,7 +286,8 @@ double paired_ratio(const Row& row, const Row& base) {
   return median(r);
 }
 
-const Row* find_row(const std::string& format, const std::string& mode, const std::string& set, const std::string& kind) {
+const Row* find_row(const std::string& format, const std::string& mode, const std::string& set,
+                    const std::string& kind) {
   for (const Row& r : rows())
     if (r.format == format && r.mode == mode && r.set == set && r.kind == kind && !r.ns.empty()) return &r;
   return nullptr;
@@ -293,9 +303,10 @@ void print_table() {
   std::printf("\nbulk rounding, 2^26 float32, median of %d, path %s%s\n", kRepetitions,
               std::string(to_string(best_path())).c_str(),
               cpu_has_bf16() ? "" : "; no AVX512-BF16 on this CPU: bf16 is compared with the F16C loop");
-  std::printf("(pair: the median ratio of %d alternated runs of the row and its baseline. pair other: Stats rows vs\n"
-              " the same call without Stats; 2thr rows: speedup over the same call on one thread)\n",
-              kRepetitions);
+  std::printf(
+      "(pair: the median ratio of %d alternated runs of the row and its baseline. pair other: Stats rows vs\n"
+      " the same call without Stats; 2thr rows: speedup over the same call on one thread)\n",
+      kRepetitions);
   // The table as CSV too, where MPSIM_BENCH_CSV names a file (./run bench: out/bench/bench_round.csv);
   // written under a temporary name and renamed at the end, so an interrupted run leaves no partial file.
   const char* csv_path = std::getenv("MPSIM_BENCH_CSV");
@@ -329,8 +340,8 @@ void print_table() {
     }
     // bf16 rows (one thread, not Stats-vs-plain) also against the bf16 hardware loop.
     std::string xbf = "", pairbf = "";
-    const bool bf16_row = r.format.rfind("bf16", 0) == 0 && r.format.find("2thr") == std::string::npos &&
-                          r.format != "bf16-hw-loop";
+    const bool bf16_row =
+        r.format.rfind("bf16", 0) == 0 && r.format.find("2thr") == std::string::npos && r.format != "bf16-hw-loop";
     if (bf16_row && bf16hw.count(r.set + r.kind)) {
       xbf = fmt_ratio(ns / bf16hw[r.set + r.kind]);
       if (const Row* b = find_row("bf16-hw-loop", "rne", r.set, r.kind)) pairbf = fmt_ratio(paired_ratio(r, *b));
@@ -346,7 +357,8 @@ void print_table() {
   }
   if (csv) {
     std::fclose(csv);
-    if (std::rename(csv_tmp.c_str(), csv_path) != 0) std::fprintf(stderr, "bench_round: cannot rename to %s\n", csv_path);
+    if (std::rename(csv_tmp.c_str(), csv_path) != 0)
+      std::fprintf(stderr, "bench_round: cannot rename to %s\n", csv_path);
     else std::printf("table written to %s\n", csv_path);
   }
 }

@@ -14,8 +14,8 @@
 namespace {
 
 void setup(CLI::App& app) {
-  auto* cmd = app.add_subcommand("accumulation-error",
-                                 "Error of a matrix unit's dot products against the exact ones by K, fast and promoted");
+  auto* cmd = app.add_subcommand(
+      "accumulation-error", "Error of a matrix unit's dot products against the exact ones by K, fast and promoted");
   struct Opts {
     std::string model, k = "32..65536", json, csv, data = "uniform";
     std::vector<std::string> tensors;
@@ -31,8 +31,10 @@ void setup(CLI::App& app) {
                   "The promoted variant's interval (0: fast only; default 128 for fp32-output units)");
   cmd->add_option("--data", o->data, "Operands: uniform ([0, 1)) or normal (N(0, 1)), rounded to the input format");
   cmd->add_option("--seed", o->seed, "Seed of the operands");
-  cmd->add_option("--tensors", o->tensors, "Real operands instead: A.npy (M x K) B.npy (K x N); trials take rows of A and "
-                  "columns of B")->expected(2);
+  cmd->add_option("--tensors", o->tensors,
+                  "Real operands instead: A.npy (M x K) B.npy (K x N); trials take rows of A and "
+                  "columns of B")
+      ->expected(2);
   cmd->add_option("--json", o->json, "Write the report as JSON (-: standard output)");
   cmd->add_option("--csv", o->csv, "Write the table as CSV (-: standard output)");
   cmd->callback([o, cmd] {
@@ -51,14 +53,14 @@ void setup(CLI::App& app) {
         const auto src = mpsim::cli::open_npy(o->tensors[static_cast<std::size_t>(m)]);
         const auto& t = src.tensors().front();
         if (t.shape.size() != 2)
-          throw mpsim::Error(fmt::format("{}: --tensors takes 2-d arrays, got shape {}", o->tensors[static_cast<std::size_t>(m)],
-                                         mpsim::io::shape_string(t.shape)));
+          throw mpsim::Error(fmt::format("{}: --tensors takes 2-d arrays, got shape {}",
+                                         o->tensors[static_cast<std::size_t>(m)], mpsim::io::shape_string(t.shape)));
         shape[m] = t.shape;
         *dst[m] = src.read_double(t);
       }
       if (shape[0][1] != shape[1][0])
-        throw mpsim::Error(fmt::format("{} and {}: shapes ({}, {}) and ({}, {}) do not multiply", o->tensors[0], o->tensors[1],
-                                       shape[0][0], shape[0][1], shape[1][0], shape[1][1]));
+        throw mpsim::Error(fmt::format("{} and {}: shapes ({}, {}) and ({}, {}) do not multiply", o->tensors[0],
+                                       o->tensors[1], shape[0][0], shape[0][1], shape[1][0], shape[1][1]));
       opt.rows = static_cast<std::size_t>(shape[0][0]);
       opt.cols = static_cast<std::size_t>(shape[0][1]);
       opt.b_cols = static_cast<std::size_t>(shape[1][1]);

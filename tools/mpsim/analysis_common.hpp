@@ -7,8 +7,8 @@
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <memory>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,11 +37,15 @@ struct CommonOptions {
 };
 
 inline void add_common(CLI::App* cmd, CommonOptions& o, bool with_inputs = true) {
-  if (with_inputs) cmd->add_option("inputs", o.inputs, "Files or directories of tensors (.npy, .npz, safetensors; raw with --dtype)")->required();
-  cmd->add_option("--format", o.format, "Target format (fp16, bf16, fp8_e4m3, ... or ml_dtypes names)")->capture_default_str();
+  if (with_inputs)
+    cmd->add_option("inputs", o.inputs, "Files or directories of tensors (.npy, .npz, safetensors; raw with --dtype)")
+        ->required();
+  cmd->add_option("--format", o.format, "Target format (fp16, bf16, fp8_e4m3, ... or ml_dtypes names)")
+      ->capture_default_str();
   cmd->add_option("--scale", o.scale, "Loss scale S applied before rounding (a power of two)")->capture_default_str();
   cmd->add_option("--json", o.json_path, "Write the report as JSON to this file (-: standard output)");
-  cmd->add_option("--csv", o.csv_path, "Write the report as tidy CSV (tensor,format,scale,stat,value; -: standard output)");
+  cmd->add_option("--csv", o.csv_path,
+                  "Write the report as tidy CSV (tensor,format,scale,stat,value; -: standard output)");
   cmd->add_option("--dtype", o.dtype, "Read integer arrays as the bits of this type (bf16, fp16, fp8_e4m3, fp8_e5m2)");
   cmd->add_option("--chunk", o.chunk, "Elements read per chunk")->group("");  // hidden: for the tests
 }
@@ -63,12 +67,12 @@ inline std::optional<BlockFormat> block_format_of(const std::string& name, const
   return parse_block_format(name, b.block, parse_block_scale_rule(b.scale_rule));
 }
 
-
 // log2 of a power-of-two scale; mpsim::Error naming --scale otherwise.
 inline int log2_scale(double scale) {
   int e = 0;
   if (!(scale > 0) || !std::isfinite(scale) || std::frexp(scale, &e) != 0.5)
-    throw Error(fmt::format("--scale {}: must be a positive power of two (loss scales are; the reports use it exactly)", scale));
+    throw Error(fmt::format("--scale {}: must be a positive power of two (loss scales are; the reports use it exactly)",
+                            scale));
   return e - 1;  // frexp's exponent is one more than the binade
 }
 
@@ -82,15 +86,16 @@ inline analysis::InputOptions input_options(const CommonOptions& o, io::Progress
   // "e4m3" used to mean OCP's e4m3fn here while --format read it as IEEE-style; one name table now gives
   // it the --format meaning everywhere.
   if (o.dtype == "e4m3")
-    fmt::print(stderr, "warning: --dtype e4m3 is the IEEE-style e4m3 (ml_dtypes' float8_e4m3, max 240), as under "
-                       "--format; for OCP's e4m3fn (max 448) say fp8_e4m3 or float8_e4m3fn\n");
+    fmt::print(stderr,
+               "warning: --dtype e4m3 is the IEEE-style e4m3 (ml_dtypes' float8_e4m3, max 240), as under "
+               "--format; for OCP's e4m3fn (max 448) say fp8_e4m3 or float8_e4m3fn\n");
   return io;
 }
 
 // The progress line of a command reading these files (drawn only on a terminal).
 // `passes`: how many times each tensor is read (2 where nvfp4's tensor scale or a per-tensor amax is needed first).
-inline std::unique_ptr<io::ProgressBar> input_progress(const std::string& command, const std::vector<std::string>& files,
-                                                      int passes = 1) {
+inline std::unique_ptr<io::ProgressBar> input_progress(const std::string& command,
+                                                       const std::vector<std::string>& files, int passes = 1) {
   return std::make_unique<io::ProgressBar>(command, analysis::total_bytes(files) * static_cast<std::uint64_t>(passes),
                                            io::ProgressBar::Unit::bytes);
 }
@@ -104,7 +109,8 @@ inline void check_failures(const std::vector<analysis::InputFailure>& failures, 
     for (std::size_t i = 1; i < failures.size(); ++i) msg += "; " + failures[i].message;
     throw Error(msg);
   }
-  for (const auto& f : failures) fmt::print(stderr, "mpsim: error: {} (skipped; the other inputs are reported)\n", f.message);
+  for (const auto& f : failures)
+    fmt::print(stderr, "mpsim: error: {} (skipped; the other inputs are reported)\n", f.message);
   exit_status() = 1;
 }
 

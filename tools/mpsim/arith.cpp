@@ -21,7 +21,6 @@
 #include "command.hpp"
 #include "format_options.hpp"
 #include "mpsim/error.hpp"
-#include "mpsim/parallel.hpp"
 #include "mpsim/format/arith.hpp"
 #include "mpsim/format/format.hpp"
 #include "mpsim/format/profile.hpp"
@@ -30,6 +29,7 @@
 #include "mpsim/io/npy_writer.hpp"
 #include "mpsim/io/progress.hpp"
 #include "mpsim/io/tensor_source.hpp"
+#include "mpsim/parallel.hpp"
 #include "npy_input.hpp"
 
 namespace {
@@ -45,7 +45,9 @@ struct Options {
   std::size_t chunk = std::size_t{1} << 16;  // elements per chunk: the inputs' and the output's pieces stay in cache
 };
 
-mpsim::Format arith_format(const Options& o) { return mpsim::cli::format_with_options(o.format, o.subnormals, o.overflow); }
+mpsim::Format arith_format(const Options& o) {
+  return mpsim::cli::format_with_options(o.format, o.subnormals, o.overflow);
+}
 
 // "(2, 5)" for flat index i of `shape` (C order), or "" for 1-d arrays.
 std::string multi_index(std::size_t i, const std::vector<std::int64_t>& shape) {
@@ -79,16 +81,17 @@ void check_dtype(const mpsim::io::TensorRef& t, const std::string& name, const m
       throw mpsim::Error(fmt::format("{}: {} encodings take {} byte(s) each, this array is {}", name, f.name,
                                      f.storage_bytes(), mpsim::io::to_string(t.dtype)));
   } else if (!(t.dtype == DType::f16 || t.dtype == DType::f32 || t.dtype == DType::f64)) {
-    throw mpsim::Error(fmt::format("{}: arith takes float16/float32/float64 values (or, with --bits, encodings); "
-                                   "this array is {}",
-                                   name, mpsim::io::to_string(t.dtype)));
+    throw mpsim::Error(
+        fmt::format("{}: arith takes float16/float32/float64 values (or, with --bits, encodings); "
+                    "this array is {}",
+                    name, mpsim::io::to_string(t.dtype)));
   }
 }
 
 // The encodings of one chunk of an input (elements offset .. offset + x.size(), read as double, which
 // holds every float and every uint32 exactly), checked.
-void encodings(std::span<const double> x, std::uint64_t offset, const mpsim::io::TensorRef& t,
-               const std::string& name, const mpsim::Format& f, bool bits, std::vector<std::uint64_t>& enc) {
+void encodings(std::span<const double> x, std::uint64_t offset, const mpsim::io::TensorRef& t, const std::string& name,
+               const mpsim::Format& f, bool bits, std::vector<std::uint64_t>& enc) {
   enc.resize(x.size());
   for (std::size_t i = 0; i < x.size(); ++i) {
     if (bits) {
@@ -99,9 +102,10 @@ void encodings(std::span<const double> x, std::uint64_t offset, const mpsim::io:
       enc[i] = v;
     } else {
       if (!mpsim::is_representable(x[i], f))
-        throw mpsim::Error(fmt::format("{}: element {}{} = {} is not exactly representable in {} (round it first "
-                                       "with `mpsim round --to {}`)",
-                                       name, offset + i, multi_index(offset + i, t.shape), x[i], f.name, f.name));
+        throw mpsim::Error(
+            fmt::format("{}: element {}{} = {} is not exactly representable in {} (round it first "
+                        "with `mpsim round --to {}`)",
+                        name, offset + i, multi_index(offset + i, t.shape), x[i], f.name, f.name));
       enc[i] = mpsim::round_bits(x[i], f);  // exact (NaN: quieted, payload kept)
     }
   }
@@ -148,7 +152,8 @@ class ResultWriter {
 
 // arith_array over the chunk, split between the hardware threads: element i's result depends only on
 // its operands and its index (the stochastic generator is keyed by it), so the bits do not depend on
-// the split (mpsim::parallel_for: a worker's error reaches the caller). The scalar exact arithmetic is compute-bound, so every core shortens it.
+// the split (mpsim::parallel_for: a worker's error reaches the caller). The scalar exact arithmetic is compute-bound,
+// so every core shortens it.
 void parallel_arith(mpsim::ArithOp op, const std::vector<std::vector<std::uint64_t>>& enc,
                     std::vector<std::uint64_t>& res, const mpsim::Format& f, const mpsim::Rounding& r,
                     std::uint64_t offset) {
@@ -174,10 +179,9 @@ void run(const Options& o) {
                                    mpsim::to_string(op), n_in, o.files.size()));
   if (o.chunk == 0) throw mpsim::Error("--chunk must be at least 1");
   mpsim::check_arith_format(arith_format(o));
-  const mpsim::DeviceRounding device =
-      mpsim::resolve_profile(mpsim::find_profile(o.like), arith_format(o),
-                             mpsim::cli::rounding_with_options(o.mode, o.sr_bits, o.seed, o.daz),
-                             mpsim::Operation::arithmetic);
+  const mpsim::DeviceRounding device = mpsim::resolve_profile(
+      mpsim::find_profile(o.like), arith_format(o), mpsim::cli::rounding_with_options(o.mode, o.sr_bits, o.seed, o.daz),
+      mpsim::Operation::arithmetic);
   const mpsim::Format& f = device.format;
   const mpsim::Rounding& r = device.rounding;
 
@@ -193,9 +197,10 @@ void run(const Options& o) {
                                      mpsim::io::shape_string(in[k]->shape)));
   for (int k = 0; k < n_in; ++k) check_dtype(*in[k], o.files[k], f, o.bits);
   if (!o.bits && !fits_in(f, in[0]->dtype))
-    throw mpsim::Error(fmt::format("{}: the output takes this input's dtype, {}, which cannot hold every {} value; "
-                                   "pass float32/float64 inputs, or use --bits",
-                                   o.files[0], mpsim::io::to_string(in[0]->dtype), f.name));
+    throw mpsim::Error(
+        fmt::format("{}: the output takes this input's dtype, {}, which cannot hold every {} value; "
+                    "pass float32/float64 inputs, or use --bits",
+                    o.files[0], mpsim::io::to_string(in[0]->dtype), f.name));
 
   const std::string& out_path = o.files.back();
   mpsim::io::NpyWriter out(out_path, in[0]->dtype, in[0]->shape);
@@ -231,8 +236,8 @@ void run(const Options& o) {
   progress.finish();
   out.commit();
   fmt::print("arith {}{} in {} ({}): {} elements -> {} ({}), {} NaN\n", mpsim::to_string(op),
-             saturate_unit ? "_sat" : "", f.name,
-             mpsim::ieee_name(r.mode), count, out_path, o.bits ? "encodings" : "values", nan_count);
+             saturate_unit ? "_sat" : "", f.name, mpsim::ieee_name(r.mode), count, out_path,
+             o.bits ? "encodings" : "values", nan_count);
 }
 
 void setup(CLI::App& app) {

@@ -30,8 +30,7 @@ inline Error option_error(const OptionError& e) {
   return Error(e.what());
 }
 
-inline Format format_with_options(const std::string& name, const std::string& subnormals,
-                                  const std::string& overflow) {
+inline Format format_with_options(const std::string& name, const std::string& subnormals, const std::string& overflow) {
   const Format base = parse_format(name);
   try {
     return mpsim::format_with_options(base, subnormals, overflow);

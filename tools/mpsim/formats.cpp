@@ -59,23 +59,24 @@ void setup(CLI::App& app) {
     nlohmann::json all = nlohmann::json::array();
     for (const auto& f : mpsim::named_formats()) all.push_back(format_json(f));
     if (!json_path->empty())
-      mpsim::cli::write_report(*json_path,
-                               nlohmann::json{{"schema", "mpsim-formats-1"}, {"mpsim_version", mpsim::kVersion}, {"formats", all}}
-                                       .dump(2) +
-                                   "\n");
+      mpsim::cli::write_report(
+          *json_path,
+          nlohmann::json{{"schema", "mpsim-formats-1"}, {"mpsim_version", mpsim::kVersion}, {"formats", all}}.dump(2) +
+              "\n");
     if (*print_json) {
       fmt::print("{}\n", all.dump(2));
       return;
     }
-    fmt::print("{:<19} {:>4} {:>4} {:>5} {:>5} {:>5} {:>4} {:>4} {:>5} {:>13} {:>13} {:>13} {:>9}  {}\n", "format", "exp",
-               "man", "bias", "emin", "emax", "inf", "nan", "sign", "max finite", "min normal", "min subnorm", "epsilon",
-               "aliases");
+    fmt::print("{:<19} {:>4} {:>4} {:>5} {:>5} {:>5} {:>4} {:>4} {:>5} {:>13} {:>13} {:>13} {:>9}  {}\n", "format",
+               "exp", "man", "bias", "emin", "emax", "inf", "nan", "sign", "max finite", "min normal", "min subnorm",
+               "epsilon", "aliases");
     for (const auto& f : mpsim::named_formats()) {
       std::string aliases;
       for (const auto& a : aliases_of(f.name)) aliases += (aliases.empty() ? "" : " ") + a.get<std::string>();
-      fmt::print("{:<19} {:>4} {:>4} {:>5} {:>5} {:>5} {:>4} {:>4} {:>5} {:>13.6g} {:>13.6g} {:>13.6g} {:>9.4g}  {}\n", f.name,
-                 f.exp_bits, f.man_bits, f.bias, f.emin, f.emax, f.has_inf ? "yes" : "no", f.has_nan() ? "yes" : "no",
-                 f.has_sign ? "yes" : "no", f.max_finite, f.min_normal, f.min_subnormal, f.epsilon, aliases);
+      fmt::print("{:<19} {:>4} {:>4} {:>5} {:>5} {:>5} {:>4} {:>4} {:>5} {:>13.6g} {:>13.6g} {:>13.6g} {:>9.4g}  {}\n",
+                 f.name, f.exp_bits, f.man_bits, f.bias, f.emin, f.emax, f.has_inf ? "yes" : "no",
+                 f.has_nan() ? "yes" : "no", f.has_sign ? "yes" : "no", f.max_finite, f.min_normal, f.min_subnormal,
+                 f.epsilon, aliases);
     }
   });
 }

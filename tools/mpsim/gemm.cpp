@@ -27,10 +27,11 @@ Matrix read_matrix(const std::string& path, const char* role) {
   const auto src = mpsim::cli::open_npy(path);
   const auto& t = src.tensors().front();
   if (t.shape.size() != 2)
-    throw mpsim::Error(fmt::format("{}: {} must be a 2-d array, got shape {}", path, role, mpsim::io::shape_string(t.shape)));
+    throw mpsim::Error(
+        fmt::format("{}: {} must be a 2-d array, got shape {}", path, role, mpsim::io::shape_string(t.shape)));
   if (!mpsim::io::is_float(t.dtype) && !mpsim::io::is_opaque(t.dtype))
-    throw mpsim::Error(fmt::format("{}: {} must hold floating-point values, got {}", path, role,
-                                   mpsim::io::to_string(t.dtype)));
+    throw mpsim::Error(
+        fmt::format("{}: {} must hold floating-point values, got {}", path, role, mpsim::io::to_string(t.dtype)));
   return {src.read_double(t), t.shape[0], t.shape[1]};
 }
 
@@ -62,19 +63,21 @@ void setup(CLI::App& app) {
     const bool has_c = o->files.size() == 4;
     Matrix A = read_matrix(o->files[0], "A"), B = read_matrix(o->files[1], "B");
     if (A.cols != B.rows)
-      throw mpsim::Error(fmt::format("{} and {}: shapes ({}, {}) and ({}, {}) do not multiply (A's columns must equal B's rows)",
-                                     o->files[0], o->files[1], A.rows, A.cols, B.rows, B.cols));
+      throw mpsim::Error(
+          fmt::format("{} and {}: shapes ({}, {}) and ({}, {}) do not multiply (A's columns must equal B's rows)",
+                      o->files[0], o->files[1], A.rows, A.cols, B.rows, B.cols));
     Matrix C;
     if (has_c) {
       C = read_matrix(o->files[2], "C");
       if (C.rows != A.rows || C.cols != B.cols)
-        throw mpsim::Error(fmt::format("{}: C has shape ({}, {}) but A B is ({}, {})", o->files[2], C.rows, C.cols, A.rows,
-                                       B.cols));
+        throw mpsim::Error(
+            fmt::format("{}: C has shape ({}, {}) but A B is ({}, {})", o->files[2], C.rows, C.cols, A.rows, B.cols));
     }
     const std::size_t ra = mpsim::mma::round_to_format(A.values, unit.input);
     const std::size_t rb = mpsim::mma::round_to_format(B.values, unit.input);
     const std::size_t rc = has_c ? mpsim::mma::round_to_format(C.values, unit.output) : 0;
-    const auto M = static_cast<std::size_t>(A.rows), N = static_cast<std::size_t>(B.cols), K = static_cast<std::size_t>(A.cols);
+    const auto M = static_cast<std::size_t>(A.rows), N = static_cast<std::size_t>(B.cols),
+               K = static_cast<std::size_t>(A.cols);
     std::vector<double> D(M * N);
     mpsim::mma::gemm(unit, M, N, K, A.values.data(), B.values.data(), has_c ? C.values.data() : nullptr, D.data(),
                      o->threads);

@@ -41,8 +41,11 @@ void run_block(const CommonOptions& o, const BlockFormat& bf, bool per_tensor) {
   analysis::TidyCsv csv;
   auto entry = [&](const std::string& label, const analysis::RangeCounter& c, const BlockStats& s) {
     const auto counts = c.at_scale(0);
-    nlohmann::json j = {{"tensor", label}, {"numel", counts.total}, {"zero_num", counts.zero_in},
-                        {"nan_num", counts.nan_in}, {"inf_num", counts.inf_in}};
+    nlohmann::json j = {{"tensor", label},
+                        {"numel", counts.total},
+                        {"zero_num", counts.zero_in},
+                        {"nan_num", counts.nan_in},
+                        {"inf_num", counts.inf_in}};
     j.update(analysis::amax_stats_json(c));
     j["block_telemetry"] = analysis::block_result(bf, s).json();
     csv.add_stats(label, bf.name, 1.0, j);
@@ -71,7 +74,8 @@ void run_block(const CommonOptions& o, const BlockFormat& bf, bool per_tensor) {
                 csv);
 
   if (per_tensor)
-    for (const auto& r : results) fmt::print("{}\n{}\n", r.info.label, analysis::bar_chart(r.values.histogram(), nullptr, 0));
+    for (const auto& r : results)
+      fmt::print("{}\n{}\n", r.info.label, analysis::bar_chart(r.values.histogram(), nullptr, 0));
   fmt::print("log2 histogram of {} tensor(s) after {} quantize-dequantize (blocks of {} along the last axis):\n{}\n",
              results.size(), bf.name, bf.block, analysis::bar_chart(total_values.histogram(), nullptr, 0));
   std::vector<std::vector<std::string>> rows;
@@ -132,8 +136,8 @@ void run(const Options& opts) {
   if (each)
     for (const auto& r : results)
       fmt::print("{}\n{}\n", r.info.label, analysis::bar_chart(r.counter.histogram(), &f, k));
-  fmt::print("log2 histogram of {} tensor(s); ranges of {} under scale {}:\n{}\n", results.size(), f.name,
-             num(o.scale), analysis::bar_chart(total.histogram(), &f, k));
+  fmt::print("log2 histogram of {} tensor(s); ranges of {} under scale {}:\n{}\n", results.size(), f.name, num(o.scale),
+             analysis::bar_chart(total.histogram(), &f, k));
   std::vector<std::size_t> order(results.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
   auto uf = [&](std::size_t i) { return tensors[i]["underflows%"].get<double>(); };

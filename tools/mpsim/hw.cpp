@@ -68,7 +68,8 @@ json device_json(const cu::DeviceInfo& d) {
 std::string device_slug(const std::string& name) {
   std::string s;
   for (char c : name) {
-    if (std::isalnum(static_cast<unsigned char>(c))) s += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (std::isalnum(static_cast<unsigned char>(c)))
+      s += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     else if (!s.empty() && s.back() != '-') s += '-';
   }
   while (!s.empty() && s.back() == '-') s.pop_back();
@@ -77,7 +78,7 @@ std::string device_slug(const std::string& name) {
 #endif
 
 [[maybe_unused]] void write_outputs(const json& doc, const std::string& json_path, const std::string& record_root,
-                   const std::string& file_name) {
+                                    const std::string& file_name) {
   const std::string text = doc.dump(1) + "\n";
   if (!json_path.empty()) mpsim::cli::write_report(json_path, text);
   if (!record_root.empty()) {
@@ -107,7 +108,8 @@ void info_cmd(const std::string& json_path) {
       fmt::print("driver (CUDA):       {}\n", version_string(d.driver_version));
       fmt::print("runtime (CUDA):      {}\n", version_string(d.runtime_version));
       fmt::print("multiprocessors:     {}\n", d.multiprocessors);
-      fmt::print("memory:              {:.1f} GiB, L2 {:.0f} MiB\n", d.global_memory / 1073741824.0, d.l2_bytes / 1048576.0);
+      fmt::print("memory:              {:.1f} GiB, L2 {:.0f} MiB\n", d.global_memory / 1073741824.0,
+                 d.l2_bytes / 1048576.0);
       doc = device_json(d);
       doc["present"] = true;
     }
@@ -128,21 +130,23 @@ json compare_json(const std::string& name, const std::string& intrinsic, const c
   json hw = json::array(), em = json::array();
   for (auto d : r.hw_digests) hw.push_back(mpsim::hw::digest_hex(d));
   for (auto d : r.emu_digests) em.push_back(mpsim::hw::digest_hex(d));
-  return {{"name", name},           {"intrinsic", intrinsic},          {"elements", r.elements},
-          {"mismatches", r.mismatches}, {"nan_mismatches", r.nan_mismatches}, {"first_mismatches", first},
-          {"gpu_ms", r.gpu_ms},     {"hw_digests", hw},                {"emu_digests", em}};
+  return {{"name", name},
+          {"intrinsic", intrinsic},
+          {"elements", r.elements},
+          {"mismatches", r.mismatches},
+          {"nan_mismatches", r.nan_mismatches},
+          {"first_mismatches", first},
+          {"gpu_ms", r.gpu_ms},
+          {"hw_digests", hw},
+          {"emu_digests", em}};
 }
 
 json base_doc(const std::string& kind, const mpsim::Profile& profile) {
   const cu::DeviceInfo d = cu::device_info();
   json dev = device_json(d);
   dev["slug"] = device_slug(d.name);
-  return {{"schema", "mpsim-hw-1"},
-          {"mpsim_version", mpsim::kVersion},
-          {"kind", kind},
-          {"device", dev},
-          {"profile", profile.name},
-          {"block_elements", mpsim::hw::kDigestBlock}};
+  return {{"schema", "mpsim-hw-1"}, {"mpsim_version", mpsim::kVersion}, {"kind", kind},
+          {"device", dev},          {"profile", profile.name},          {"block_elements", mpsim::hw::kDigestBlock}};
 }
 
 void print_compare_row(const std::string& name, const std::string& intrinsic, const cu::CompareResult& r, int digits) {
@@ -150,7 +154,8 @@ void print_compare_row(const std::string& name, const std::string& intrinsic, co
   if (!r.first_mismatch_index.empty())
     first = fmt::format("in {} hw {} emu {}", hex(r.first_mismatch_index[0], 8), hex(r.first_mismatch_hw[0], digits),
                         hex(r.first_mismatch_emu[0], digits));
-  fmt::print("{:<20} {:<44} {:>12} {:>10} {:>9.2f}  {}\n", name, intrinsic, r.mismatches, r.nan_mismatches, r.gpu_ms, first);
+  fmt::print("{:<20} {:<44} {:>12} {:>10} {:>9.2f}  {}\n", name, intrinsic, r.mismatches, r.nan_mismatches, r.gpu_ms,
+             first);
 }
 #endif
 
@@ -197,9 +202,10 @@ void arith_cmd(const std::vector<std::string>& runs, const std::string& like, co
   cu::require_device("mpsim hw arith");
   json doc = base_doc("arith", profile);
   doc["runs"] = json::array();
-  fmt::print("all 2^32 operand pairs per run (fma: 2^32 of the triples); emulation = correctly rounded RNE under "
-             "profile '{}', on the device\n",
-             profile.name);
+  fmt::print(
+      "all 2^32 operand pairs per run (fma: 2^32 of the triples); emulation = correctly rounded RNE under "
+      "profile '{}', on the device\n",
+      profile.name);
   fmt::print("{:<20} {:<44} {:>12} {:>10} {:>9}  {}\n", "run", "intrinsic", "mismatches", "NaN-only", "GPU ms",
              "first mismatch (a<<16|b)");
   const auto& all = mpsim::hw::arith_runs();
@@ -236,8 +242,9 @@ void unary_cmd(const std::string& json_path) {
   cu::require_device("mpsim hw unary");
   json doc = base_doc("unary", mpsim::profile_cuda_sm90());
   doc["runs"] = json::array();
-  fmt::print("all 2^16 inputs; error in ulps against the exact value (double libm, then compared to the correctly "
-             "rounded result)\n");
+  fmt::print(
+      "all 2^16 inputs; error in ulps against the exact value (double libm, then compared to the correctly "
+      "rounded result)\n");
   fmt::print("{:<12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8}\n", "function", "inputs", "correct", "<=0.5ulp",
              "<=1ulp", "<=2ulp", "max ulp", "NaN diff");
   std::vector<std::uint16_t> in(65536), out(65536);
@@ -271,13 +278,22 @@ void unary_cmd(const std::string& json_path) {
         if (e <= 0.5) ++le_half;
         if (e <= 1) ++le1;
         if (e <= 2) ++le2;
-        if (e > worst) { worst = e; worst_input = i; }
+        if (e > worst) {
+          worst = e;
+          worst_input = i;
+        }
       }
       fmt::print("{:<12} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10.3g} {:>8}\n", name, n, correct, le_half, le1, le2, worst,
                  nan_diff);
-      doc["runs"].push_back({{"name", name}, {"inputs", n}, {"correctly_rounded", correct}, {"le_half_ulp", le_half},
-                             {"le_1_ulp", le1}, {"le_2_ulp", le2}, {"max_ulp", worst},
-                             {"max_ulp_input", hex(worst_input, 4)}, {"nan_differences", nan_diff}});
+      doc["runs"].push_back({{"name", name},
+                             {"inputs", n},
+                             {"correctly_rounded", correct},
+                             {"le_half_ulp", le_half},
+                             {"le_1_ulp", le1},
+                             {"le_2_ulp", le2},
+                             {"max_ulp", worst},
+                             {"max_ulp_input", hex(worst_input, 4)},
+                             {"nan_differences", nan_diff}});
     }
   }
   write_outputs(doc, json_path, "", "unary.json");
@@ -337,11 +353,18 @@ void gemm_cmd(const std::vector<std::string>& shapes, std::uint64_t seed, const 
         worst = std::max(worst, e);
       }
       const double tflops = 2.0 * m * n * k / (ms * 1e-3) / 1e12;
-      fmt::print("{:<16} {:<20} {:>10} {:>9} {:>9} {:>9} {:>9.3g} {:>10.4f} {:>9.2f} {:>8.2f}\n", s, cu::gemm_name(kind),
-                 exact, le1, le4, le16, worst, ms, tflops, cublas_ms > 0 ? cublas_ms / ms : 0.0);
-      doc["results"].push_back({{"shape", s}, {"kernel", cu::gemm_name(kind)}, {"elements", c.size()},
-                                {"exact", exact}, {"le_1_ulp", le1}, {"le_4_ulp", le4}, {"le_16_ulp", le16},
-                                {"max_ulp", worst}, {"ms", ms}, {"tflops", tflops},
+      fmt::print("{:<16} {:<20} {:>10} {:>9} {:>9} {:>9} {:>9.3g} {:>10.4f} {:>9.2f} {:>8.2f}\n", s,
+                 cu::gemm_name(kind), exact, le1, le4, le16, worst, ms, tflops, cublas_ms > 0 ? cublas_ms / ms : 0.0);
+      doc["results"].push_back({{"shape", s},
+                                {"kernel", cu::gemm_name(kind)},
+                                {"elements", c.size()},
+                                {"exact", exact},
+                                {"le_1_ulp", le1},
+                                {"le_4_ulp", le4},
+                                {"le_16_ulp", le16},
+                                {"max_ulp", worst},
+                                {"ms", ms},
+                                {"tflops", tflops},
                                 {"fraction_of_cublas_32f", cublas_ms > 0 ? cublas_ms / ms : 0.0}});
     }
   }
@@ -381,9 +404,10 @@ void hist_cmd(std::uint64_t count, std::uint64_t seed, const std::string& json_p
   std::uint64_t differing = 0;
   for (int b = 0; b < 277; ++b) differing += bins[b] != h.bins[b];
   differing += (zero != h.zero) + (nan != h.nan) + (ninf != h.neg_inf) + (pinf != h.pos_inf);
-  fmt::print("{} random float bit patterns: GPU histogram vs CPU (frexp): {} of 281 counters differ; kernel {:.3f} ms "
-             "({:.1f} GB/s)\n",
-             count, differing, ms, 4.0 * count / (ms * 1e-3) / 1e9);
+  fmt::print(
+      "{} random float bit patterns: GPU histogram vs CPU (frexp): {} of 281 counters differ; kernel {:.3f} ms "
+      "({:.1f} GB/s)\n",
+      count, differing, ms, 4.0 * count / (ms * 1e-3) / 1e9);
   json doc = base_doc("hist", mpsim::profile_cuda_sm90());
   doc["count"] = count;
   doc["differing_counters"] = differing;
@@ -437,8 +461,9 @@ void bench_cmd(const std::string& json_path, const std::string& record) {
 }
 
 void setup(CLI::App& app) {
-  auto* hw = app.add_subcommand("hw", "CUDA kernels beside the emulation: device info, bit-exact comparisons, GEMM, "
-                                      "histogram, benchmarks (needs a CUDA build and device)");
+  auto* hw = app.add_subcommand("hw",
+                                "CUDA kernels beside the emulation: device info, bit-exact comparisons, GEMM, "
+                                "histogram, benchmarks (needs a CUDA build and device)");
   hw->require_subcommand(1);
   struct Opts {
     std::string json, record, like = "cuda-sm90";
@@ -467,7 +492,8 @@ void setup(CLI::App& app) {
           for (const auto& r : mpsim::hw::arith_runs()) fmt::print("{:<20} {}\n", r.name, r.intrinsic);
         return;
       }
-      for (const auto& r : o->runs) is_convert ? (void)mpsim::hw::find_convert_run(r) : (void)mpsim::hw::find_arith_run(r);
+      for (const auto& r : o->runs)
+        is_convert ? (void)mpsim::hw::find_convert_run(r) : (void)mpsim::hw::find_arith_run(r);
       is_convert ? convert_cmd(o->runs, o->like, o->json, o->record) : arith_cmd(o->runs, o->like, o->json, o->record);
     });
   };

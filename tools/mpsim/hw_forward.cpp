@@ -17,8 +17,9 @@
 namespace {
 
 void setup(CLI::App& app) {
-  auto* hw = app.add_subcommand("hw", "CUDA kernels beside the emulation: device info, bit-exact comparisons, GEMM, "
-                                      "histogram, benchmarks (needs a CUDA build and device; `mpsim hw --help`)");
+  auto* hw = app.add_subcommand("hw",
+                                "CUDA kernels beside the emulation: device info, bit-exact comparisons, GEMM, "
+                                "histogram, benchmarks (needs a CUDA build and device; `mpsim hw --help`)");
   hw->prefix_command();  // everything after `hw`, --help included, is mpsim-hw's to parse
   hw->set_help_flag();
   hw->callback([hw] {

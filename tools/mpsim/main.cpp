@@ -90,8 +90,9 @@ void restore_standard_output() {
 
 int main(int argc, char** argv) {
   using namespace mpsim::cli;
-  CLI::App app{"mpsim: numerical analysis of low-precision training (emulated fp16/bf16/tf32/fp8, "
-               "rounding, underflow reports, loss-scaling simulator)"};
+  CLI::App app{
+      "mpsim: numerical analysis of low-precision training (emulated fp16/bf16/tf32/fp8, "
+      "rounding, underflow reports, loss-scaling simulator)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", version_text(), "Print mpsim's version, git description and build options");
   const int to_stdout = reports_to_stdout(argc, argv);

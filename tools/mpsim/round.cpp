@@ -29,7 +29,6 @@
 
 #include "command.hpp"
 #include "format_options.hpp"
-#include "npy_input.hpp"
 #include "mpsim/analysis/block_scaling.hpp"
 #include "mpsim/error.hpp"
 #include "mpsim/format/block.hpp"
@@ -41,11 +40,12 @@
 #include "mpsim/format/stats_fields.hpp"
 #include "mpsim/io/atomic_file.hpp"
 #include "mpsim/io/npy.hpp"
-#include "mpsim/version.hpp"
 #include "mpsim/io/npy_writer.hpp"
 #include "mpsim/io/npz_writer.hpp"
 #include "mpsim/io/progress.hpp"
 #include "mpsim/io/tensor_source.hpp"
+#include "mpsim/version.hpp"
+#include "npy_input.hpp"
 
 namespace {
 
@@ -66,7 +66,9 @@ struct Options {
   std::size_t chunk = std::size_t{1} << 18;
 };
 
-mpsim::Format target_format(const Options& o) { return mpsim::cli::format_with_options(o.to, o.subnormals, o.overflow); }
+mpsim::Format target_format(const Options& o) {
+  return mpsim::cli::format_with_options(o.to, o.subnormals, o.overflow);
+}
 
 // True if every value of `f` (finite, inf, NaN) is a float16 value, so simulate-mode results of a
 // float16 input can be stored back as float16 without a second rounding.
@@ -94,13 +96,26 @@ std::string block_stats_json(const Options& o, const mpsim::BlockFormat& bf, con
                              const mpsim::BlockStats& st, float tensor_scale) {
   nlohmann::json scales = nlohmann::json::array();
   for (const auto& [k, c] : st.scale_log2) scales.push_back({k, c});
-  const nlohmann::json j = {{"schema", "mpsim-round-block-1"}, {"mpsim_version", mpsim::kVersion},
-                            {"input", o.in}, {"output", o.out}, {"format", bf.name}, {"block", bf.block},
-                            {"block_scale", o.block_scale}, {"mode", std::string(mpsim::ieee_name(r.mode))},
-                            {"seed", r.seed}, {"output_kind", o.bits ? "bits" : "values"},
-                            {"count", st.count}, {"nonzero", st.nonzero}, {"nan", st.nan_in}, {"inf_in", st.inf_in},
-                            {"flushed", st.flushed}, {"subnormal", st.subnormal}, {"saturated", st.saturated},
-                            {"blocks", st.blocks}, {"nan_blocks", st.nan_blocks}, {"scale_log2", scales},
+  const nlohmann::json j = {{"schema", "mpsim-round-block-1"},
+                            {"mpsim_version", mpsim::kVersion},
+                            {"input", o.in},
+                            {"output", o.out},
+                            {"format", bf.name},
+                            {"block", bf.block},
+                            {"block_scale", o.block_scale},
+                            {"mode", std::string(mpsim::ieee_name(r.mode))},
+                            {"seed", r.seed},
+                            {"output_kind", o.bits ? "bits" : "values"},
+                            {"count", st.count},
+                            {"nonzero", st.nonzero},
+                            {"nan", st.nan_in},
+                            {"inf_in", st.inf_in},
+                            {"flushed", st.flushed},
+                            {"subnormal", st.subnormal},
+                            {"saturated", st.saturated},
+                            {"blocks", st.blocks},
+                            {"nan_blocks", st.nan_blocks},
+                            {"scale_log2", scales},
                             {"tensor_scale", tensor_scale}};
   return j.dump(2) + "\n";
 }
@@ -109,10 +124,11 @@ std::string block_stats_json(const Options& o, const mpsim::BlockFormat& bf, con
 void block_summary(const Options& o, const mpsim::BlockFormat& bf, const mpsim::Rounding& r,
                    const mpsim::BlockStats& st, const std::string& stats_text) {
   if (o.stats_json == "-") mpsim::cli::write_report("-", stats_text);
-  fmt::print("{} -> {} ({}, blocks of {}, {}): count {}, nonzero {}, flushed in block {}, subnormal {}, saturated {}, "
-             "blocks {} ({} NaN)\n",
-             o.in, o.out, bf.name, bf.block, mpsim::ieee_name(r.mode), st.count, st.nonzero, st.flushed, st.subnormal,
-             st.saturated, st.blocks, st.nan_blocks);
+  fmt::print(
+      "{} -> {} ({}, blocks of {}, {}): count {}, nonzero {}, flushed in block {}, subnormal {}, saturated {}, "
+      "blocks {} ({} NaN)\n",
+      o.in, o.out, bf.name, bf.block, mpsim::ieee_name(r.mode), st.count, st.nonzero, st.flushed, st.subnormal,
+      st.saturated, st.blocks, st.nan_blocks);
 }
 
 // Block formats (mxfp8_e4m3, ..., nvfp4; lib/mpsim/format/block.hpp): blocks along the last axis. Values:
@@ -123,17 +139,18 @@ void block_summary(const Options& o, const mpsim::BlockFormat& bf, const mpsim::
 // whatever the file's size; nvfp4's per-tensor scale needs every value, so its input is read twice, the
 // amax first.
 void run_block(const Options& o) {
-  const mpsim::BlockFormat bf =
-      mpsim::parse_block_format(o.to, o.block, mpsim::parse_block_scale_rule(o.block_scale));
+  const mpsim::BlockFormat bf = mpsim::parse_block_format(o.to, o.block, mpsim::parse_block_scale_rule(o.block_scale));
   const mpsim::Rounding r = mpsim::cli::rounding_with_options(o.mode, o.sr_bits, o.seed, o.daz);
   if (o.subnormals != "keep" || o.overflow != "inf" || o.like != "ieee")
-    throw mpsim::Error(fmt::format("--subnormals, --overflow and --like do not apply to {}: its elements keep "
-                                   "subnormals and saturate (OCP MX v1.0)",
-                                   bf.name));
+    throw mpsim::Error(
+        fmt::format("--subnormals, --overflow and --like do not apply to {}: its elements keep "
+                    "subnormals and saturate (OCP MX v1.0)",
+                    bf.name));
   if (!o.flip.empty())
-    throw mpsim::Error(fmt::format("--flip does not apply to {}: soft errors are defined for the element formats "
-                                   "(a block format's element and scale codes would need a rule of their own)",
-                                   bf.name));
+    throw mpsim::Error(
+        fmt::format("--flip does not apply to {}: soft errors are defined for the element formats "
+                    "(a block format's element and scale codes would need a rule of their own)",
+                    bf.name));
   if (o.chunk == 0) throw mpsim::Error("--chunk must be at least 1");
   const auto src = mpsim::cli::open_npy(o.in);
   const mpsim::io::TensorRef& in = src.tensors().front();
@@ -150,7 +167,7 @@ void run_block(const Options& o) {
     if (scale_shape.empty()) scale_shape.push_back(1);
     scale_shape.back() = static_cast<std::int64_t>((row_len + bf.block - 1) / bf.block);
     std::vector<mpsim::io::NpzWriter::Member> members = {{"elements", DType::u8, in.shape},
-                                                        {"scales", DType::u8, scale_shape}};
+                                                         {"scales", DType::u8, scale_shape}};
     if (bf.two_level) members.push_back({"tensor_scale", DType::f32, {1}});
     bits.emplace(o.out, std::move(members));
   } else {
@@ -212,7 +229,12 @@ class ChunkRounder {
  public:
   ChunkRounder(const Options& o, const mpsim::DeviceRounding& device, const mpsim::SoftErrors& soft_errors,
                mpsim::io::NpyWriter& out, DType in_dtype)
-      : o_(o), device_(device), fmt_(device.format), r_(device.rounding), soft_errors_(soft_errors), out_(out),
+      : o_(o),
+        device_(device),
+        fmt_(device.format),
+        r_(device.rounding),
+        soft_errors_(soft_errors),
+        out_(out),
         in_dtype_(in_dtype) {
     // Only a profile whose rule changes results (NaN patterns, zero signs) needs the per-element pass.
     device_rule_ = !device.is_plain();
@@ -312,13 +334,14 @@ void run(const Options& o) {
                                    mpsim::io::to_string(in.dtype)));
   const bool wide = in.dtype == DType::f64;
   if (o.bits && fmt.storage_bits > 32)
-    throw mpsim::Error(fmt::format("--bits: {} needs {} bits; --bits writes formats of up to 32 bits", fmt.name,
-                                   fmt.storage_bits));
+    throw mpsim::Error(
+        fmt::format("--bits: {} needs {} bits; --bits writes formats of up to 32 bits", fmt.name, fmt.storage_bits));
   if (!o.bits && in.dtype == DType::f16 && !fits_in_fp16(fmt))
-    throw mpsim::Error(fmt::format("{}: the input is float16 but {} values do not all fit in float16, so the "
-                                   "rounded values cannot be stored in the input's dtype; convert the input to "
-                                   "float32, or use --bits",
-                                   o.in, fmt.name));
+    throw mpsim::Error(
+        fmt::format("{}: the input is float16 but {} values do not all fit in float16, so the "
+                    "rounded values cannot be stored in the input's dtype; convert the input to "
+                    "float32, or use --bits",
+                    o.in, fmt.name));
 
   // Open the outputs before the work, so a bad output path fails before anything is written.
   mpsim::io::NpyWriter out(o.out, output_dtype(o, fmt, in.dtype), in.shape);
@@ -349,23 +372,23 @@ void run(const Options& o) {
 
   if (!o.stats_json.empty()) {
     nlohmann::json j = {{"schema", "mpsim-round-1"},
-                              {"mpsim_version", mpsim::kVersion},
-                              {"input", o.in},
-                              {"output", o.out},
-                              {"format", fmt.name},
-                              {"subnormals", std::string(mpsim::to_string(fmt.subnormals))},
-                              {"overflow", std::string(mpsim::to_string(fmt.overflow))},
-                              {"mode", std::string(mpsim::ieee_name(r.mode))},
-                              {"sr_bits", r.sr_bits},
-                              {"seed", r.seed},
-                              {"daz", r.input_subnormals == mpsim::InputSubnormals::zero},
-                              {"like", like.name},
-                              {"flip", soft_errors.p},
-                              {"flip_seed", soft_errors.seed},
-                              {"flip_bits", std::string(mpsim::to_string(soft_errors.bits))},
-                              {"output_kind", o.bits ? "bits" : "values"},
-                              {"output_dtype", std::string(mpsim::io::to_string(out.dtype()))},
-                              {"flipped", flipped}};
+                        {"mpsim_version", mpsim::kVersion},
+                        {"input", o.in},
+                        {"output", o.out},
+                        {"format", fmt.name},
+                        {"subnormals", std::string(mpsim::to_string(fmt.subnormals))},
+                        {"overflow", std::string(mpsim::to_string(fmt.overflow))},
+                        {"mode", std::string(mpsim::ieee_name(r.mode))},
+                        {"sr_bits", r.sr_bits},
+                        {"seed", r.seed},
+                        {"daz", r.input_subnormals == mpsim::InputSubnormals::zero},
+                        {"like", like.name},
+                        {"flip", soft_errors.p},
+                        {"flip_seed", soft_errors.seed},
+                        {"flip_bits", std::string(mpsim::to_string(soft_errors.bits))},
+                        {"output_kind", o.bits ? "bits" : "values"},
+                        {"output_dtype", std::string(mpsim::io::to_string(out.dtype()))},
+                        {"flipped", flipped}};
     mpsim::for_each_stats_field(stats, [&](std::string_view name, auto value) { j[std::string(name)] = value; });
     stats_text = j.dump(2) + "\n";
     if (stats_file) stats_file->write(stats_text);
@@ -374,15 +397,17 @@ void run(const Options& o) {
   if (stats_file) stats_file->commit();
   if (o.stats_json == "-") mpsim::cli::write_report("-", stats_text);
   fmt::print("{} -> {} ({} {}): count {}, exact {}, rounded {}, underflow {}, subnormal {}, overflow {}, nan {}{}\n",
-             o.in, o.out, fmt.name, mpsim::ieee_name(r.mode), stats.count, stats.exact, stats.rounded,
-             stats.underflow, stats.subnormal, stats.overflow, stats.nan,
+             o.in, o.out, fmt.name, mpsim::ieee_name(r.mode), stats.count, stats.exact, stats.rounded, stats.underflow,
+             stats.subnormal, stats.overflow, stats.nan,
              o.flip.empty() ? std::string() : fmt::format(", flipped {}", flipped));
 }
 
 void setup(CLI::App& app) {
   auto o = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("round", "Round every element of a .npy array to a format");
-  cmd->add_option("--to", o->to, "Target format (fp16, bf16, tf32, fp8_e4m3, fp8_e5m2, eXmY, ml_dtypes names) or block format (mxfp8_e4m3, mxfp8_e5m2, mxfp6_e2m3, mxfp6_e3m2, mxfp4_e2m1, nvfp4)")
+  cmd->add_option("--to", o->to,
+                  "Target format (fp16, bf16, tf32, fp8_e4m3, fp8_e5m2, eXmY, ml_dtypes names) or block format "
+                  "(mxfp8_e4m3, mxfp8_e5m2, mxfp6_e2m3, mxfp6_e3m2, mxfp4_e2m1, nvfp4)")
       ->required();
   cmd->add_option("--mode", o->mode, "Rounding mode: rne rtz ru rd rna rto sr (default rne)");
   cmd->add_option("--sr-bits", o->sr_bits, "Stochastic rounding: random bits per decision, 1..32 (default 32)");
@@ -395,7 +420,8 @@ void setup(CLI::App& app) {
                   "subnormal floats as zero), cuda-sm90 (H100 as recorded: canonical NaNs; tf32 --mode rna cuts NaN "
                   "payloads, with --overflow saturate it is cvt.rna.satfinite); applies to values and --bits alike");
   cmd->add_option("--block", o->block, "Block formats: elements per block along the last axis (default 32; nvfp4 16)");
-  cmd->add_option("--block-scale", o->block_scale, "MX formats: block scale rule floor (OCP MX) or rceil (default floor)");
+  cmd->add_option("--block-scale", o->block_scale,
+                  "MX formats: block scale rule floor (OCP MX) or rceil (default floor)");
   cmd->add_option("--flip", o->flip,
                   "Soft errors: flip one bit of the fraction field of each result with this probability, 0..1 "
                   "(chop's / CPFloat's flip; docs/cli.md)");
@@ -404,7 +430,8 @@ void setup(CLI::App& app) {
                   "Soft errors: the bits that can flip, fraction (chop; CPFloat's CPFLOAT_SOFTERR_FRAC) or any "
                   "(CPFLOAT_SOFTERR_FP) (default fraction)");
   cmd->add_flag("--bits", o->bits, "Write the encodings (uint8/uint16/uint32) instead of the rounded values");
-  cmd->add_option("--stats-json", o->stats_json, "Also write what the rounding did as JSON to this file (-: standard output)");
+  cmd->add_option("--stats-json", o->stats_json,
+                  "Also write what the rounding did as JSON to this file (-: standard output)");
   // Elements per chunk of the stream; hidden: the tests use it to cross chunk boundaries on small inputs.
   cmd->add_option("--chunk", o->chunk, "Elements rounded per chunk")->group("");
   cmd->add_option("IN", o->in, "Input .npy (float16, float32 or float64)")->required();

@@ -114,11 +114,11 @@ void run(const Options& opts) {
   };
   for (const std::size_t i : order) add_rows(tensors[i]);
   add_rows(tj);
-  fmt::print("rounding into {} under scale {}:\n{}", f.name, num(o.scale),
-             analysis::text_table({"tensor", "rounding", "measured_num", "rel_err_mean", "rel_err_max", "rel_err_p99",
-                                   "ulp_err_mean", "ulp_err_max", "ulp_err_p99", "bias_rel", "bias_ulp",
-                                   "overflows_num"},
-                                  rows));
+  fmt::print(
+      "rounding into {} under scale {}:\n{}", f.name, num(o.scale),
+      analysis::text_table({"tensor", "rounding", "measured_num", "rel_err_mean", "rel_err_max", "rel_err_p99",
+                            "ulp_err_mean", "ulp_err_max", "ulp_err_p99", "bias_rel", "bias_ulp", "overflows_num"},
+                           rows));
 }
 
 // The command, under its name or (`old_name`) under the name it had before `mpsim round` stood beside it:
@@ -129,13 +129,16 @@ void setup_named(CLI::App& app, const std::string& name, bool old_name) {
   auto o = std::make_shared<Options>();
   add_common(cmd, o->common);
   add_block_options(cmd, o->blocks);
-  cmd->add_option("--modes", o->modes, "Comma-separated rounding modes (rne, rtz, ru, rd, rna, rto, sr)")->capture_default_str();
+  cmd->add_option("--modes", o->modes, "Comma-separated rounding modes (rne, rtz, ru, rd, rna, rto, sr)")
+      ->capture_default_str();
   cmd->add_option("--seed", o->seed, "Stochastic rounding seed")->capture_default_str();
   cmd->add_option("--sr-bits", o->sr_bits, "Stochastic rounding random bits (1..32)")->capture_default_str();
   cmd->callback([o, name, old_name] {
     if (old_name)
-      fmt::print(stderr, "mpsim: notice: '{}' is now called 'rounding-error' (beside 'round', which converts); the "
-                         "old name still works for now\n", name);
+      fmt::print(stderr,
+                 "mpsim: notice: '{}' is now called 'rounding-error' (beside 'round', which converts); the "
+                 "old name still works for now\n",
+                 name);
     run(*o);
   });
 }

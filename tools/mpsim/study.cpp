@@ -26,11 +26,13 @@ void add_study(CLI::App* cmd, const std::string& grid);
 void setup(CLI::App& app) {
   auto* study = app.add_subcommand("study", "Studies that run many trainings and summarise them");
   study->require_subcommand(1);
-  add_study(study->add_subcommand("loss-scaling", "fp32 vs mixed-fp16 (no scaling, static, dynamic, hysteresis), "
-                                                  "mixed-bf16, pure-fp16, over seeds"),
+  add_study(study->add_subcommand("loss-scaling",
+                                  "fp32 vs mixed-fp16 (no scaling, static, dynamic, hysteresis), "
+                                  "mixed-bf16, pure-fp16, over seeds"),
             "loss-scaling");
-  add_study(study->add_subcommand("recipes", "the fp8 / fp4 scaling recipes (docs/recipes.md) beside fp32, mixed-bf16 "
-                                             "and mixed-fp16 with and without loss scaling, over seeds"),
+  add_study(study->add_subcommand("recipes",
+                                  "the fp8 / fp4 scaling recipes (docs/recipes.md) beside fp32, mixed-bf16 "
+                                  "and mixed-fp16 with and without loss scaling, over seeds"),
             "recipes");
 }
 

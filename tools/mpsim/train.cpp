@@ -86,7 +86,8 @@ void setup(CLI::App& app) {
                 "an --out that holds a previous run: remove that run's files (run.json, steps.csv, "
                 "checkpoint.safetensors, hist/, grads/) instead of refusing");
   cmd->add_option("--resume", *resume, "continue from this checkpoint (same model, policy, scaler, optimiser)");
-  cmd->add_option("--checkpoint-every", c->checkpoint_every, "write checkpoint.safetensors every N steps (0: at the end)");
+  cmd->add_option("--checkpoint-every", c->checkpoint_every,
+                  "write checkpoint.safetensors every N steps (0: at the end)");
   cmd->add_option("--threads", c->threads, "threads (results do not depend on it)")->capture_default_str();
   cmd->add_option("--hist-steps", *hist, "steps that write gradient histograms, e.g. 1,100,500 (default: first, last)");
   cmd->add_flag("--dump-grads", c->dump_grads,
@@ -110,29 +111,31 @@ void setup(CLI::App& app) {
     if (!scaler_state->empty()) {
       if (cmd->count("--scaler") > 0)
         throw mpsim::Error("--scaler-state gives the scaler (dynamic, with the state's parameters): drop --scaler");
-      config.scaler = mpsim::train::ParsedScaler(mpsim::train::scaler_from_torch_state(read_json(*scaler_state), *scaler_state));
+      config.scaler =
+          mpsim::train::ParsedScaler(mpsim::train::scaler_from_torch_state(read_json(*scaler_state), *scaler_state));
     } else {
       config.scaler = *scaler;
     }
     config.out = *out;
     config.resume = *resume;
-    config.previous_run = *force ? mpsim::train::TrainConfig::PreviousRun::replace
-                                 : mpsim::train::TrainConfig::PreviousRun::refuse;
+    config.previous_run =
+        *force ? mpsim::train::TrainConfig::PreviousRun::replace : mpsim::train::TrainConfig::PreviousRun::refuse;
     if (!hist->empty()) config.hist_steps = parse_steps_list(*hist);
     // Drawn only on a terminal (io/progress.hpp); the step count is known once the run has started.
     std::optional<mpsim::io::ProgressBar> bar;
     const mpsim::train::Progress progress = [&bar, &config](int step, int total, double loss, double scale) {
-      if (!bar) bar.emplace("train " + config.model, static_cast<std::uint64_t>(total), mpsim::io::ProgressBar::Unit::steps);
+      if (!bar)
+        bar.emplace("train " + config.model, static_cast<std::uint64_t>(total), mpsim::io::ProgressBar::Unit::steps);
       bar->set_note(fmt::format("loss {:.4g} scale {:g}", loss, scale));
       bar->advance(static_cast<std::uint64_t>(step) - std::min<std::uint64_t>(bar->done(), step));
     };
     const auto s = mpsim::train::run_training(config, mpsim::nn::make_model, progress);
     if (bar) bar->finish();
-    fmt::print("{} {} {}: {} steps, final loss {:.6g}, {} {:.6g}, skipped {}, activation gradients lost "
-               "{:.3g}%{}\n",
-               config.model, config.policy.spec, config.scaler.spec, s.steps_done, s.final_loss,
-               s.final_metric.name, s.final_metric.value, s.skipped_steps, 100 * s.act_grad_lost_fraction(),
-               s.diverged ? ", DIVERGED" : "");
+    fmt::print(
+        "{} {} {}: {} steps, final loss {:.6g}, {} {:.6g}, skipped {}, activation gradients lost "
+        "{:.3g}%{}\n",
+        config.model, config.policy.spec, config.scaler.spec, s.steps_done, s.final_loss, s.final_metric.name,
+        s.final_metric.value, s.skipped_steps, 100 * s.act_grad_lost_fraction(), s.diverged ? ", DIVERGED" : "");
     fmt::print("wrote {}/run.json, steps.csv, hist/, {}checkpoint.safetensors\n", config.out.string(),
                config.dump_grads ? "grads/, " : "");
   });

@@ -8,9 +8,9 @@
 #include <optional>
 
 #include "analysis_common.hpp"
+#include "mpsim/analysis/block_scaling.hpp"
 #include "mpsim/analysis/mass_lost.hpp"
 #include "mpsim/analysis/moments.hpp"
-#include "mpsim/analysis/block_scaling.hpp"
 #include "mpsim/analysis/range_counter.hpp"
 #include "mpsim/analysis/tensor_passes.hpp"
 #include "mpsim/analysis/underflow.hpp"
@@ -44,7 +44,8 @@ void run_block_comparison(const CommonOptions& o, const std::string& mode, const
   const Rounding r = Rounding::of(parse_rounding_mode(mode));
   std::vector<analysis::ScalingTarget> targets;
   for (const auto& n : names) {
-    if (is_block_format_name(n)) targets.push_back({parse_block_format(n, block, parse_block_scale_rule(block_scale)), fp32()});
+    if (is_block_format_name(n))
+      targets.push_back({parse_block_format(n, block, parse_block_scale_rule(block_scale)), fp32()});
     else targets.push_back({std::nullopt, parse_format(n)});
   }
   const auto files = analysis::expand_inputs(o.inputs);
@@ -62,11 +63,12 @@ void run_block_comparison(const CommonOptions& o, const std::string& mode, const
     for (const auto& res : per) {
       nlohmann::json j = res.json();
       csv.add_stats(label, res.format, res.scaling == "block" ? 1.0 : res.scale, j);
-      rows.push_back({label, res.format, res.scaling == "block" ? "block" : fmt::format("{} {}", res.scaling, num(res.scale)),
+      rows.push_back({label, res.format,
+                      res.scaling == "block" ? "block" : fmt::format("{} {}", res.scaling, num(res.scale)),
                       num(j["nonzero_finite_num"]), num(j["flushed%"]), num(j["subnormal%"]), num(j["saturated%"]),
-                      res.scale_log2.empty() ? "-"
-                                             : fmt::format("2^{}..2^{}", res.scale_log2.begin()->first,
-                                                           res.scale_log2.rbegin()->first)});
+                      res.scale_log2.empty()
+                          ? "-"
+                          : fmt::format("2^{}..2^{}", res.scale_log2.begin()->first, res.scale_log2.rbegin()->first)});
       formats.push_back(std::move(j));
     }
     if (out) *out = {{"tensor", label}, {"formats", formats}};
@@ -96,10 +98,11 @@ void run_block_comparison(const CommonOptions& o, const std::string& mode, const
                  .total = tj,
                  .failed = failures},
                 csv);
-  fmt::print("share of the non-zero values lost (flushed to 0), subnormal and saturated/overflowed, per format; "
-             "block formats inside their blocks, formats of <= 8 bits at one per-tensor amax scale, others at "
-             "--scale {} ({})\n",
-             num(o.scale), ieee_name(r.mode));
+  fmt::print(
+      "share of the non-zero values lost (flushed to 0), subnormal and saturated/overflowed, per format; "
+      "block formats inside their blocks, formats of <= 8 bits at one per-tensor amax scale, others at "
+      "--scale {} ({})\n",
+      num(o.scale), ieee_name(r.mode));
   fmt::print("{}", analysis::text_table({"tensor", "format", "scaling", "nonzero", "flushed%", "subnormal%",
                                          "saturated%", "block scales"},
                                         rows));
@@ -116,7 +119,8 @@ void run(const Options& opts) {
   const Format f = parse_format(o.format);
   analysis::UnderflowOptions uo;
   uo.log2_scale = log2_scale(o.scale);
-  if (!(opts.margin >= 1) || !std::isfinite(opts.margin)) throw Error(fmt::format("--margin {}: must be at least 1", opts.margin));
+  if (!(opts.margin >= 1) || !std::isfinite(opts.margin))
+    throw Error(fmt::format("--margin {}: must be at least 1", opts.margin));
   uo.margin = opts.margin;
   const Rounding r = Rounding::of(parse_rounding_mode(opts.mode));
   const auto files = analysis::expand_inputs(o.inputs);
@@ -189,8 +193,12 @@ void run(const Options& opts) {
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return key(a) > key(b); });
   std::vector<std::vector<std::string>> rows;
   auto row = [&](const nlohmann::json& t) {
-    std::vector<std::string> r = {t["tensor"].get<std::string>(), num(t["numel"]),         num(t["underflows%"]),
-                                  num(t["subnormals%"]),          num(t["overflows%"]),    num(t["cur_amax"]),
+    std::vector<std::string> r = {t["tensor"].get<std::string>(),
+                                  num(t["numel"]),
+                                  num(t["underflows%"]),
+                                  num(t["subnormals%"]),
+                                  num(t["overflows%"]),
+                                  num(t["cur_amax"]),
                                   num(t["dynamic_range"]),
                                   num(100.0 * t["l1_lost"].get<double>()),
                                   num(100.0 * t["l2sq_lost"].get<double>()),
@@ -203,7 +211,8 @@ void run(const Options& opts) {
     }
     if (opts.sweep) {
       const auto& s = t["sweep"];
-      r.push_back(s["largest_safe_log2_scale"].is_null() ? "-" : fmt::format("2^{}", s["largest_safe_log2_scale"].get<int>()));
+      r.push_back(
+          s["largest_safe_log2_scale"].is_null() ? "-" : fmt::format("2^{}", s["largest_safe_log2_scale"].get<int>()));
       r.push_back(s["best_window"].is_null() ? "-"
                                              : fmt::format("2^{}..2^{}", s["best_window"]["lo_log2_scale"].get<int>(),
                                                            s["best_window"]["hi_log2_scale"].get<int>()));
@@ -212,22 +221,23 @@ void run(const Options& opts) {
   };
   for (const std::size_t i : order) row(tensors[i]);
   row(tj);
-  std::vector<std::string> header = {"tensor",   "numel",         "underflows%", "subnormals%", "overflows%",
-                                     "cur_amax", "dynamic_range", "|g| lost%",   "g^2 lost%",   "cosine",
-                                     "recommended", "rescued%"};
+  std::vector<std::string> header = {"tensor",     "numel",    "underflows%",   "subnormals%",
+                                     "overflows%", "cur_amax", "dynamic_range", "|g| lost%",
+                                     "g^2 lost%",  "cosine",   "recommended",   "rescued%"};
   if (opts.sweep) header.insert(header.end(), {"largest_safe", "best_window"});
-  fmt::print("{} under scale {} ({}); |g| lost% and g^2 lost%: the shares of sum |g| and sum g^2 flushed to zero; "
-             "cosine between the tensor and its rounding; recommended scale keeps cur_amax*S*{} <= {}\n",
-             f.name, num(o.scale), ieee_name(r.mode), num(uo.margin), num(f.max_finite));
+  fmt::print(
+      "{} under scale {} ({}); |g| lost% and g^2 lost%: the shares of sum |g| and sum g^2 flushed to zero; "
+      "cosine between the tensor and its rounding; recommended scale keeps cur_amax*S*{} <= {}\n",
+      f.name, num(o.scale), ieee_name(r.mode), num(uo.margin), num(f.max_finite));
   fmt::print("{}", analysis::text_table(header, rows));
   if (opts.sweep) {
     std::vector<std::vector<std::string>> srows;
     for (const auto& s : tj["sweep"]["rows"])
       srows.push_back({fmt::format("2^{}", s["log2_scale"].get<int>()), num(s["underflows%"]), num(s["subnormals%"]),
                        num(s["overflows%"]), num(s["underflows_num"]), num(s["overflows_num"])});
-    fmt::print("\nscale sweep, all tensors:\n{}", analysis::text_table({"scale", "underflows%", "subnormals%", "overflows%",
-                                                                        "underflows_num", "overflows_num"},
-                                                                       srows));
+    fmt::print("\nscale sweep, all tensors:\n{}",
+               analysis::text_table(
+                   {"scale", "underflows%", "subnormals%", "overflows%", "underflows_num", "overflows_num"}, srows));
   }
 }
 
@@ -239,7 +249,8 @@ void setup(CLI::App& app) {
   cmd->add_flag("--sweep", o->sweep, "Also report every power-of-two scale 2^-8..2^32");
   cmd->add_option("--margin", o->margin, "Headroom of the recommended scale: cur_amax*S*margin <= max finite")
       ->capture_default_str();
-  cmd->add_option("--mode", o->mode, "Rounding mode (deterministic: rne, rtz, ru, rd, rna, rto)")->capture_default_str();
+  cmd->add_option("--mode", o->mode, "Rounding mode (deterministic: rne, rtz, ru, rd, rna, rto)")
+      ->capture_default_str();
   cmd->callback([o] { run(*o); });
 }
 

@@ -36,8 +36,7 @@ void run(const Options& opts) {
     pairs = analysis::pairs_in_order(o.inputs[0], o.inputs[1], io);
   else if (o.inputs.size() == 1 && !opts.weights.empty() && !opts.updates.empty())
     pairs.push_back(analysis::pair_by_name(o.inputs[0], opts.weights, opts.updates, io));
-  else
-    throw Error("updates: give two files (weights, updates) or one file with --weights NAME --updates NAME");
+  else throw Error("updates: give two files (weights, updates) or one file with --weights NAME --updates NAME");
 
   nlohmann::json rows_json = nlohmann::json::array();
   analysis::TidyCsv csv;
@@ -79,10 +78,10 @@ void run(const Options& opts) {
   }
   rows.push_back({"total", "", num(tj["measured_num"]), num(tj["swallowed%"]), num(tj["swallowed_num"]),
                   num(tj["u_zero_num"]), num(tj["w_zero_num"])});
-  fmt::print("updates applied to weights held in {} ({}):\n{}", f.name, ieee_name(r.mode),
-             analysis::text_table({"weights", "updates", "measured_num", "swallowed%", "swallowed_num", "u_zero_num",
-                                   "w_zero_num"},
-                                  rows));
+  fmt::print(
+      "updates applied to weights held in {} ({}):\n{}", f.name, ieee_name(r.mode),
+      analysis::text_table(
+          {"weights", "updates", "measured_num", "swallowed%", "swallowed_num", "u_zero_num", "w_zero_num"}, rows));
   // The ratio distribution: '#' all elements, with the swallowed ones counted beside; F's threshold 2^p marked.
   const auto& h = total.ratio();
   std::uint64_t top = 0;
@@ -91,8 +90,9 @@ void run(const Options& opts) {
              total.threshold_log2(), f.name);
   for (int n = h.highest_nonempty(); n >= h.lowest_nonempty(); --n) {
     const int len = top ? static_cast<int>(std::ceil(double(h.count(n)) * 40 / double(top))) : 0;
-    fmt::print("{:>6} |{:<40}| {:>12} swallowed {:>12}{}\n", fmt::format("2^{}", n), std::string(static_cast<std::size_t>(len), '#'),
-               h.count(n), total.ratio_swallowed().count(n), n == total.threshold_log2() ? "  <- 2^p" : "");
+    fmt::print("{:>6} |{:<40}| {:>12} swallowed {:>12}{}\n", fmt::format("2^{}", n),
+               std::string(static_cast<std::size_t>(len), '#'), h.count(n), total.ratio_swallowed().count(n),
+               n == total.threshold_log2() ? "  <- 2^p" : "");
   }
 }
 

@@ -94,8 +94,7 @@ void setup(CLI::App& app) {
                   "Compare with recorded hardware results: a data/hardware/<device> directory (convert.json, "
                   "arith.json); --only then names one run");
   cmd->add_option("--blocks", args->blocks, "With --against: 'all' (default) or block numbers, e.g. 0,127,255");
-  cmd->add_flag("--inject-failure", args->inject_failure, "Add a check that fails (tests the failure path)")
-      ->group("");
+  cmd->add_flag("--inject-failure", args->inject_failure, "Add a check that fails (tests the failure path)")->group("");
   cmd->callback([args] {
     if (!args->against.empty()) return mpsim::cli::verify_against(*args);
     if (args->blocks != "all") throw mpsim::Error("--blocks applies only with --against");

@@ -55,13 +55,20 @@ void verify_against(const VerifyArgs& a) {
   for (const auto& r : runs) {
     compared += r.blocks_compared;
     equal += r.blocks_equal;
-    rows.push_back({{"file", r.file}, {"run", r.name}, {"intrinsic", r.intrinsic}, {"blocks", r.blocks_total},
-                    {"compared", r.blocks_compared}, {"equal", r.blocks_equal}, {"differing", r.differing},
+    rows.push_back({{"file", r.file},
+                    {"run", r.name},
+                    {"intrinsic", r.intrinsic},
+                    {"blocks", r.blocks_total},
+                    {"compared", r.blocks_compared},
+                    {"equal", r.blocks_equal},
+                    {"differing", r.differing},
                     {"seconds", r.seconds}});
   }
   if (!a.json_path.empty())
-    write_report(a.json_path, nlohmann::json{{"against", a.against}, {"runs", rows}, {"compared", compared},
-                                             {"equal", equal}}.dump(2) + "\n");
+    write_report(
+        a.json_path,
+        nlohmann::json{{"against", a.against}, {"runs", rows}, {"compared", compared}, {"equal", equal}}.dump(2) +
+            "\n");
   fmt::print("{}", mpsim::hw::format_comparison(runs));
   fmt::print("verify --against {}: {} runs, {} blocks compared, {} equal to the hardware: {}\n", a.against, runs.size(),
              compared, equal, compared == equal ? "passed" : "FAILED");

@@ -22,7 +22,9 @@ namespace {
 using mpsim::Rational;
 using mpsim::RoundingMode;
 
-bool finite_bits(std::uint64_t b, const mpsim::Format& f) { return !mpsim::is_nan_bits(b, f) && !mpsim::is_inf_bits(b, f); }
+bool finite_bits(std::uint64_t b, const mpsim::Format& f) {
+  return !mpsim::is_nan_bits(b, f) && !mpsim::is_inf_bits(b, f);
+}
 
 // sqrt(a) for a finite a > 0: exact when a is a square of a dyadic, else the floor at 2^-200 relative
 // plus half a unit (see above).
@@ -53,7 +55,7 @@ struct Case {
 
 // The reference encoding for a case with finite operands (returns false when the case is skipped).
 std::optional<std::uint64_t> reference_result(const Case& cs, const mpsim::Format& f, const mpsim::Rounding& r,
-                                             std::uint64_t index) {
+                                              std::uint64_t index) {
   const auto A = mpsim::reference_decode(cs.a, f), B = mpsim::reference_decode(cs.b, f),
              C = mpsim::reference_decode(cs.c, f);
   const bool down = r.mode == RoundingMode::down;
@@ -69,15 +71,15 @@ std::optional<std::uint64_t> reference_result(const Case& cs, const mpsim::Forma
       const Rational x = cs.op == mpsim::ArithOp::sub ? Rational(A.value - B.value) : Rational(A.value + B.value);
       return mpsim::reference_round(x, zero_sum_negative(A.negative, bneg, A.value == 0, B.value == 0), f, r, index);
     }
-    case mpsim::ArithOp::mul:
-      return mpsim::reference_round(A.value * B.value, A.negative != B.negative, f, r, index);
+    case mpsim::ArithOp::mul: return mpsim::reference_round(A.value * B.value, A.negative != B.negative, f, r, index);
     case mpsim::ArithOp::div:
       if (B.value == 0) return std::nullopt;
       return mpsim::reference_round(A.value / B.value, A.negative != B.negative, f, r, index);
     case mpsim::ArithOp::fma: {
       const Rational p = A.value * B.value;
       const bool pneg = A.negative != B.negative;
-      return mpsim::reference_round(p + C.value, zero_sum_negative(pneg, C.negative, p == 0, C.value == 0), f, r, index);
+      return mpsim::reference_round(p + C.value, zero_sum_negative(pneg, C.negative, p == 0, C.value == 0), f, r,
+                                    index);
     }
     case mpsim::ArithOp::sqrt:
       if (A.value < 0) return std::nullopt;

@@ -31,12 +31,18 @@ void ScalingResult::merge(const ScalingResult& o) {
 }
 
 nlohmann::json ScalingResult::json() const {
-  nlohmann::json j = {{"format", format},           {"scaling", scaling},
-                      {"numel", count},             {"nonzero_finite_num", nonzero},
-                      {"flushed_num", flushed},     {"flushed%", pct(flushed, nonzero)},
-                      {"subnormal_num", subnormal}, {"subnormal%", pct(subnormal, nonzero)},
-                      {"saturated_num", saturated}, {"saturated%", pct(saturated, nonzero)},
-                      {"nan_num", nan_in},          {"inf_num", inf_in}};
+  nlohmann::json j = {{"format", format},
+                      {"scaling", scaling},
+                      {"numel", count},
+                      {"nonzero_finite_num", nonzero},
+                      {"flushed_num", flushed},
+                      {"flushed%", pct(flushed, nonzero)},
+                      {"subnormal_num", subnormal},
+                      {"subnormal%", pct(subnormal, nonzero)},
+                      {"saturated_num", saturated},
+                      {"saturated%", pct(saturated, nonzero)},
+                      {"nan_num", nan_in},
+                      {"inf_num", inf_in}};
   if (scaling == "block") {
     nlohmann::json dist = nlohmann::json::array();
     for (const auto& [k, c] : scale_log2) dist.push_back({k, c});
@@ -147,18 +153,20 @@ std::vector<ScalingResult> scaling_telemetry(const TensorRead& read, std::size_t
     out[i].format = t.element.name;
     out[i].scaling = per_tensor(t.element) ? "per_tensor" : "loss_scale";
     // Transformer Engine's current scaling: scale = fp8_max / amax (margin 0), 1 for an all-zero tensor.
-    out[i].scale = per_tensor(t.element) ? (range.finite_amax > 0
-                                                ? static_cast<float>(t.element.max_finite) / range.finite_amax
-                                                : 1.0f)
-                                         : static_cast<float>(loss_scale);
+    out[i].scale = per_tensor(t.element)
+                       ? (range.finite_amax > 0 ? static_cast<float>(t.element.max_finite) / range.finite_amax : 1.0f)
+                       : static_cast<float>(loss_scale);
   }
-  BlockRowStream rows(row_len, [&](std::span<const float> x, std::uint64_t index0) {
-    BulkOptions opt;
-    opt.index0 = index0;
-    for (std::size_t i = 0; i < targets.size(); ++i)
-      if (const auto& b = targets[i].block)
-        quantize_blocks(x, row_len, *b, r, &block_stats[i], opt, range.amax.tensor_scale(*b));
-  }, batch);
+  BlockRowStream rows(
+      row_len,
+      [&](std::span<const float> x, std::uint64_t index0) {
+        BulkOptions opt;
+        opt.index0 = index0;
+        for (std::size_t i = 0; i < targets.size(); ++i)
+          if (const auto& b = targets[i].block)
+            quantize_blocks(x, row_len, *b, r, &block_stats[i], opt, range.amax.tensor_scale(*b));
+      },
+      batch);
   std::vector<float> scaled, sink;
   read([&](std::span<const float> f, std::span<const double> d, std::uint64_t offset) {
     const std::span<const float> x = as_float(f, d, buf);
@@ -209,7 +217,8 @@ float for_each_block_rows(const TensorRead& read, std::size_t row_len, const Blo
   if (f.two_level)
     read([&](std::span<const float> x, std::span<const double> d, std::uint64_t) { amax.add(as_float(x, d, buf)); });
   const float t = amax.tensor_scale(f);
-  BlockRowStream rows(row_len, [&](std::span<const float> x, std::uint64_t index0) { fn(x, index0, t); }, batch);
+  BlockRowStream rows(
+      row_len, [&](std::span<const float> x, std::uint64_t index0) { fn(x, index0, t); }, batch);
   read([&](std::span<const float> x, std::span<const double> d, std::uint64_t) {
     if (!x.empty()) rows.add(x);
     if (!d.empty()) rows.add(d);

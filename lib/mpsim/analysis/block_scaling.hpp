@@ -19,10 +19,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "mpsim/format/block.hpp"
-#include "mpsim/format/format.hpp"
 #include "mpsim/analysis/inputs.hpp"
 #include "mpsim/analysis/rounding_error.hpp"
+#include "mpsim/format/block.hpp"
+#include "mpsim/format/format.hpp"
 #include "mpsim/format/round.hpp"
 
 namespace mpsim::analysis {

@@ -101,9 +101,18 @@ void Log2Histogram::add(std::span<const float> values) {
 }
 
 void Log2Histogram::add(double x) {
-  if (std::isnan(x)) { ++nan; return; }
-  if (x == 0) { ++zero; return; }
-  if (std::isinf(x)) { ++(x > 0 ? pos_inf : neg_inf); return; }
+  if (std::isnan(x)) {
+    ++nan;
+    return;
+  }
+  if (x == 0) {
+    ++zero;
+    return;
+  }
+  if (std::isinf(x)) {
+    ++(x > 0 ? pos_inf : neg_inf);
+    return;
+  }
   const int e = binade(x);
   if (e < min_exp || e > max_exp) widen(std::min(e, min_exp), std::max(e, max_exp));
   ++bins[static_cast<std::size_t>(e - min_exp)];
@@ -117,7 +126,10 @@ void Log2Histogram::add(std::span<const double> values) {
   for (const double x : values) {
     const std::uint64_t u = std::bit_cast<std::uint64_t>(x);
     const unsigned e = static_cast<unsigned>((u >> 52) & 0x7ff);
-    if (e == 0x7ff) { add(x); continue; }
+    if (e == 0x7ff) {
+      add(x);
+      continue;
+    }
     const std::uint64_t m = u & 0xfffffffffffffull;
     ++t[e != 0 ? 64 + e : static_cast<unsigned>(std::bit_width(m))];
   }
@@ -170,7 +182,7 @@ nlohmann::json Log2Histogram::to_json() const {
   nlohmann::json b = nlohmann::json::array();
   for (std::size_t i = 0; i < bins.size(); ++i)
     if (bins[i]) b.push_back({min_exp + static_cast<int>(i), bins[i]});
-  return {{"min_exp", min_exp}, {"max_exp", max_exp}, {"zero", zero},   {"nan", nan},
+  return {{"min_exp", min_exp}, {"max_exp", max_exp}, {"zero", zero},     {"nan", nan},
           {"neg_inf", neg_inf}, {"pos_inf", pos_inf}, {"total", total()}, {"bins", b}};
 }
 
@@ -183,7 +195,8 @@ Log2Histogram Log2Histogram::from_json(const nlohmann::json& j) {
     h.pos_inf = j.at("pos_inf").get<std::uint64_t>();
     for (const auto& b : j.at("bins")) {
       const int n = b.at(0).get<int>();
-      if (n < h.min_exp || n > h.max_exp) throw Error("histogram JSON: bin " + std::to_string(n) + " outside min_exp..max_exp");
+      if (n < h.min_exp || n > h.max_exp)
+        throw Error("histogram JSON: bin " + std::to_string(n) + " outside min_exp..max_exp");
       h.bins[static_cast<std::size_t>(n - h.min_exp)] += b.at(1).get<std::uint64_t>();
     }
     return h;
@@ -209,9 +222,11 @@ std::vector<std::int64_t> Log2Histogram::counts() const {
 
 Log2Histogram Log2Histogram::from_counts(std::span<const std::int64_t> c) {
   if (c.size() != kCountsSize)
-    throw Error("histogram counts: " + std::to_string(c.size()) + " values, the layout has " + std::to_string(kCountsSize));
+    throw Error("histogram counts: " + std::to_string(c.size()) + " values, the layout has " +
+                std::to_string(kCountsSize));
   for (std::size_t i = 0; i < c.size(); ++i)
-    if (c[i] < 0) throw Error("histogram counts: value " + std::to_string(i) + " is negative (" + std::to_string(c[i]) + ")");
+    if (c[i] < 0)
+      throw Error("histogram counts: value " + std::to_string(i) + " is negative (" + std::to_string(c[i]) + ")");
   Log2Histogram h = make_float_histogram();
   h.zero = static_cast<std::uint64_t>(c[0]);
   h.nan = static_cast<std::uint64_t>(c[1]);

@@ -16,10 +16,10 @@
 namespace mpsim::analysis {
 
 struct Log2Histogram {
-  int min_exp = 0;                   // binade of bins[0]
-  int max_exp = -1;                  // binade of bins.back()
-  std::vector<std::uint64_t> bins;   // bins[n - min_exp]: count of 2^n <= |x| < 2^(n+1)
-  std::uint64_t zero = 0;            // +0 and -0
+  int min_exp = 0;                  // binade of bins[0]
+  int max_exp = -1;                 // binade of bins.back()
+  std::vector<std::uint64_t> bins;  // bins[n - min_exp]: count of 2^n <= |x| < 2^(n+1)
+  std::uint64_t zero = 0;           // +0 and -0
   std::uint64_t nan = 0;
   std::uint64_t neg_inf = 0;
   std::uint64_t pos_inf = 0;
@@ -33,9 +33,9 @@ struct Log2Histogram {
   // The histogram of the union: the range becomes the union of both ranges.
   Log2Histogram& operator+=(const Log2Histogram& other);
 
-  std::uint64_t total() const;            // every element counted, all buckets
-  std::uint64_t finite_nonzero() const;   // sum of the magnitude bins
-  std::uint64_t count(int n) const;       // bins[n - min_exp], 0 outside the range
+  std::uint64_t total() const;           // every element counted, all buckets
+  std::uint64_t finite_nonzero() const;  // sum of the magnitude bins
+  std::uint64_t count(int n) const;      // bins[n - min_exp], 0 outside the range
   // Binades of the smallest and largest non-zero finite value seen; {0, -1} when there is none.
   int lowest_nonempty() const;
   int highest_nonempty() const;

@@ -45,8 +45,9 @@ void source_file(const std::string& file, const InputOptions& o,
   for (const io::TensorRef& t : all) {
     if (!io::is_float(t.dtype)) {
       if (all.size() > 1) continue;
-      throw Error(t.label + ": holds " + std::string(io::to_string(t.dtype)) +
-                  " values, not floating point (pass --dtype bf16, fp16, fp8_e4m3 or fp8_e5m2 if they are the bits of one)");
+      throw Error(
+          t.label + ": holds " + std::string(io::to_string(t.dtype)) +
+          " values, not floating point (pass --dtype bf16, fp16, fp8_e4m3 or fp8_e5m2 if they are the bits of one)");
     }
     TensorInfo info{t.file, t.name, t.label, t.shape, t.count, t.dtype};
     const std::size_t chunk = std::max<std::size_t>(1, o.chunk_elements);

@@ -17,9 +17,9 @@
 namespace mpsim::analysis {
 
 struct TensorInfo {
-  std::string file;                 // the path as given (or found in a directory)
-  std::string name;                 // the tensor's name inside the file ("" for a bare .npy)
-  std::string label;                // how reports name it: "file" or "file:name"
+  std::string file;   // the path as given (or found in a directory)
+  std::string name;   // the tensor's name inside the file ("" for a bare .npy)
+  std::string label;  // how reports name it: "file" or "file:name"
   std::vector<std::int64_t> shape;
   std::uint64_t count = 0;
   io::DType dtype = io::DType::f32;

@@ -52,14 +52,17 @@ struct Pairs {
     dot = _mm_add_pd(dot, _mm_and_pd(_mm_mul_pd(x, y), kept));
     sq_q = _mm_add_pd(sq_q, _mm_and_pd(_mm_mul_pd(y, y), kept));
   }
-  static __m128d load(const float* p) { return _mm_cvtps_pd(_mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(p)))); }
+  static __m128d load(const float* p) {
+    return _mm_cvtps_pd(_mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(p))));
+  }
   static __m128d load(const double* p) { return _mm_loadu_pd(p); }
   // The last element of an odd block with a zero beside it (not counted: it adds +0 to sum 1).
   static __m128d load_one(float v) { return _mm_set_pd(0.0, v); }
   static __m128d load_one(double v) { return _mm_set_pd(0.0, v); }
   static double sum(__m128d v) { return _mm_cvtsd_f64(v) + _mm_cvtsd_f64(_mm_unpackhi_pd(v, v)); }
   static std::uint64_t sum(__m128i v) {
-    return static_cast<std::uint64_t>(_mm_cvtsi128_si64(v)) + static_cast<std::uint64_t>(_mm_cvtsi128_si64(_mm_unpackhi_epi64(v, v)));
+    return static_cast<std::uint64_t>(_mm_cvtsi128_si64(v)) +
+           static_cast<std::uint64_t>(_mm_cvtsi128_si64(_mm_unpackhi_epi64(v, v)));
   }
 };
 #endif
@@ -151,16 +154,16 @@ MassLostStats MassLost::stats() const {
                  : std::clamp(dot_ / (std::sqrt(sum_sq_) * std::sqrt(sum_sq_q_)), -1.0, 1.0);  // rounding may pass 1
   // |flushed_signed_| <= flushed_abs_ holds in floating point too (rounding is monotone and odd), so the
   // share stays in [0, 1].
-  s.push_down = (!signed_known_ || flushed_abs_ == 0) ? std::nan("")
-                                                      : (flushed_abs_ + flushed_signed_) / (2 * flushed_abs_);
+  s.push_down =
+      (!signed_known_ || flushed_abs_ == 0) ? std::nan("") : (flushed_abs_ + flushed_signed_) / (2 * flushed_abs_);
   s.lost_bias = !signed_known_ ? std::nan("") : sum_abs_ > 0 ? flushed_signed_ / sum_abs_ : 0.0;
   return s;
 }
 
 nlohmann::json MassLost::state() const {
-  nlohmann::json j = {{"nonzero", nonzero_},        {"flushed", flushed_},         {"overflowed", overflowed_},
-          {"sum_abs", sum_abs_},        {"sum_sq", sum_sq_},           {"flushed_abs", flushed_abs_},
-          {"flushed_sq", flushed_sq_},  {"dot", dot_},                 {"sum_sq_q", sum_sq_q_}};
+  nlohmann::json j = {{"nonzero", nonzero_},       {"flushed", flushed_}, {"overflowed", overflowed_},
+                      {"sum_abs", sum_abs_},       {"sum_sq", sum_sq_},   {"flushed_abs", flushed_abs_},
+                      {"flushed_sq", flushed_sq_}, {"dot", dot_},         {"sum_sq_q", sum_sq_q_}};
   if (signed_known_) j["flushed_signed"] = flushed_signed_;
   return j;
 }
@@ -223,8 +226,8 @@ BulkOptions one_thread(std::uint64_t index0) {
   return o;
 }
 
-void add_rounded_double(MassLost& into, std::span<const double> g, const Format& fmt, const Rounding& r,
-                        int log2_scale, std::uint64_t index0, std::vector<double>& x, std::vector<double>& q) {
+void add_rounded_double(MassLost& into, std::span<const double> g, const Format& fmt, const Rounding& r, int log2_scale,
+                        std::uint64_t index0, std::vector<double>& x, std::vector<double>& q) {
   x.resize(g.size());
   q.resize(g.size());
   // 2^k * g is exact in double for every float g and the report's range of k; for double input it may

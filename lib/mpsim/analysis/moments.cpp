@@ -31,7 +31,7 @@ constexpr std::uint64_t kFoldEvery = std::uint64_t{1} << 20;
 // Float input has its own first level: 64-bit sums per float binade in kBanks interleaved banks (so that
 // consecutive values of one binade do not wait on each other's read-modify-write), flushed into the
 // 128-bit sums every kFloatFlush values: |m| < 2^24 and m^2 < 2^48, so 2^15 values keep them below 2^63.
-constexpr int kBanks = 4;  // add(float) below is unrolled by 4
+constexpr int kBanks = 4;           // add(float) below is unrolled by 4
 constexpr int kFloatBinades = 254;  // float biased exponents 1..254 give k = 0..253; subnormals share k = 0
 constexpr std::size_t kFloatFlush = std::size_t{1} << 15;
 // A float m 2^(k - 149) is the double m 2^(k + kFloatToDouble - 1074).
@@ -86,8 +86,8 @@ struct Moments::Exact {
     std::array<unsigned __int128, kBinades> sq{};   // sum of m^2 (weight 2^(2k))
   };
   std::array<Bank, kBanks> bank{};
-  std::uint64_t pending = 0;                        // values since the last fold
-  BigInt s1 = 0, sa = 0, s2 = 0;                    // sum x = s1 2^-1074, sum |x| = sa 2^-1074, sum x^2 = s2 2^-2148
+  std::uint64_t pending = 0;      // values since the last fold
+  BigInt s1 = 0, sa = 0, s2 = 0;  // sum x = s1 2^-1074, sum |x| = sa 2^-1074, sum x^2 = s2 2^-2148
 };
 
 Moments::Moments() : exact_(std::make_unique<Exact>()) {
@@ -95,7 +95,8 @@ Moments::Moments() : exact_(std::make_unique<Exact>()) {
   max_ = -std::numeric_limits<double>::infinity();
 }
 Moments::~Moments() = default;
-Moments::Moments(const Moments& o) : exact_(std::make_unique<Exact>(*o.exact_)), count_(o.count_), min_(o.min_), max_(o.max_) {}
+Moments::Moments(const Moments& o)
+    : exact_(std::make_unique<Exact>(*o.exact_)), count_(o.count_), min_(o.min_), max_(o.max_) {}
 Moments& Moments::operator=(const Moments& o) {
   if (this != &o) *this = Moments(o);
   return *this;
@@ -280,7 +281,8 @@ Moments Moments::from_words(std::span<const std::int64_t> w, double min, double 
   if (w.size() != kWords)
     throw Error("moment words: " + std::to_string(w.size()) + " values, expected " + std::to_string(kWords));
   for (std::size_t i = 0; i < w.size(); ++i)
-    if (w[i] < 0) throw Error("moment words: word " + std::to_string(i) + " is negative (" + std::to_string(w[i]) + ")");
+    if (w[i] < 0)
+      throw Error("moment words: word " + std::to_string(i) + " is negative (" + std::to_string(w[i]) + ")");
   Moments m;
   m.count_ = static_cast<std::uint64_t>(w[0]);
   const std::int64_t* p = w.data() + 1;
@@ -298,10 +300,14 @@ Moments Moments::from_words(std::span<const std::int64_t> w, double min, double 
 nlohmann::json moment_stats_json(const MomentStats& s) {
   auto value = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
   if (s.count == 0)
-    return {{"min", nullptr}, {"max", nullptr}, {"mean", nullptr}, {"std", nullptr}, {"l1_norm", nullptr}, {"l2_norm", nullptr}};
-  return {{"min", s.min},           {"max", s.max},
-          {"mean", value(s.mean)},  {"std", value(s.std)},
-          {"l1_norm", value(s.l1_norm)}, {"l2_norm", value(s.l2_norm)}};
+    return {{"min", nullptr}, {"max", nullptr},     {"mean", nullptr},
+            {"std", nullptr}, {"l1_norm", nullptr}, {"l2_norm", nullptr}};
+  return {{"min", s.min},
+          {"max", s.max},
+          {"mean", value(s.mean)},
+          {"std", value(s.std)},
+          {"l1_norm", value(s.l1_norm)},
+          {"l2_norm", value(s.l2_norm)}};
 }
 
 }  // namespace mpsim::analysis

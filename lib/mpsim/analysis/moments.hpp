@@ -22,7 +22,7 @@ namespace mpsim::analysis {
 struct MomentStats {
   std::uint64_t count = 0;  // finite values
   double min = 0, max = 0, mean = 0, l1_norm = 0, l2_norm = 0;
-  double std = 0;           // sample standard deviation (n - 1); NaN when count < 2, as torch.std
+  double std = 0;  // sample standard deviation (n - 1); NaN when count < 2, as torch.std
 };
 
 class Moments {
@@ -44,7 +44,7 @@ class Moments {
   // sum x (its positive part, then its negative part), sum |x| and sum x^2 in 32-bit limbs (units 2^-1074,
   // 2^-1074 and 2^-2148). The words of several streams, added word by word (an all-reduce SUM of fewer than
   // 2^31 streams), are the words of their union: from_words carries the limbs. min and max merge by MIN / MAX.
-  static constexpr std::size_t kSumLimbs = 68;     // sum |x| < 2^64 * 2^1024 = 2^2162 units of 2^-1074
+  static constexpr std::size_t kSumLimbs = 68;      // sum |x| < 2^64 * 2^1024 = 2^2162 units of 2^-1074
   static constexpr std::size_t kSquareLimbs = 134;  // sum x^2 < 2^64 * 2^2048 = 2^4260 units of 2^-2148
   static constexpr std::size_t kWords = 1 + 3 * kSumLimbs + kSquareLimbs;
   std::vector<std::int64_t> words() const;

@@ -16,7 +16,7 @@ namespace {
 
 // Binade keys, as in histogram.cpp: 0 for ±0, bit_width(significand field) for subnormals, exponent
 // field + mant_bits for normals, then inf, then NaN; binade = key - key_bias for finite non-zero keys.
-constexpr int kFloatKeys = 280, kFloatBias = 150;    // inf 278, NaN 279
+constexpr int kFloatKeys = 280, kFloatBias = 150;      // inf 278, NaN 279
 constexpr int kDoubleKeys = 2101, kDoubleBias = 1075;  // inf 2099, NaN 2100
 
 constexpr std::uint64_t kSig52 = std::uint64_t{1} << 52;  // "no significand reaches it"
@@ -154,8 +154,8 @@ constexpr std::size_t kPairBlock = 2048;
 // counted (its uint32 counts: every 2^30 values, with the pair table); `ext` takes the extremes of the
 // blocks counted by pairs.
 template <class Keyed, class CountFast, class FoldFast>
-void count_pairs(const float* p, std::size_t n, const ThresholdUnion& un, std::span<const Target> targets,
-                 Keyed& keyed, CountFast& count_fast, FoldFast& fold_fast, Extremes& ext) {
+void count_pairs(const float* p, std::size_t n, const ThresholdUnion& un, std::span<const Target> targets, Keyed& keyed,
+                 CountFast& count_fast, FoldFast& fold_fast, Extremes& ext) {
   PairScratch& scratch = pair_scratch();
   struct Guard {
     PairScratch& s;
@@ -462,7 +462,8 @@ RangeCounter& RangeCounter::operator+=(const RangeCounter& o) {
     for (std::size_t i = 0; i < mine->counts.size(); ++i) mine->counts[i] += theirs->counts[i];
   }
   amax_ = std::max(amax_, o.amax_);
-  if (o.amin_nonzero_ != 0) amin_nonzero_ = amin_nonzero_ == 0 ? o.amin_nonzero_ : std::min(amin_nonzero_, o.amin_nonzero_);
+  if (o.amin_nonzero_ != 0)
+    amin_nonzero_ = amin_nonzero_ == 0 ? o.amin_nonzero_ : std::min(amin_nonzero_, o.amin_nonzero_);
   return *this;
 }
 
@@ -528,7 +529,8 @@ Log2Histogram RangeCounter::histogram() const {
     for (int s = 0; s < 2; ++s) {
       for (int key = 0; key < t->keys; ++key) {
         std::uint64_t n = 0;
-        for (int code = 0; code < 4; ++code) n += t->counts[static_cast<std::size_t>(((s * t->keys + key) << 2) + code)];
+        for (int code = 0; code < 4; ++code)
+          n += t->counts[static_cast<std::size_t>(((s * t->keys + key) << 2) + code)];
         if (n == 0) continue;
         if (key == 0) h.zero += n;
         else if (key == nan_key) h.nan += n;

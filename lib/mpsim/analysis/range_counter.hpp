@@ -106,12 +106,12 @@ class RangeCounter {
   // the binade key of the source type and code in 0..3 is how many of that sign's sorted thresholds
   // the significand reaches.
   struct Table {
-    int mant_bits = 0;                         // 23 or 52
-    int key_bias = 0;                          // binade = key - key_bias for finite non-zero keys
-    int keys = 0;                              // keys per sign: 0 zero, 1..last finite, then inf, NaN
+    int mant_bits = 0;  // 23 or 52
+    int key_bias = 0;   // binade = key - key_bias for finite non-zero keys
+    int keys = 0;       // keys per sign: 0 zero, 1..last finite, then inf, NaN
     std::array<std::array<std::uint64_t, 3>, 2> sorted_threshold{};  // per sign, ascending, in mant_bits units
     std::array<std::array<int, 3>, 2> position{};                    // per sign, rank-1 -> index in sorted order
-    std::vector<std::uint64_t> counts;         // [(sign * keys + key) * 4 + code]
+    std::vector<std::uint64_t> counts;                               // [(sign * keys + key) * 4 + code]
   };
   void init_table(Table& t, int mant_bits, int key_bias, int keys);
   void add_counts(RangeCounts& out, const Table& t, int log2_scale) const;

@@ -14,8 +14,10 @@ namespace {
 // Adds one to the eight bins `key` names. 64-bit moves take two indices each (vpextrd would take one).
 inline void increment(std::uint32_t* counts, __m256i key) {
   const __m128i lo = _mm256_castsi256_si128(key), hi = _mm256_extracti128_si256(key, 1);
-  const auto a = static_cast<std::uint64_t>(_mm_cvtsi128_si64(lo)), b = static_cast<std::uint64_t>(_mm_extract_epi64(lo, 1));
-  const auto c = static_cast<std::uint64_t>(_mm_cvtsi128_si64(hi)), d = static_cast<std::uint64_t>(_mm_extract_epi64(hi, 1));
+  const auto a = static_cast<std::uint64_t>(_mm_cvtsi128_si64(lo)),
+             b = static_cast<std::uint64_t>(_mm_extract_epi64(lo, 1));
+  const auto c = static_cast<std::uint64_t>(_mm_cvtsi128_si64(hi)),
+             d = static_cast<std::uint64_t>(_mm_extract_epi64(hi, 1));
   ++counts[static_cast<std::uint32_t>(a)];
   ++counts[a >> 32];
   ++counts[static_cast<std::uint32_t>(b)];
@@ -51,7 +53,8 @@ std::size_t count_fast_avx2(const float* p, std::size_t n, FastState& st) {
     const __m256i a = _mm256_and_si256(u, abs_mask);
     const __m256i am1 = _mm256_sub_epi32(a, one);
     // 0 <= a - 1 < 0x7fffff (a subnormal; a - 1 is -1 for zero) or a > max finite.
-    special = _mm256_or_si256(special, _mm256_and_si256(_mm256_cmpgt_epi32(sub_limit, am1), _mm256_cmpgt_epi32(am1, minus1)));
+    special =
+        _mm256_or_si256(special, _mm256_and_si256(_mm256_cmpgt_epi32(sub_limit, am1), _mm256_cmpgt_epi32(am1, minus1)));
     special = _mm256_or_si256(special, _mm256_cmpgt_epi32(a, max_finite));
     mx = _mm256_max_epu32(mx, a);
     mn = _mm256_min_epu32(mn, am1);
@@ -97,8 +100,10 @@ namespace {
 template <class T>
 __attribute__((always_inline)) inline void add_at_lanes(T* table, __m256i idx, T amount) {
   const __m128i lo = _mm256_castsi256_si128(idx), hi = _mm256_extracti128_si256(idx, 1);
-  const auto a = static_cast<std::uint64_t>(_mm_cvtsi128_si64(lo)), b = static_cast<std::uint64_t>(_mm_extract_epi64(lo, 1));
-  const auto c = static_cast<std::uint64_t>(_mm_cvtsi128_si64(hi)), d = static_cast<std::uint64_t>(_mm_extract_epi64(hi, 1));
+  const auto a = static_cast<std::uint64_t>(_mm_cvtsi128_si64(lo)),
+             b = static_cast<std::uint64_t>(_mm_extract_epi64(lo, 1));
+  const auto c = static_cast<std::uint64_t>(_mm_cvtsi128_si64(hi)),
+             d = static_cast<std::uint64_t>(_mm_extract_epi64(hi, 1));
   table[static_cast<std::uint32_t>(a)] += amount;
   table[a >> 32] += amount;
   table[static_cast<std::uint32_t>(b)] += amount;
@@ -129,13 +134,15 @@ BlockExtremes count_pairs(const float* p, std::size_t n, const PairState& st, st
   const int thresholds = st.thresholds;
   __m256i t_pos[kMaxThresholds], t_neg_xor[kMaxThresholds];
   for (int r = 0; r < thresholds; ++r) {
-    const auto pos = static_cast<std::int32_t>(st.threshold[0][r]) - 1, neg = static_cast<std::int32_t>(st.threshold[1][r]) - 1;
+    const auto pos = static_cast<std::int32_t>(st.threshold[0][r]) - 1,
+               neg = static_cast<std::int32_t>(st.threshold[1][r]) - 1;
     t_pos[r] = _mm256_set1_epi32(pos);
     t_neg_xor[r] = _mm256_set1_epi32(pos ^ neg);
   }
   const __m128i code_shift = _mm_cvtsi32_si128(st.code_bits);
   constexpr auto kSpare = static_cast<int>(kFastBinsMax);
-  const __m256i spare0 = _mm256_setr_epi32(kSpare, kSpare + 1, kSpare + 2, kSpare + 3, kSpare + 4, kSpare + 5, kSpare + 6, kSpare + 7);
+  const __m256i spare0 =
+      _mm256_setr_epi32(kSpare, kSpare + 1, kSpare + 2, kSpare + 3, kSpare + 4, kSpare + 5, kSpare + 6, kSpare + 7);
   const __m256i spare1 = _mm256_add_epi32(spare0, _mm256_set1_epi32(8));
   std::int32_t* corrections = st.corrections;
   // Adds delta at the code of every rare lane of u (its mask `rare`), the others into their spare slots.
@@ -158,8 +165,9 @@ BlockExtremes count_pairs(const float* p, std::size_t n, const PairState& st, st
     mn = _mm256_min_epu32(mn, _mm256_sub_epi32(a, one));
     const __m256i bias = Symmetric ? _mm256_castps_si256(bias_pos)
                                    : _mm256_castps_si256(_mm256_blendv_ps(bias_pos, bias_neg, _mm256_castsi256_ps(u)));
-    const __m256i limit = Symmetric ? _mm256_castps_si256(limit_pos)
-                                    : _mm256_castps_si256(_mm256_blendv_ps(limit_pos, limit_neg, _mm256_castsi256_ps(u)));
+    const __m256i limit = Symmetric
+                              ? _mm256_castps_si256(limit_pos)
+                              : _mm256_castps_si256(_mm256_blendv_ps(limit_pos, limit_neg, _mm256_castsi256_ps(u)));
     const __m256i d = _mm256_add_epi32(_mm256_and_si256(u, mant), bias);
     // Outside the interval, where x is not zero.
     return _mm256_andnot_si256(_mm256_cmpeq_epi32(a, zero), _mm256_cmpgt_epi32(d, limit));

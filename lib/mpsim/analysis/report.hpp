@@ -15,11 +15,11 @@
 namespace mpsim::analysis {
 
 struct Report {
-  std::string command;                                // "hist", "underflow", "rounding-error", "updates"
-  nlohmann::json fields = nlohmann::json::object();   // the command's own: format, scale, ...
-  nlohmann::json tensors = nlohmann::json::array();   // one entry per tensor (per pair of tensors: updates)
-  nlohmann::json total = nlohmann::json::object();    // the entry of all of them together
-  std::vector<InputFailure> failed;                   // inputs that could not be read (the others reported)
+  std::string command;                               // "hist", "underflow", "rounding-error", "updates"
+  nlohmann::json fields = nlohmann::json::object();  // the command's own: format, scale, ...
+  nlohmann::json tensors = nlohmann::json::array();  // one entry per tensor (per pair of tensors: updates)
+  nlohmann::json total = nlohmann::json::object();   // the entry of all of them together
+  std::vector<InputFailure> failed;                  // inputs that could not be read (the others reported)
   // `updates` lists its entries under "pairs" and has no "failed" (a pair that cannot be read stops it).
   std::string entries_key = "tensors";
   bool lists_failures = true;

@@ -106,8 +106,8 @@ std::string bar_chart(const Log2Histogram& h, const Format* f, int log2_scale, i
     last_range = range;
     out += fmt::format("{:>7} |{}| {:>12}  {}\n", fmt::format("2^{}", n), bar(c), c, mark);
   }
-  for (const auto& [label, c] : {std::pair{"zero", h.zero}, std::pair{"nan", h.nan}, std::pair{"-inf", h.neg_inf},
-                                 std::pair{"+inf", h.pos_inf}})
+  for (const auto& [label, c] :
+       {std::pair{"zero", h.zero}, std::pair{"nan", h.nan}, std::pair{"-inf", h.neg_inf}, std::pair{"+inf", h.pos_inf}})
     if (c) out += fmt::format("{:>7} |{}| {:>12}\n", label, bar(c), c);
   return out;
 }

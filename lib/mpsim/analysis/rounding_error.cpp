@@ -30,7 +30,10 @@ double RoundingError::ulp_of(double y, const Format& f) {
 }
 
 void RoundingError::add_pair(double y, double r) {
-  if (!std::isfinite(r)) { ++overflow_; return; }
+  if (!std::isfinite(r)) {
+    ++overflow_;
+    return;
+  }
   ++count_;
   const double d = r - y;
   const double ay = std::fabs(y);

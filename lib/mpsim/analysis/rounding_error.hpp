@@ -22,9 +22,9 @@ class RoundingError {
   // bin that holds it, clamped to the largest error seen (errors of 4 ulp and more share one open bin,
   // reported as the largest error).
   static constexpr int kRelBinsPerBinade = 64;
-  static constexpr int kRelMinExp = -80;   // relative errors below 2^-80 (and exact results) count as 0
-  static constexpr int kRelMaxExp = 140;   // "up" rounding of 2^-140 to fp16's 2^-24 is a relative error 2^116
-  static constexpr int kUlpBins = 4096;    // per ulp, over [0, 4) ulp; larger errors in the last bin
+  static constexpr int kRelMinExp = -80;  // relative errors below 2^-80 (and exact results) count as 0
+  static constexpr int kRelMaxExp = 140;  // "up" rounding of 2^-140 to fp16's 2^-24 is a relative error 2^116
+  static constexpr int kUlpBins = 4096;   // per ulp, over [0, 4) ulp; larger errors in the last bin
 
   RoundingError(const Format& f, const Rounding& r, int log2_scale = 0);
 
@@ -36,15 +36,15 @@ class RoundingError {
   void add_pair(double y, double r);
   RoundingError& operator+=(const RoundingError&);
 
-  std::uint64_t count() const { return count_; }          // non-zero finite values measured
-  std::uint64_t overflow() const { return overflow_; }    // results ±inf/NaN: not measured
+  std::uint64_t count() const { return count_; }        // non-zero finite values measured
+  std::uint64_t overflow() const { return overflow_; }  // results ±inf/NaN: not measured
   std::uint64_t exact() const { return exact_; }
   double rel_mean() const;
   double rel_max() const { return rel_max_; }
   double ulp_mean() const;
   double ulp_max() const { return ulp_max_; }
-  double bias_rel() const;   // mean of (r - y) / |y|
-  double bias_ulp() const;   // mean of (r - y) / ulp(y)
+  double bias_rel() const;  // mean of (r - y) / |y|
+  double bias_ulp() const;  // mean of (r - y) / ulp(y)
   double rel_percentile(double q) const;
   double ulp_percentile(double q) const;
 
@@ -65,7 +65,10 @@ class RoundingError {
     double s = 0, c = 0;
     void add(double x);
     double value() const { return s + c; }
-    void add(const Sum& o) { add(o.s); add(o.c); }
+    void add(const Sum& o) {
+      add(o.s);
+      add(o.c);
+    }
   };
   Format format_;
   Rounding rounding_;

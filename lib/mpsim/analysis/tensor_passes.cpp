@@ -28,13 +28,16 @@ BlockValuesPass count_dequantized(const std::vector<std::string>& files, const I
     TensorBlockValues res{info, RangeCounter(fp32()), {}};
     const std::size_t row_len = row_length(info);
     std::vector<float> y;
-    for_each_block_rows(read, row_len, bf, [&](std::span<const float> x, std::uint64_t index0, float t) {
-      y.resize(x.size());
-      BulkOptions opt;
-      opt.index0 = index0;
-      round_blocks(x, y, row_len, bf, Rounding{}, &res.stats, opt, t);
-      res.values.add(std::span<const float>(y));
-    }, options.chunk_elements);
+    for_each_block_rows(
+        read, row_len, bf,
+        [&](std::span<const float> x, std::uint64_t index0, float t) {
+          y.resize(x.size());
+          BulkOptions opt;
+          opt.index0 = index0;
+          round_blocks(x, y, row_len, bf, Rounding{}, &res.stats, opt, t);
+          res.values.add(std::span<const float>(y));
+        },
+        options.chunk_elements);
     pass.tensors.push_back(std::move(res));
   });
   return pass;
@@ -83,9 +86,12 @@ RoundingErrorPass measure_rounding_errors(const std::vector<std::string>& files,
     for (const auto& r : roundings) acc.emplace_back(f, r, log2_scale);
     if (block) {
       const std::size_t row_len = row_length(info);
-      for_each_block_rows(read, row_len, *block, [&](std::span<const float> x, std::uint64_t index0, float t) {
-        for (auto& a : acc) add_block_rounding_error(a, x, row_len, *block, index0, t);
-      }, options.chunk_elements);
+      for_each_block_rows(
+          read, row_len, *block,
+          [&](std::span<const float> x, std::uint64_t index0, float t) {
+            for (auto& a : acc) add_block_rounding_error(a, x, row_len, *block, index0, t);
+          },
+          options.chunk_elements);
     } else {
       read([&](std::span<const float> x, std::span<const double> d, std::uint64_t offset) {
         for (auto& a : acc) {

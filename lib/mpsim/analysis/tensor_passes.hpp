@@ -1,7 +1,7 @@
-// The per-tensor passes of the analysis commands (tools/mpsim/hist.cpp, underflow.cpp, rounding.cpp): every tensor of the
-// inputs streamed once, chunk by chunk, into its accumulators; the command line then writes and prints the
-// reports from them. An input that cannot be read is listed in `failures` and the next one goes on
-// (for_each_tensor, inputs.hpp).
+// The per-tensor passes of the analysis commands (tools/mpsim/hist.cpp, underflow.cpp, rounding.cpp): every tensor of
+// the inputs streamed once, chunk by chunk, into its accumulators; the command line then writes and prints the reports
+// from them. An input that cannot be read is listed in `failures` and the next one goes on (for_each_tensor,
+// inputs.hpp).
 #pragma once
 
 #include <cstddef>

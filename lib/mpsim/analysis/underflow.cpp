@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <limits>
+#include <map>
 #include <string>
 
 #include "mpsim/error.hpp"
@@ -27,7 +27,8 @@ ScaleRecommendation recommend_scale(const RangeCounter& c, const UnderflowOption
   r.found = true;
   r.log2_scale = k;
   r.counts = c.at_scale(k);
-  r.rescued = static_cast<std::int64_t>(c.at_scale(o.log2_scale).underflow) - static_cast<std::int64_t>(r.counts.underflow);
+  r.rescued =
+      static_cast<std::int64_t>(c.at_scale(o.log2_scale).underflow) - static_cast<std::int64_t>(r.counts.underflow);
   return r;
 }
 
@@ -175,11 +176,13 @@ nlohmann::json underflow_report_json(const std::string& tensor, const RangeCount
   j.update(amax_stats_json(c));
   const ScaleRecommendation rec = recommend_scale(c, o);
   if (rec.found) {
-    nlohmann::json r = {{"scale", std::ldexp(1.0, rec.log2_scale)},
-                        {"log2_scale", rec.log2_scale},
-                        {"margin", o.margin},
-                        {"rescued_num", rec.rescued},
-                        {"rescued%", rec.counts.nonzero_finite ? 100.0 * double(rec.rescued) / double(rec.counts.nonzero_finite) : 0.0}};
+    nlohmann::json r = {
+        {"scale", std::ldexp(1.0, rec.log2_scale)},
+        {"log2_scale", rec.log2_scale},
+        {"margin", o.margin},
+        {"rescued_num", rec.rescued},
+        {"rescued%",
+         rec.counts.nonzero_finite ? 100.0 * double(rec.rescued) / double(rec.counts.nonzero_finite) : 0.0}};
     r.update(range_stats_json(rec.counts));
     j["recommended"] = r;
   } else {
@@ -193,12 +196,16 @@ nlohmann::json underflow_report_json(const std::string& tensor, const RangeCount
       row.update(range_stats_json(rc));
       rows.push_back(row);
     }
-    j["sweep"] = {{"rows", rows},
-                  {"largest_safe_log2_scale", s.largest_safe ? nlohmann::json(*s.largest_safe) : nlohmann::json()},
-                  {"best_window", s.best_lo ? nlohmann::json{{"lo_log2_scale", *s.best_lo},
-                                                             {"hi_log2_scale", *s.best_hi},
-                                                             {"underflows%", range_stats_json(s.rows[static_cast<std::size_t>(*s.best_lo - o.sweep_lo)])["underflows%"]}}
-                                            : nlohmann::json()}};
+    j["sweep"] = {
+        {"rows", rows},
+        {"largest_safe_log2_scale", s.largest_safe ? nlohmann::json(*s.largest_safe) : nlohmann::json()},
+        {"best_window",
+         s.best_lo ? nlohmann::json{{"lo_log2_scale", *s.best_lo},
+                                    {"hi_log2_scale", *s.best_hi},
+                                    {"underflows%",
+                                     range_stats_json(
+                                         s.rows[static_cast<std::size_t>(*s.best_lo - o.sweep_lo)])["underflows%"]}}
+                   : nlohmann::json()}};
   }
   return j;
 }

@@ -15,16 +15,16 @@
 namespace mpsim::analysis {
 
 struct UnderflowOptions {
-  int log2_scale = 0;      // the scale S = 2^log2_scale the report is for
-  double margin = 2.0;     // the recommended scale keeps cur_amax·S·margin <= max_finite
-  int sweep_lo = -8;       // the sweep covers 2^sweep_lo .. 2^sweep_hi
+  int log2_scale = 0;   // the scale S = 2^log2_scale the report is for
+  double margin = 2.0;  // the recommended scale keeps cur_amax·S·margin <= max_finite
+  int sweep_lo = -8;    // the sweep covers 2^sweep_lo .. 2^sweep_hi
   int sweep_hi = 32;
 };
 
 struct ScaleRecommendation {
-  bool found = false;      // false when there is no non-zero finite value
-  int log2_scale = 0;      // largest k with cur_amax·2^k·margin <= max_finite
-  RangeCounts counts;      // the counts at 2^log2_scale
+  bool found = false;        // false when there is no non-zero finite value
+  int log2_scale = 0;        // largest k with cur_amax·2^k·margin <= max_finite
+  RangeCounts counts;        // the counts at 2^log2_scale
   std::int64_t rescued = 0;  // underflows at the report's scale minus underflows at the recommended one
 };
 ScaleRecommendation recommend_scale(const RangeCounter&, const UnderflowOptions&);
@@ -41,10 +41,11 @@ Sweep sweep(const RangeCounter&, const UnderflowOptions&);
 
 // Sweep's best window over the scales 2^lo .. 2^hi (best_lo, best_hi of sweep() with sweep_lo = lo, sweep_hi =
 // hi; none when every scale overflows), found from the counts at a few scales instead of all of them (a
-// galloping search from where amax and the smallest magnitude put the format's edges): overflow only rises and underflow only falls as k grows (each value's class is monotone in
-// |x|·2^k: outcome_class, format/bulk.hpp), so the window's top is the largest k without overflow and its
-// bottom the smallest k whose underflow equals the top's. What mpsim.torch's GradientMonitor asks at every
-// sampled step, over 2^-128 .. 2^128 (python/mpsim/torch/monitor.py). mpsim::Error when lo > hi.
+// galloping search from where amax and the smallest magnitude put the format's edges): overflow only rises and
+// underflow only falls as k grows (each value's class is monotone in |x|·2^k: outcome_class, format/bulk.hpp), so the
+// window's top is the largest k without overflow and its bottom the smallest k whose underflow equals the top's. What
+// mpsim.torch's GradientMonitor asks at every sampled step, over 2^-128 .. 2^128 (python/mpsim/torch/monitor.py).
+// mpsim::Error when lo > hi.
 struct ScaleWindow {
   int lo = 0, hi = 0;
   friend bool operator==(const ScaleWindow&, const ScaleWindow&) = default;

@@ -32,16 +32,28 @@ void SwallowedUpdates::add(std::span<const double> w, std::span<const double> u,
     throw Error("updates report: weights hold " + std::to_string(w.size()) + " values, updates " +
                 std::to_string(u.size()));
   for (std::size_t i = 0; i < w.size(); ++i) {
-    if (!std::isfinite(w[i]) || !std::isfinite(u[i])) { ++nonfinite_; continue; }
-    if (u[i] == 0) { ++u_zero_; continue; }
+    if (!std::isfinite(w[i]) || !std::isfinite(u[i])) {
+      ++nonfinite_;
+      continue;
+    }
+    if (u[i] == 0) {
+      ++u_zero_;
+      continue;
+    }
     // The weight as F holds it (deterministic nearest-even: the stored weight, not a random draw).
     const double wf = decode(round_bits(w[i], format_), format_);
-    if (!std::isfinite(wf)) { ++nonfinite_; continue; }
+    if (!std::isfinite(wf)) {
+      ++nonfinite_;
+      continue;
+    }
     ++measured_;
     const double sum = rounded_sum(wf, u[i], format_, rounding_, index0 + i);
     const bool lost = sum == wf;
     swallowed_ += lost;
-    if (wf == 0) { ++w_zero_; continue; }
+    if (wf == 0) {
+      ++w_zero_;
+      continue;
+    }
     const double q = std::fabs(wf) / std::fabs(u[i]);
     ratio_.add(q);
     if (lost) ratio_swallowed_.add(q);

@@ -44,13 +44,17 @@ namespace {
 // transformations are exact and the rounded-to-odd double carries 53 bits.
 std::string unsupported_reason(const Format& f) {
   if (f.man_bits > 50)
-    return fmt::format("{} mantissa bits: the exact result is carried as a double rounded to odd, which needs "
-                       "at most 50 (precision p + 2 <= 53)", f.man_bits);
+    return fmt::format(
+        "{} mantissa bits: the exact result is carried as a double rounded to odd, which needs "
+        "at most 50 (precision p + 2 <= 53)",
+        f.man_bits);
   const int E = f.emax + 1;
   const int qmin = f.emin - f.man_bits;
   if (2 * E > 1020 || 2 * qmin < -1020 || E - qmin > 1020 || 2 * qmin - E - 53 < -1020)
-    return fmt::format("exponent range 2^{}..2^{}: products and quotients would leave double's normal range "
-                       "(supported: up to 9 exponent bits)", qmin, E);
+    return fmt::format(
+        "exponent range 2^{}..2^{}: products and quotients would leave double's normal range "
+        "(supported: up to 9 exponent bits)",
+        qmin, E);
   return {};
 }
 
@@ -160,8 +164,8 @@ void arith_array(ArithOp op, std::span<const std::uint64_t> a, std::span<const s
   const std::size_t count = out.size();
   const auto check = [&](std::span<const std::uint64_t> s, const char* name) {
     if (s.size() != count)
-      throw Error(fmt::format("{}: operand {} has {} elements but the output has {}", to_string(op), name, s.size(),
-                              count));
+      throw Error(
+          fmt::format("{}: operand {} has {} elements but the output has {}", to_string(op), name, s.size(), count));
   };
   check(a, "a");
   if (n >= 2) check(b, "b");

@@ -33,13 +33,12 @@ struct BlockName {
   bool two_level;
 };
 constexpr BlockName kBlockNames[] = {
-    {"mxfp8_e4m3", fp8_e4m3, false},      {"mxfp8_e5m2", fp8_e5m2, false},
-    {"mxfp6_e2m3", float6_e2m3fn, false}, {"mxfp6_e3m2", float6_e3m2fn, false},
-    {"mxfp4_e2m1", float4_e2m1fn, false}, {"nvfp4", float4_e2m1fn, true},
+    {"mxfp8_e4m3", fp8_e4m3, false},      {"mxfp8_e5m2", fp8_e5m2, false},      {"mxfp6_e2m3", float6_e2m3fn, false},
+    {"mxfp6_e3m2", float6_e3m2fn, false}, {"mxfp4_e2m1", float4_e2m1fn, false}, {"nvfp4", float4_e2m1fn, true},
 };
 
-constexpr int kMxBlock = 32;     // OCP MX v1.0 section 5: k = 32 for every concrete MX format
-constexpr int kNvfp4Block = 16;  // NVFP4: 16 elements per e4m3 scale
+constexpr int kMxBlock = 32;                          // OCP MX v1.0 section 5: k = 32 for every concrete MX format
+constexpr int kNvfp4Block = 16;                       // NVFP4: 16 elements per e4m3 scale
 constexpr int kE8m0MinExp = -127, kE8m0MaxExp = 127;  // E8M0's range (OCP MX v1.0 section 5.4.1)
 // nvfp4 (torchao per_tensor_amax_to_scale): T = amax / (F8E4M3_MAX * F4_E2M1_MAX); block scales are
 // clamped to [finfo(float8_e4m3fn).tiny, F8E4M3_MAX] before the cast to e4m3.
@@ -70,8 +69,7 @@ struct BlockGrid {
   BlockGrid(std::size_t n, std::size_t row, int block_size) : block(static_cast<std::size_t>(block_size)) {
     row_len = row == 0 ? n : row;
     if (row_len == 0) return;
-    if (n % row_len != 0)
-      throw Error(fmt::format("block quantize: {} elements are not whole rows of {}", n, row_len));
+    if (n % row_len != 0) throw Error(fmt::format("block quantize: {} elements are not whole rows of {}", n, row_len));
     rows = n / row_len;
     per_row = (row_len + block - 1) / block;
   }
@@ -95,7 +93,8 @@ std::uint32_t max_magnitude_bits(std::span<const float> x, std::size_t b, std::s
 
 int worker_count(std::size_t n, std::size_t blocks, const BulkOptions& opt) {
   if (opt.threads < 0) throw Error(fmt::format("block quantize: thread count must be >= 0, got {}", opt.threads));
-  std::size_t t = opt.threads > 0 ? static_cast<std::size_t>(opt.threads) : static_cast<std::size_t>(hardware_threads());
+  std::size_t t =
+      opt.threads > 0 ? static_cast<std::size_t>(opt.threads) : static_cast<std::size_t>(hardware_threads());
   t = std::min({t, n / kMinPerThread, blocks});
   return static_cast<int>(std::max<std::size_t>(t, 1));
 }
@@ -105,9 +104,8 @@ template <class Body>
 void for_block_ranges(const BlockGrid& g, std::size_t n, const BulkOptions& opt, BlockStats* stats, Body&& body) {
   const int t = worker_count(n, g.count(), opt);
   std::vector<BlockStats> parts(static_cast<std::size_t>(t));
-  parallel_for(g.count(), t, "block", [&](int w, std::size_t jb, std::size_t je) {
-    body(parts[static_cast<std::size_t>(w)], jb, je);
-  });
+  parallel_for(g.count(), t, "block",
+               [&](int w, std::size_t jb, std::size_t je) { body(parts[static_cast<std::size_t>(w)], jb, je); });
   if (stats)
     for (const BlockStats& s : parts) stats->merge(s);
 }
@@ -147,7 +145,8 @@ class Quantizer {
     for (std::size_t j = jb; j < je; ++j) {
       const std::size_t b = g_.begin(j), end = g_.end(j);
       ++s.blocks;
-      const std::optional<std::uint8_t> enc = f_.two_level ? scale_nvfp4(b, end, e0, stats, s) : scale_mx(b, end, e0, stats, s);
+      const std::optional<std::uint8_t> enc =
+          f_.two_level ? scale_nvfp4(b, end, e0, stats, s) : scale_mx(b, end, e0, stats, s);
       if (!enc) {
         ++s.nan_blocks;
         scales[j - jb] = static_cast<std::uint8_t>(f_.scale.nan_bits);
@@ -227,8 +226,10 @@ class Quantizer {
   }
 
   void fill_scaled(std::size_t b, std::size_t end, float v) {
-    if (use_float_) std::fill(buf_f_.begin() + static_cast<std::ptrdiff_t>(b), buf_f_.begin() + static_cast<std::ptrdiff_t>(end), v);
-    else std::fill(buf_d_.begin() + static_cast<std::ptrdiff_t>(b), buf_d_.begin() + static_cast<std::ptrdiff_t>(end), v);
+    if (use_float_)
+      std::fill(buf_f_.begin() + static_cast<std::ptrdiff_t>(b), buf_f_.begin() + static_cast<std::ptrdiff_t>(end), v);
+    else
+      std::fill(buf_d_.begin() + static_cast<std::ptrdiff_t>(b), buf_d_.begin() + static_cast<std::ptrdiff_t>(end), v);
   }
 
   // The MX scale exponent k of a block with largest magnitude amax > 0 (finite).
@@ -339,15 +340,15 @@ float tensor_scale(std::span<const float> x, const BlockFormat& f, const BulkOpt
 }
 
 // The tensor scale a quantization runs under: the caller's (x a run of rows of a larger tensor) or x's own.
-float tensor_scale(std::span<const float> x, const BlockFormat& f, const BulkOptions& opt,
-                   std::optional<float> given) {
+float tensor_scale(std::span<const float> x, const BlockFormat& f, const BulkOptions& opt, std::optional<float> given) {
   if (!f.two_level) return 1.0f;
   return given ? *given : tensor_scale(x, f, opt);
 }
 
 // Dequantizes blocks [jb, je) (elements indexed from the range's first element) into out[0 ..).
 void dequantize_tile(const BlockGrid& g, const BlockFormat& f, float tensor_scale, std::size_t jb, std::size_t je,
-                     std::span<const std::uint8_t> scales, std::span<const std::uint8_t> elements, std::span<float> out) {
+                     std::span<const std::uint8_t> scales, std::span<const std::uint8_t> elements,
+                     std::span<float> out) {
   const std::size_t e0 = g.begin(jb), len = g.begin(je) - e0;
   decode_array(elements.first(len), out.first(len), f.element);
   for (std::size_t j = jb; j < je; ++j) {
@@ -379,7 +380,9 @@ void TensorAmax::add(std::span<const float> x) {
   amax_bits_ = std::max(amax_bits_, max_magnitude_bits(x, 0, x.size()));
 }
 
-float TensorAmax::tensor_scale(const BlockFormat& fmt) const { return fmt.two_level ? scale_of_amax(amax_bits_) : 1.0f; }
+float TensorAmax::tensor_scale(const BlockFormat& fmt) const {
+  return fmt.two_level ? scale_of_amax(amax_bits_) : 1.0f;
+}
 
 void BlockStats::merge(const BlockStats& o) {
   count += o.count;
@@ -426,7 +429,8 @@ BlockFormat parse_block_format(std::string_view name, int block, BlockScaleRule 
     f.block = block > 0 ? block : (b.two_level ? kNvfp4Block : kMxBlock);
     if (block < 0) throw FieldError("block", std::to_string(block), "must be positive");
     if (b.two_level && rule == BlockScaleRule::rceil)
-      throw FieldError("block_scale", "'rceil'", "applies to the MX formats; nvfp4's scales are e4m3, not powers of two");
+      throw FieldError("block_scale", "'rceil'",
+                       "applies to the MX formats; nvfp4's scales are e4m3, not powers of two");
     f.rule = rule;
     return f;
   }
@@ -456,8 +460,7 @@ BlockQuantized quantize_blocks(std::span<const float> x, std::size_t row_len, co
 void dequantize_blocks(const BlockQuantized& q, std::size_t row_len, const BlockFormat& f, std::span<float> out,
                        const BulkOptions& opt) {
   const std::size_t n = q.elements.size();
-  if (out.size() != n)
-    throw Error(fmt::format("block dequantize: {} elements but an output of {}", n, out.size()));
+  if (out.size() != n) throw Error(fmt::format("block dequantize: {} elements but an output of {}", n, out.size()));
   const BlockGrid g(n, row_len, f.block);
   if (q.scales.size() != g.count())
     throw Error(fmt::format("block dequantize: {} scales for {} blocks", q.scales.size(), g.count()));
@@ -476,13 +479,14 @@ std::vector<double> block_scale_factors(const BlockQuantized& q, const BlockForm
     const std::uint64_t sb = q.scales[j];
     if (is_nan_bits(sb, f.scale) || std::isnan(q.tensor_scale)) factors[j] = std::numeric_limits<double>::quiet_NaN();
     else if (f.two_level) factors[j] = q.tensor_scale * decode_float(sb, f.scale);  // in float, as dequantize_tile
-    else factors[j] = decode(sb, f.scale);  // 2^k, exact
+    else factors[j] = decode(sb, f.scale);                                          // 2^k, exact
   }
   return factors;
 }
 
 void round_blocks(std::span<const float> x, std::span<float> out, std::size_t row_len, const BlockFormat& f,
-                  const Rounding& r, BlockStats* stats, const BulkOptions& opt, std::optional<float> given_tensor_scale) {
+                  const Rounding& r, BlockStats* stats, const BulkOptions& opt,
+                  std::optional<float> given_tensor_scale) {
   if (out.size() != x.size())
     throw Error(fmt::format("block round: input has {} elements but output has {}", x.size(), out.size()));
   validate(r);

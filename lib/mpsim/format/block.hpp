@@ -13,9 +13,9 @@
 //
 // Elements are rounded by the bulk engine (round_array) in any Rounding, stochastic included: element i
 // of the tensor uses generator index opt.index0 + i. opt.threads sets the threads as for round_array (0:
-// all hardware threads for large arrays); the bits and the statistics never depend on it. Scaling by a power of two is exact (done in float where that is
-// exact for the result, in double otherwise), so an MX element is the single rounding of V / X.
-// NaN or ±inf in a block (docs/formats.md): the block's scale is the scale format's NaN (E8M0 0xFF,
+// all hardware threads for large arrays); the bits and the statistics never depend on it. Scaling by a power of two is
+// exact (done in float where that is exact for the result, in double otherwise), so an MX element is the single
+// rounding of V / X. NaN or ±inf in a block (docs/formats.md): the block's scale is the scale format's NaN (E8M0 0xFF,
 // e4m3fn 0x7F), its elements are stored as 0 and it dequantizes to NaN throughout, as OCP MX v1.0
 // section 5.3 makes every element of a block with a NaN scale NaN. For nvfp4 a non-finite tensor amax
 // makes the tensor scale NaN and the whole tensor NaN.
@@ -39,10 +39,10 @@ namespace mpsim {
 enum class BlockScaleRule : std::uint8_t { floor, rceil };
 
 struct BlockFormat {
-  std::string name;      // "mxfp8_e4m3", "nvfp4"
-  Format element;        // the element type, saturating
-  Format scale;          // float8_e8m0fnu (MX) or fp8_e4m3 (nvfp4)
-  int block = 32;        // elements per block along the last axis
+  std::string name;  // "mxfp8_e4m3", "nvfp4"
+  Format element;    // the element type, saturating
+  Format scale;      // float8_e8m0fnu (MX) or fp8_e4m3 (nvfp4)
+  int block = 32;    // elements per block along the last axis
   BlockScaleRule rule = BlockScaleRule::floor;
   bool two_level = false;  // nvfp4: e4m3 block scales under a per-tensor fp32 scale
 };
@@ -57,8 +57,8 @@ BlockScaleRule parse_block_scale_rule(std::string_view);  // "floor" | "rceil"
 
 // What quantizing did, for the block-scaling telemetry.
 struct BlockStats {
-  std::uint64_t count = 0;      // elements
-  std::uint64_t nonzero = 0;    // finite non-zero inputs
+  std::uint64_t count = 0;    // elements
+  std::uint64_t nonzero = 0;  // finite non-zero inputs
   std::uint64_t nan_in = 0, inf_in = 0;
   std::uint64_t flushed = 0;    // finite non-zero input whose element is zero (lost inside its block)
   std::uint64_t subnormal = 0;  // element is a non-zero subnormal of the element type

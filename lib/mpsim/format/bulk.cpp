@@ -97,8 +97,8 @@ Path best_path() {
 // The vector kernels know signed formats with a zero (the NaN-less OCP fp6 / fp4 types act as saturating
 // formats there); the unsigned, zero-less e8m0 runs the scalar code.
 bool vector_supported(const Format& f) {
-  return f.man_bits <= 22 && f.emin >= -126 && f.emin + 23 - f.man_bits <= 127 && f.storage_bits <= 32 &&
-         f.has_sign && f.has_zero;
+  return f.man_bits <= 22 && f.emin >= -126 && f.emin + 23 - f.man_bits <= 127 && f.storage_bits <= 32 && f.has_sign &&
+         f.has_zero;
 }
 
 int outcome_class(double x, const Format& f, const Rounding& r) {
@@ -149,7 +149,8 @@ void check_storage(const Format& f) {
 constexpr std::size_t kMinPerThread = std::size_t{1} << 16;
 
 int thread_count(std::size_t n, const BulkOptions& opt) {
-  std::size_t t = opt.threads > 0 ? static_cast<std::size_t>(opt.threads) : static_cast<std::size_t>(hardware_threads());
+  std::size_t t =
+      opt.threads > 0 ? static_cast<std::size_t>(opt.threads) : static_cast<std::size_t>(hardware_threads());
   t = std::min(t, n / kMinPerThread);
   return static_cast<int>(std::max<std::size_t>(t, 1));
 }
@@ -168,7 +169,8 @@ void parallel_ranges(std::size_t n, const BulkOptions& opt, Stats* stats, Work w
     return;
   }
   std::vector<Stats> parts(static_cast<std::size_t>(t));
-  parallel_for(n, t, "bulk", [&](int k, std::size_t b, std::size_t e) { work(b, e, parts[static_cast<std::size_t>(k)]); }, 64);
+  parallel_for(
+      n, t, "bulk", [&](int k, std::size_t b, std::size_t e) { work(b, e, parts[static_cast<std::size_t>(k)]); }, 64);
   if (stats)
     for (const Stats& s : parts) stats->merge(s);
 }
@@ -179,22 +181,39 @@ void parallel_ranges(std::size_t n, const BulkOptions& opt, Stats* stats, Work w
 template <class T>
 inline void account(Stats& s, T x, std::uint64_t bits, const Format& f) {
   ++s.count;
-  if (std::isnan(x)) { ++s.nan; return; }
-  if (std::isinf(x)) { ++s.inf_in; return; }
-  if (x == 0) { ++s.zero_in; return; }
+  if (std::isnan(x)) {
+    ++s.nan;
+    return;
+  }
+  if (std::isinf(x)) {
+    ++s.inf_in;
+    return;
+  }
+  if (x == 0) {
+    ++s.zero_in;
+    return;
+  }
   const double ax = std::fabs(static_cast<double>(x));
   s.max_abs = std::max(s.max_abs, ax);
   if (s.min_abs_nonzero == 0 || ax < s.min_abs_nonzero) s.min_abs_nonzero = ax;
   const std::uint64_t mag = bits & ~f.sign_bit() & f.storage_mask();
   // Without a zero (e8m0) a magnitude below the smallest number is clamped to it: counted as underflow.
-  if (f.is_zero_bits(bits) || (!f.has_zero && mag == 0 && ax < f.min_normal)) { ++s.underflow; ++s.rounded; return; }
-  if (is_nan_bits(bits, f) || is_inf_bits(bits, f)) { ++s.overflow; ++s.rounded; return; }
+  if (f.is_zero_bits(bits) || (!f.has_zero && mag == 0 && ax < f.min_normal)) {
+    ++s.underflow;
+    ++s.rounded;
+    return;
+  }
+  if (is_nan_bits(bits, f) || is_inf_bits(bits, f)) {
+    ++s.overflow;
+    ++s.rounded;
+    return;
+  }
   const double y = decode(bits, f);
   if (f.is_subnormal_bits(bits)) ++s.subnormal;
   if (f.saturates() && mag == f.max_finite_bits && ax > f.max_finite) ++s.overflow;
-  if (y == static_cast<double>(x)) ++s.exact; else ++s.rounded;
+  if (y == static_cast<double>(x)) ++s.exact;
+  else ++s.rounded;
 }
-
 
 template <class In, class Out, class Store>
 void scalar_range(const In* in, Out* out, std::size_t begin, std::size_t end, const Format& f, const Rounding& r,
@@ -206,8 +225,7 @@ void scalar_range(const In* in, Out* out, std::size_t begin, std::size_t end, co
     std::uint64_t bits;
     if constexpr (std::is_same_v<In, float>)
       bits = spec::round_float_bits(std::bit_cast<std::uint32_t>(x), fs, rs, index0 + i);
-    else
-      bits = spec::round_double_bits(std::bit_cast<std::uint64_t>(x), fs, rs, index0 + i);
+    else bits = spec::round_double_bits(std::bit_cast<std::uint64_t>(x), fs, rs, index0 + i);
     if (want_stats) account(local, x, bits, f);
     out[i] = store(bits);
   }
@@ -246,7 +264,8 @@ const F16cThresholds& f16c_thresholds(RoundingMode mode) {
   // Found once per mode (about 200 round_bits calls each), on first use.
   static const F16cThresholds rne = find_f16c_thresholds(RoundingMode::nearest_even),
                               rtz = find_f16c_thresholds(RoundingMode::toward_zero),
-                              ru = find_f16c_thresholds(RoundingMode::up), rd = find_f16c_thresholds(RoundingMode::down),
+                              ru = find_f16c_thresholds(RoundingMode::up),
+                              rd = find_f16c_thresholds(RoundingMode::down),
                               rna = find_f16c_thresholds(RoundingMode::nearest_away),
                               rto = find_f16c_thresholds(RoundingMode::to_odd);
   switch (mode) {
@@ -304,8 +323,8 @@ bd::KernelParams make_params(const Format& f, const Rounding& r, const BulkOptio
   // e8 format without inf), no float input overflows and the kernel never uses the rule.
   if (!f.saturates() && p.max_finite_f32 != 0x7f800000) {
     const RoundingMode m = r.mode;
-    const bool to_inf_any = m == RoundingMode::nearest_even || m == RoundingMode::nearest_away ||
-                            m == RoundingMode::stochastic;
+    const bool to_inf_any =
+        m == RoundingMode::nearest_even || m == RoundingMode::nearest_away || m == RoundingMode::stochastic;
     const bool pos = to_inf_any || m == RoundingMode::up, neg = to_inf_any || m == RoundingMode::down;
     if ((p.ovf_pos_counts != 0) != pos || (p.ovf_neg_counts != 0) != neg)
       throw Error("round_array: internal error: overflow results of " + f.name + " in mode " +
@@ -326,18 +345,18 @@ bd::KernelParams make_params(const Format& f, const Rounding& r, const BulkOptio
   p.cap_neg = p.ovf_neg & p.mag_mask;
   // The cap works where the overflow result is sign | magnitude >= max_finite_bits; otherwise (the
   // fnuz NaN 0x80 has magnitude 0) the kernel blends the result in.
-  p.ovf_special = p.ovf_pos != p.cap_pos || p.ovf_neg != (p.cap_neg | p.fmt_sign) ||
-                  p.cap_pos < p.max_finite_bits || p.cap_neg < p.max_finite_bits;
+  p.ovf_special = p.ovf_pos != p.cap_pos || p.ovf_neg != (p.cap_neg | p.fmt_sign) || p.cap_pos < p.max_finite_bits ||
+                  p.cap_neg < p.max_finite_bits;
   if (p.ovf_special) p.cap_pos = p.cap_neg = p.max_finite_bits;  // the kernel blends the result in
-  p.ovf_y_pos = static_cast<std::int32_t>(std::bit_cast<std::uint32_t>(
-      decode_float(static_cast<std::uint32_t>(p.ovf_pos), f)));
-  p.ovf_y_neg = static_cast<std::int32_t>(std::bit_cast<std::uint32_t>(
-      decode_float(static_cast<std::uint32_t>(p.ovf_neg), f)));
+  p.ovf_y_pos =
+      static_cast<std::int32_t>(std::bit_cast<std::uint32_t>(decode_float(static_cast<std::uint32_t>(p.ovf_pos), f)));
+  p.ovf_y_neg =
+      static_cast<std::int32_t>(std::bit_cast<std::uint32_t>(decode_float(static_cast<std::uint32_t>(p.ovf_neg), f)));
   p.float_layout_ovf_ok = p.float_layout && f.nan == NanEncoding::ieee;
   p.uniform = f.emin == -126;
   const bool directed = r.mode == RoundingMode::up || r.mode == RoundingMode::down;
-  p.plain = !p.daz && !p.flush && !p.neg_zero && !p.ovf_special && !p.saturate && (directed || p.cap_pos == p.cap_neg) &&
-            (p.uniform || f.emax + 24 - m <= 127);
+  p.plain = !p.daz && !p.flush && !p.neg_zero && !p.ovf_special && !p.saturate &&
+            (directed || p.cap_pos == p.cap_neg) && (p.uniform || f.emax + 24 - m <= 127);
   p.ek_max = p.plain ? (f.emax + 128) << 23 : 0;
   p.lut_ok = !p.uniform && static_cast<std::uint32_t>(p.cap_pos) < (1u << 15) &&
              static_cast<std::uint32_t>(p.cap_neg) < (1u << 15);
@@ -460,8 +479,8 @@ void round_double_packed(std::span<const double> in, std::span<Out> out, const F
 }
 
 template <class Out>
-void round_float_packed(std::span<const float> in, std::span<Out> out, const Format& f, const Rounding& r,
-                        Stats* stats, const BulkOptions& opt) {
+void round_float_packed(std::span<const float> in, std::span<Out> out, const Format& f, const Rounding& r, Stats* stats,
+                        const BulkOptions& opt) {
   check_sizes(in.size(), out.size(), in.data(), out.data(), "round_array");
   validate(r);
   check_storage<Out>(f);
@@ -504,20 +523,36 @@ void round_array(std::span<const double> in, std::span<double> out, const Format
   });
 }
 
-void round_array(std::span<const float> in, std::span<std::uint8_t> out, const Format& f, const Rounding& r,
-                 Stats* s, const BulkOptions& o) { round_float_packed(in, out, f, r, s, o); }
-void round_array(std::span<const float> in, std::span<std::uint16_t> out, const Format& f, const Rounding& r,
-                 Stats* s, const BulkOptions& o) { round_float_packed(in, out, f, r, s, o); }
-void round_array(std::span<const float> in, std::span<std::uint32_t> out, const Format& f, const Rounding& r,
-                 Stats* s, const BulkOptions& o) { round_float_packed(in, out, f, r, s, o); }
-void round_array(std::span<const double> in, std::span<std::uint8_t> out, const Format& f, const Rounding& r,
-                 Stats* s, const BulkOptions& o) { round_double_packed(in, out, f, r, s, o); }
-void round_array(std::span<const double> in, std::span<std::uint16_t> out, const Format& f, const Rounding& r,
-                 Stats* s, const BulkOptions& o) { round_double_packed(in, out, f, r, s, o); }
+void round_array(std::span<const float> in, std::span<std::uint8_t> out, const Format& f, const Rounding& r, Stats* s,
+                 const BulkOptions& o) {
+  round_float_packed(in, out, f, r, s, o);
+}
+void round_array(std::span<const float> in, std::span<std::uint16_t> out, const Format& f, const Rounding& r, Stats* s,
+                 const BulkOptions& o) {
+  round_float_packed(in, out, f, r, s, o);
+}
+void round_array(std::span<const float> in, std::span<std::uint32_t> out, const Format& f, const Rounding& r, Stats* s,
+                 const BulkOptions& o) {
+  round_float_packed(in, out, f, r, s, o);
+}
+void round_array(std::span<const double> in, std::span<std::uint8_t> out, const Format& f, const Rounding& r, Stats* s,
+                 const BulkOptions& o) {
+  round_double_packed(in, out, f, r, s, o);
+}
+void round_array(std::span<const double> in, std::span<std::uint16_t> out, const Format& f, const Rounding& r, Stats* s,
+                 const BulkOptions& o) {
+  round_double_packed(in, out, f, r, s, o);
+}
 
-void decode_array(std::span<const std::uint8_t> in, std::span<float> out, const Format& f) { decode_packed(in, out, f); }
-void decode_array(std::span<const std::uint16_t> in, std::span<float> out, const Format& f) { decode_packed(in, out, f); }
-void decode_array(std::span<const std::uint32_t> in, std::span<float> out, const Format& f) { decode_packed(in, out, f); }
+void decode_array(std::span<const std::uint8_t> in, std::span<float> out, const Format& f) {
+  decode_packed(in, out, f);
+}
+void decode_array(std::span<const std::uint16_t> in, std::span<float> out, const Format& f) {
+  decode_packed(in, out, f);
+}
+void decode_array(std::span<const std::uint32_t> in, std::span<float> out, const Format& f) {
+  decode_packed(in, out, f);
+}
 
 int bulk_threads(std::size_t n, const BulkOptions& opt) { return thread_count(n, opt); }
 

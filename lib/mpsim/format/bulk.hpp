@@ -51,16 +51,16 @@ bool path_available(Path);  // false if the CPU (or the build) lacks it
 
 struct BulkOptions {
   Path path = Path::automatic;
-  int threads = 0;              // 0: the engine's default (all hardware threads for large arrays); 1: none
-  std::uint64_t index0 = 0;     // stochastic rounding: element i uses generator index index0 + i
+  int threads = 0;           // 0: the engine's default (all hardware threads for large arrays); 1: none
+  std::uint64_t index0 = 0;  // stochastic rounding: element i uses generator index index0 + i
   // Use a hardware conversion instruction where it is exact for the case (F16C vcvtps2ph for fp16
   // with subnormals kept in nearest-even, toward zero, up and down, and nearest-away from two of them);
   // false forces the software vector code (tests compare both).
   bool hardware_convert = true;
   // Write the output with non-temporal (streaming) stores, which bypass the caches: for large arrays that
   // will not be read again soon, the stores then cost no read of the destination lines
-  // (docs/performance.md: 2^26 floats to fp16 in 0.79-0.83x the time of the F16C loop with ordinary stores). Slower where
-  // the output is read again soon, so off by default. Vector paths only; the same bits either way.
+  // (docs/performance.md: 2^26 floats to fp16 in 0.79-0.83x the time of the F16C loop with ordinary stores). Slower
+  // where the output is read again soon, so off by default. Vector paths only; the same bits either way.
   bool streaming_stores = false;
 };
 
@@ -85,14 +85,14 @@ void round_array(std::span<const double> in, std::span<double> out, const Format
 // otherwise mpsim::Error.
 void round_array(std::span<const float> in, std::span<std::uint8_t> out, const Format& fmt, const Rounding& r = {},
                  Stats* stats = nullptr, const BulkOptions& opt = {});
-void round_array(std::span<const float> in, std::span<std::uint16_t> out, const Format& fmt,
-                 const Rounding& r = {}, Stats* stats = nullptr, const BulkOptions& opt = {});
-void round_array(std::span<const float> in, std::span<std::uint32_t> out, const Format& fmt,
-                 const Rounding& r = {}, Stats* stats = nullptr, const BulkOptions& opt = {});
-void round_array(std::span<const double> in, std::span<std::uint8_t> out, const Format& fmt,
-                 const Rounding& r = {}, Stats* stats = nullptr, const BulkOptions& opt = {});
-void round_array(std::span<const double> in, std::span<std::uint16_t> out, const Format& fmt,
-                 const Rounding& r = {}, Stats* stats = nullptr, const BulkOptions& opt = {});
+void round_array(std::span<const float> in, std::span<std::uint16_t> out, const Format& fmt, const Rounding& r = {},
+                 Stats* stats = nullptr, const BulkOptions& opt = {});
+void round_array(std::span<const float> in, std::span<std::uint32_t> out, const Format& fmt, const Rounding& r = {},
+                 Stats* stats = nullptr, const BulkOptions& opt = {});
+void round_array(std::span<const double> in, std::span<std::uint8_t> out, const Format& fmt, const Rounding& r = {},
+                 Stats* stats = nullptr, const BulkOptions& opt = {});
+void round_array(std::span<const double> in, std::span<std::uint16_t> out, const Format& fmt, const Rounding& r = {},
+                 Stats* stats = nullptr, const BulkOptions& opt = {});
 
 // The number of threads the engine uses for an array of n elements under opt (at least 1): passes over
 // the engine's output that follow it (soft_error.hpp) split their work the same way.

@@ -17,8 +17,12 @@ struct Avx2 {
   static I zero() { return _mm256_setzero_si256(); }
   static I iota() { return _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7); }
   static I load(const float* p) { return _mm256_castps_si256(_mm256_loadu_ps(p)); }
-  static I load8(const std::uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
-  static I load16(const std::uint16_t* p) { return _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static I load8(const std::uint8_t* p) {
+    return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  }
+  static I load16(const std::uint16_t* p) {
+    return _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
   static I load32(const std::uint32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
   static void store32(void* p, I v) { _mm256_storeu_si256(static_cast<__m256i*>(p), v); }
   static void store16(std::uint16_t* p, I v) {
@@ -28,19 +32,29 @@ struct Avx2 {
   // Two vectors of 16-bit encodings in one store: packus interleaves the 128-bit halves, the
   // permute puts them back in order.
   static I pack16x2(I a, I b) { return _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xd8); }
-  static void store16x2(std::uint16_t* p, I a, I b) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), pack16x2(a, b)); }
+  static void store16x2(std::uint16_t* p, I a, I b) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), pack16x2(a, b));
+  }
   // Four vectors of 8-bit encodings in one store.
   static I pack8x4(I a, I b, I c, I d) {
     const I t = _mm256_packus_epi16(_mm256_packus_epi32(a, b), _mm256_packus_epi32(c, d));
     return _mm256_permutevar8x32_epi32(t, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
   }
-  static void store8x4(std::uint8_t* p, I a, I b, I c, I d) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), pack8x4(a, b, c, d)); }
+  static void store8x4(std::uint8_t* p, I a, I b, I c, I d) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), pack8x4(a, b, c, d));
+  }
   // Non-temporal stores (KernelParams::stream): the address is aligned to the store's width (bulk.cpp).
   static void stream32(void* p, I v) { _mm256_stream_si256(static_cast<__m256i*>(p), v); }
-  static void stream16x2(std::uint16_t* p, I a, I b) { _mm256_stream_si256(reinterpret_cast<__m256i*>(p), pack16x2(a, b)); }
-  static void stream8x4(std::uint8_t* p, I a, I b, I c, I d) { _mm256_stream_si256(reinterpret_cast<__m256i*>(p), pack8x4(a, b, c, d)); }
+  static void stream16x2(std::uint16_t* p, I a, I b) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(p), pack16x2(a, b));
+  }
+  static void stream8x4(std::uint8_t* p, I a, I b, I c, I d) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(p), pack8x4(a, b, c, d));
+  }
   template <OutKind KIND>
-  static constexpr int group() { return KIND == OutKind::u16 ? 2 : KIND == OutKind::u8 ? 4 : 1; }
+  static constexpr int group() {
+    return KIND == OutKind::u16 ? 2 : KIND == OutKind::u8 ? 4 : 1;
+  }
   static void store8(std::uint8_t* p, I v) {
     I t = _mm256_packus_epi32(v, v);
     t = _mm256_packus_epi16(t, t);
@@ -53,8 +67,14 @@ struct Avx2 {
   static I and_(I a, I b) { return _mm256_and_si256(a, b); }
   static I or_(I a, I b) { return _mm256_or_si256(a, b); }
   static I xor_(I a, I b) { return _mm256_xor_si256(a, b); }
-  template <int N> static I srli(I a) { return _mm256_srli_epi32(a, N); }
-  template <int N> static I slli(I a) { return _mm256_slli_epi32(a, N); }
+  template <int N>
+  static I srli(I a) {
+    return _mm256_srli_epi32(a, N);
+  }
+  template <int N>
+  static I slli(I a) {
+    return _mm256_slli_epi32(a, N);
+  }
   static I sll(I a, int n) { return _mm256_sll_epi32(a, _mm_cvtsi32_si128(n)); }
   static I srl(I a, int n) { return _mm256_srl_epi32(a, _mm_cvtsi32_si128(n)); }
   static I sllv(I a, I n) { return _mm256_sllv_epi32(a, n); }
@@ -66,7 +86,9 @@ struct Avx2 {
     return _mm256_setr_epi32(w0, w1, w2, w3, w0, w1, w2, w3);
   }
   static I block_iota() { return _mm256_setr_epi32(0, 0, 0, 0, 1, 0, 0, 0); }  // block b in word 0
-  static I add_block_lane0(I c, std::int32_t v) { return _mm256_add_epi32(c, _mm256_setr_epi32(v, 0, 0, 0, v, 0, 0, 0)); }
+  static I add_block_lane0(I c, std::int32_t v) {
+    return _mm256_add_epi32(c, _mm256_setr_epi32(v, 0, 0, 0, v, 0, 0, 0));
+  }
   static I mul_epu32(I a, I b) { return _mm256_mul_epu32(a, b); }
   static I swap_words(I a) { return _mm256_shuffle_epi32(a, 0x1b); }  // words 3 2 1 0 of each block
   static I srli64_32(I a) { return _mm256_srli_epi64(a, 32); }
@@ -117,7 +139,10 @@ struct Avx2 {
   static I cvt_mul(I v, float s) {
     return _mm256_castps_si256(_mm256_mul_ps(_mm256_cvtepi32_ps(v), _mm256_set1_ps(s)));
   }
-  template <int IMM> static __m128i cvt_ph(I b) { return _mm256_cvtps_ph(_mm256_castsi256_ps(b), IMM); }
+  template <int IMM>
+  static __m128i cvt_ph(I b) {
+    return _mm256_cvtps_ph(_mm256_castsi256_ps(b), IMM);
+  }
   static I cvt_ph_back(__m128i h) { return _mm256_castps_si256(_mm256_cvtph_ps(h)); }
   // Nearest with ties away from zero, which F16C lacks: the nearest-even result, except where x lies
   // exactly halfway between its truncation t and the next encoding t + 1 (the midpoint of two fp16
@@ -146,7 +171,9 @@ struct Avx2 {
   }
   static I widen16(__m128i h) { return _mm256_cvtepu16_epi32(h); }
   // 16-bit encodings (zero-extended in 32-bit lanes) to 8 packed halves.
-  static __m128i narrow16(I v) { return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(v, v), 0x08)); }
+  static __m128i narrow16(I v) {
+    return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(v, v), 0x08));
+  }
   static void store_ph(std::uint16_t* p, __m128i h) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h); }
   static void stream_ph(std::uint16_t* p, __m128i h) { _mm_stream_si128(reinterpret_cast<__m128i*>(p), h); }
 

@@ -21,27 +21,45 @@ struct Avx512 {
   static I zero() { return _mm512_setzero_si512(); }
   static I iota() { return _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
   static I load(const float* p) { return _mm512_castps_si512(_mm512_loadu_ps(p)); }
-  static I load8(const std::uint8_t* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
-  static I load16(const std::uint16_t* p) { return _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+  static I load8(const std::uint8_t* p) {
+    return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static I load16(const std::uint16_t* p) {
+    return _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
   static I load32(const std::uint32_t* p) { return _mm512_loadu_si512(p); }
   static void store32(void* p, I v) { _mm512_storeu_si512(p, v); }
-  static void store16(std::uint16_t* p, I v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(v)); }
+  static void store16(std::uint16_t* p, I v) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(v));
+  }
   static void store8(std::uint8_t* p, I v) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtepi32_epi8(v)); }
   // Non-temporal stores (KernelParams::stream): the address is aligned to the store's width (bulk.cpp).
   static void stream32(void* p, I v) { _mm512_stream_si512(static_cast<__m512i*>(p), v); }
-  static void stream16(std::uint16_t* p, I v) { _mm256_stream_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(v)); }
-  static void stream8(std::uint8_t* p, I v) { _mm_stream_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtepi32_epi8(v)); }
+  static void stream16(std::uint16_t* p, I v) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(v));
+  }
+  static void stream8(std::uint8_t* p, I v) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtepi32_epi8(v));
+  }
   // vpmovdw / vpmovdb narrow one vector in one instruction: no grouping (store_group, detail/bulk_store.hpp).
   template <OutKind KIND>
-  static constexpr int group() { return 1; }
+  static constexpr int group() {
+    return 1;
+  }
 
   static I add(I a, I b) { return _mm512_add_epi32(a, b); }
   static I sub(I a, I b) { return _mm512_sub_epi32(a, b); }
   static I and_(I a, I b) { return _mm512_and_si512(a, b); }
   static I or_(I a, I b) { return _mm512_or_si512(a, b); }
   static I xor_(I a, I b) { return _mm512_xor_si512(a, b); }
-  template <int N> static I srli(I a) { return _mm512_srli_epi32(a, N); }
-  template <int N> static I slli(I a) { return _mm512_slli_epi32(a, N); }
+  template <int N>
+  static I srli(I a) {
+    return _mm512_srli_epi32(a, N);
+  }
+  template <int N>
+  static I slli(I a) {
+    return _mm512_slli_epi32(a, N);
+  }
   static I sll(I a, int n) { return _mm512_sll_epi32(a, _mm_cvtsi32_si128(n)); }
   static I srl(I a, int n) { return _mm512_srl_epi32(a, _mm_cvtsi32_si128(n)); }
   static I sllv(I a, I n) { return _mm512_sllv_epi32(a, n); }
@@ -49,7 +67,9 @@ struct Avx512 {
   static I max(I a, I b) { return _mm512_max_epi32(a, b); }
   static I min(I a, I b) { return _mm512_min_epi32(a, b); }
   // Philox lanes (detail/bulk_philox.hpp, PhiloxLanes): one block's four words per 128-bit quarter.
-  static I set4(std::int32_t w0, std::int32_t w1, std::int32_t w2, std::int32_t w3) { return _mm512_set4_epi32(w3, w2, w1, w0); }
+  static I set4(std::int32_t w0, std::int32_t w1, std::int32_t w2, std::int32_t w3) {
+    return _mm512_set4_epi32(w3, w2, w1, w0);
+  }
   static I block_iota() { return _mm512_setr_epi32(0, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0); }
   static I add_block_lane0(I c, std::int32_t v) { return _mm512_mask_add_epi32(c, 0x1111, c, _mm512_set1_epi32(v)); }
   static I mul_epu32(I a, I b) { return _mm512_mul_epu32(a, b); }
@@ -93,7 +113,8 @@ struct Avx512 {
   static I cvt_mul(I v, float s) {
     return _mm512_castps_si512(_mm512_mul_ps(_mm512_cvtepi32_ps(v), _mm512_set1_ps(s)));
   }
-  template <int IMM> static __m256i cvt_ph(I b) {
+  template <int IMM>
+  static __m256i cvt_ph(I b) {
     return _mm512_cvtps_ph(_mm512_castsi512_ps(b), IMM | _MM_FROUND_NO_EXC);
   }
   static I cvt_ph_back(__m256i h) { return _mm512_castps_si512(_mm512_cvtph_ps(h)); }

@@ -69,8 +69,8 @@ void round_to_packed(const Eigen::DenseBase<Derived>& x, std::span<Out> out, con
   using T = typename Derived::Scalar;
   bulk_eigen_detail::check_direct(x, "round_to_packed");
   if (out.size() != static_cast<std::size_t>(x.size()))
-    throw Error("round_to_packed: the Eigen object has " + std::to_string(x.size()) + " elements but the packed buffer " +
-                std::to_string(out.size()));
+    throw Error("round_to_packed: the Eigen object has " + std::to_string(x.size()) +
+                " elements but the packed buffer " + std::to_string(out.size()));
   bulk_eigen_detail::for_each_slice(x, [&](const T* p, std::size_t n, std::size_t pos) {
     BulkOptions o = opt;
     o.index0 = opt.index0 + pos;
@@ -84,8 +84,8 @@ void decode_from_packed(std::span<const In> in, const Eigen::DenseBase<Derived>&
   static_assert(std::is_same_v<typename Derived::Scalar, float>, "decode_from_packed: float objects only");
   bulk_eigen_detail::check_direct(x, "decode_from_packed");
   if (in.size() != static_cast<std::size_t>(x.size()))
-    throw Error("decode_from_packed: the packed buffer has " + std::to_string(in.size()) + " elements but the Eigen object " +
-                std::to_string(x.size()));
+    throw Error("decode_from_packed: the packed buffer has " + std::to_string(in.size()) +
+                " elements but the Eigen object " + std::to_string(x.size()));
   auto& w = const_cast<Eigen::DenseBase<Derived>&>(x);
   bulk_eigen_detail::for_each_slice(w, [&](const float* p, std::size_t n, std::size_t pos) {
     decode_array(in.subspan(pos, n), std::span<float>(const_cast<float*>(p), n), fmt);

@@ -31,11 +31,11 @@ enum class Subnormals : std::uint8_t { keep, flush };
 enum class Overflow : std::uint8_t { to_inf, saturate };
 
 struct Format {
-  std::string name;         // canonical name ("fp16", "float6_e2m3fn", "e6m9", ...)
-  int exp_bits = 0;         // width of the exponent field
-  int man_bits = 0;         // stored mantissa bits (precision p = man_bits + 1)
-  int bias = 0;             // exponent bias
-  bool has_inf = true;      // ±inf representable (only with NanEncoding::ieee)
+  std::string name;     // canonical name ("fp16", "float6_e2m3fn", "e6m9", ...)
+  int exp_bits = 0;     // width of the exponent field
+  int man_bits = 0;     // stored mantissa bits (precision p = man_bits + 1)
+  int bias = 0;         // exponent bias
+  bool has_inf = true;  // ±inf representable (only with NanEncoding::ieee)
   NanEncoding nan = NanEncoding::ieee;
   Subnormals subnormals = Subnormals::keep;
   Overflow overflow = Overflow::to_inf;
@@ -48,15 +48,15 @@ struct Format {
   bool has_zero = true;
 
   // ---- derived constants (filled by make_format) ----
-  int precision = 0;        // p = man_bits + 1
-  int emin = 0;             // exponent of the smallest normal number
-  int emax = 0;             // exponent of the largest finite number
-  int storage_bits = 0;     // has_sign + exp_bits + man_bits
-  double max_finite = 0;    // largest finite value
-  double min_normal = 0;    // 2^emin
-  double min_subnormal = 0; // 2^(emin - man_bits); equals min_normal when subnormals are flushed
-  double epsilon = 0;       // machine epsilon 2^(1-p): distance from 1 to the next larger number
-  double unit_roundoff = 0; // u = 2^-p: the largest relative error of round-to-nearest
+  int precision = 0;                  // p = man_bits + 1
+  int emin = 0;                       // exponent of the smallest normal number
+  int emax = 0;                       // exponent of the largest finite number
+  int storage_bits = 0;               // has_sign + exp_bits + man_bits
+  double max_finite = 0;              // largest finite value
+  double min_normal = 0;              // 2^emin
+  double min_subnormal = 0;           // 2^(emin - man_bits); equals min_normal when subnormals are flushed
+  double epsilon = 0;                 // machine epsilon 2^(1-p): distance from 1 to the next larger number
+  double unit_roundoff = 0;           // u = 2^-p: the largest relative error of round-to-nearest
   std::uint64_t max_finite_bits = 0;  // encoding of +max_finite
   std::uint64_t inf_bits = 0;         // encoding of +inf (0 when the format has none)
   std::uint64_t nan_bits = 0;         // encoding of the canonical quiet NaN (positive sign where it has one)
@@ -81,7 +81,9 @@ struct Format {
   // The sign bit's mask; 0 in an unsigned format (so `neg ? sign_bit() : 0` and `& ~sign_bit()` hold).
   std::uint64_t sign_bit() const { return has_sign ? std::uint64_t{1} << (exp_bits + man_bits) : 0; }
   // All ones in the low storage_bits (fp64's 64 bits would make the shift undefined).
-  std::uint64_t storage_mask() const { return storage_bits >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << storage_bits) - 1; }
+  std::uint64_t storage_mask() const {
+    return storage_bits >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << storage_bits) - 1;
+  }
   // Bytes of the smallest unsigned integer that holds the encoding: 1, 2, 4 or 8.
   int storage_bytes() const { return storage_bits <= 8 ? 1 : storage_bits <= 16 ? 2 : storage_bits <= 32 ? 4 : 8; }
 
@@ -103,11 +105,11 @@ Format with_options(const Format& base, Subnormals subnormals, Overflow overflow
 // The named formats.
 const Format& fp64();
 const Format& fp32();
-const Format& fp16();      // IEEE 754 binary16
-const Format& bf16();      // bfloat16
-const Format& tf32();      // NVIDIA TensorFloat-32 (e8m10), held in 32 bits
-const Format& fp8_e4m3();  // OCP 8-bit e4m3fn: bias 7, no inf, NaN = S.1111.111, max 448
-const Format& fp8_e5m2();  // OCP 8-bit e5m2: IEEE-like, bias 15, max 57344
+const Format& fp16();          // IEEE 754 binary16
+const Format& bf16();          // bfloat16
+const Format& tf32();          // NVIDIA TensorFloat-32 (e8m10), held in 32 bits
+const Format& fp8_e4m3();      // OCP 8-bit e4m3fn: bias 7, no inf, NaN = S.1111.111, max 448
+const Format& fp8_e5m2();      // OCP 8-bit e5m2: IEEE-like, bias 15, max 57344
 const Format& fp8_e4m3fnuz();  // Graphcore/AMD e4m3fnuz: bias 8, NaN = 0x80, no -0, max 240
 const Format& fp8_e5m2fnuz();  // Graphcore/AMD e5m2fnuz: bias 16, NaN = 0x80, no -0, max 57344
 // The other element types of ml_dtypes 0.6, under their ml_dtypes names (docs/formats.md).

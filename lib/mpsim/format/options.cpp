@@ -5,8 +5,8 @@ namespace mpsim {
 namespace {
 OptionError unknown_word(OptionKey key, std::string_view option, std::string_view word) {
   return OptionError(key, std::string(word),
-                     std::string(option) + ": unknown value '" + std::string(word) + "' (known: " +
-                         std::string(option_words(key)) + ")");
+                     std::string(option) + ": unknown value '" + std::string(word) +
+                         "' (known: " + std::string(option_words(key)) + ")");
 }
 }  // namespace
 

@@ -55,7 +55,7 @@ MPSIM_HD constexpr Block generate(Block ctr, std::uint32_t k0, std::uint32_t k1,
 MPSIM_HD constexpr Block sr_block(std::uint64_t seed, std::uint64_t index) {
   const std::uint64_t q = index >> 2;
   return generate(Block{{static_cast<std::uint32_t>(q), static_cast<std::uint32_t>(q >> 32), 0u, 0u}},
-                    static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32));
+                  static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32));
 }
 
 // The 32 random bits of element `index` under `seed`.

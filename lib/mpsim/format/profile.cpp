@@ -93,8 +93,8 @@ Profile make_cuda_sm90() {
                               "__float2half_rn/_rz/_rd/_ru: NaN -> 0x7FFF (cuda_fp16.hpp __internal_float2half)"));
   // __float2bfloat16_rn/_rz/_rd/_ru: `cvt.{rn,rz,rm,rp}.bf16.f32` without .ftz (float subnormal inputs
   // kept, unlike x86's vcvtneps2bf16); NaN -> 0x7FFF (16,646,142 NaN inputs differ from IEEE).
-  p.rules.push_back(cuda_rule("bf16", Operation::convert, 0x7fff,
-                              "__float2bfloat16_rn/_rz/_rd/_ru: NaN -> 0x7FFF (cuda_bf16.hpp)"));
+  p.rules.push_back(
+      cuda_rule("bf16", Operation::convert, 0x7fff, "__float2bfloat16_rn/_rz/_rd/_ru: NaN -> 0x7FFF (cuda_bf16.hpp)"));
   // __nv_cvt_float_to_fp8(x, sat, __NV_E4M3): a NaN input gives 0x7F (sign dropped: 8,388,607 negative
   // NaNs differ from IEEE); overflow and ±inf with __NV_NOSAT give 0x7F | sign (round_bits()'s NaN of a
   // format without inf), with __NV_SATFINITE ±0x7E (Overflow::saturate).
@@ -103,8 +103,8 @@ Profile make_cuda_sm90() {
   p.rules.back().canonical_for_nan_inputs_only = true;
   // __NV_E5M2: NaN -> 0x7F (12,582,910 NaN inputs differ); overflow and ±inf -> ±inf with __NV_NOSAT,
   // ±0x7B with __NV_SATFINITE: IEEE / Overflow::saturate.
-  p.rules.push_back(cuda_rule("fp8_e5m2", Operation::convert, 0x7f,
-                              "__nv_cvt_float_to_fp8(__NV_E5M2): NaN -> 0x7F (cuda_fp8.hpp)"));
+  p.rules.push_back(
+      cuda_rule("fp8_e5m2", Operation::convert, 0x7f, "__nv_cvt_float_to_fp8(__NV_E5M2): NaN -> 0x7F (cuda_fp8.hpp)"));
   // cvt.rna.tf32.f32: NaNs are not quieted, the low 13 bits are cut; a NaN whose payload lies only there
   // becomes ±inf (16,382 inputs, 0x7F800001 -> 0x7F800000), the others keep their cut payload
   // (0x7FA6F000 -> 0x7FA6E000; 2,046 distinct NaN outputs).
@@ -119,15 +119,17 @@ Profile make_cuda_sm90() {
   // payload of one unit -> ±inf (16,384 inputs, 0x7F802000 -> 0x7F800000), the others the next NaN
   // pattern down (0x7FC00000 -> 0x7FBFE000; 2,044 distinct NaN outputs). Identified from the digests of
   // the two NaN blocks (docs/hardware.md); recorded_test checks them.
-  tf32_rna.source = "cvt.rna.satfinite.tf32.f32: NaN payload cut, not quieted, then one unit down (only-cut "
-                    "payloads -> +-max finite); " + std::string(kH100Recording);
+  tf32_rna.source =
+      "cvt.rna.satfinite.tf32.f32: NaN payload cut, not quieted, then one unit down (only-cut "
+      "payloads -> +-max finite); " +
+      std::string(kH100Recording);
   tf32_rna.overflow = Overflow::saturate;
   tf32_rna.truncated_nan_minus_one = true;
   p.rules.push_back(tf32_rna);
   // cvt.rn.tf32.f32 / cvt.rz.tf32.f32: every NaN -> 0x7FFFE000 (the tf32 encoding 0x3FFFF held as a float
   // pattern); 16,760,830 NaN inputs differ from IEEE.
-  p.rules.push_back(cuda_rule("tf32", Operation::convert, 0x7fffe000u >> 13,
-                              "cvt.rn.tf32.f32 / cvt.rz.tf32.f32: NaN -> 0x7FFFE000"));
+  p.rules.push_back(
+      cuda_rule("tf32", Operation::convert, 0x7fffe000u >> 13, "cvt.rn.tf32.f32 / cvt.rz.tf32.f32: NaN -> 0x7FFFE000"));
   p.rules.back().modes = {RoundingMode::nearest_even, RoundingMode::toward_zero};
   p.rules.back().overflow = Overflow::to_inf;
   // Arithmetic: __hadd/__hsub/__hmul/__hdiv/__hfma are correctly rounded on every operand pair, subnormals
@@ -144,9 +146,18 @@ Profile make_cuda_sm90() {
 
 }  // namespace
 
-const Profile& profile_ieee() { static const Profile p = make_ieee(); return p; }
-const Profile& profile_x86() { static const Profile p = make_x86(); return p; }
-const Profile& profile_cuda_sm90() { static const Profile p = make_cuda_sm90(); return p; }
+const Profile& profile_ieee() {
+  static const Profile p = make_ieee();
+  return p;
+}
+const Profile& profile_x86() {
+  static const Profile p = make_x86();
+  return p;
+}
+const Profile& profile_cuda_sm90() {
+  static const Profile p = make_cuda_sm90();
+  return p;
+}
 
 const std::vector<Profile>& profiles() {
   static const std::vector<Profile> all = {profile_ieee(), profile_x86(), profile_cuda_sm90()};

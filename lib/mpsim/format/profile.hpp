@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "mpsim/format/arith.hpp"
-#include "mpsim/format/hd/nan_rules.hpp"
 #include "mpsim/format/format.hpp"
+#include "mpsim/format/hd/nan_rules.hpp"
 #include "mpsim/format/round.hpp"
 
 namespace mpsim {
@@ -57,10 +57,10 @@ struct ProfileRule {
   std::vector<RoundingMode> modes;
   std::optional<Overflow> overflow;
   InputType input = InputType::any;
-  bool inputs_subnormal_to_zero = false;  // DAZ: subnormal float inputs read as ±0
-  bool results_subnormal_to_zero = false; // FTZ: subnormal results written as ±0
+  bool inputs_subnormal_to_zero = false;   // DAZ: subnormal float inputs read as ±0
+  bool results_subnormal_to_zero = false;  // FTZ: subnormal results written as ±0
   NanRule nan = NanRule::keep_payload;
-  std::uint64_t canonical_nan_bits = 0;   // with NanRule::canonical
+  std::uint64_t canonical_nan_bits = 0;  // with NanRule::canonical
   // With NanRule::canonical: only NaN *inputs* give the canonical pattern; a NaN the conversion makes
   // itself (overflow or ±inf into a format without inf) keeps round_bits()'s signed pattern.
   bool canonical_for_nan_inputs_only = false;
@@ -72,12 +72,12 @@ struct ProfileRule {
   // Arithmetic, saturating forms (saturate_unit_bits, arith.hpp): a -0 result, exact or a negative value
   // rounded to zero, is written +0 (IEEE keeps -0, which lies in [0, 1]).
   bool saturated_zero_positive = false;
-  std::string source;                     // the document / header + function the rule comes from
-  bool confirmed_on_hardware = false;     // false: "from headers, unconfirmed on hardware"
+  std::string source;                  // the document / header + function the rule comes from
+  bool confirmed_on_hardware = false;  // false: "from headers, unconfirmed on hardware"
 };
 
 struct Profile {
-  std::string name;         // "x86", "cuda-sm90", "ieee"
+  std::string name;  // "x86", "cuda-sm90", "ieee"
   std::string description;
   std::vector<ProfileRule> rules;
 

@@ -47,11 +47,11 @@ std::string_view ieee_name(RoundingMode m) {
 }
 
 RoundingMode parse_rounding_mode(std::string_view s) {
-  static constexpr RoundingMode all[] = {RoundingMode::nearest_even, RoundingMode::toward_zero, RoundingMode::up,
+  static constexpr RoundingMode all[] = {RoundingMode::nearest_even, RoundingMode::toward_zero,  RoundingMode::up,
                                          RoundingMode::down,         RoundingMode::nearest_away, RoundingMode::to_odd,
                                          RoundingMode::stochastic};
-  static constexpr std::string_view long_names[] = {"nearest-even", "toward-zero", "up", "down",
-                                                    "nearest-away", "to-odd", "stochastic"};
+  static constexpr std::string_view long_names[] = {"nearest-even", "toward-zero", "up",        "down",
+                                                    "nearest-away", "to-odd",      "stochastic"};
   for (int i = 0; i < 7; ++i)
     if (s == short_name(all[i]) || s == ieee_name(all[i]) || s == long_names[i]) return all[i];
   throw Error("unknown rounding mode '" + std::string(s) + "' (known: rne rtz ru rd rna rto sr)");
@@ -84,7 +84,9 @@ bool is_nan_bits(std::uint64_t bits, const Format& f) { return spec::is_nan_enc(
 
 bool is_inf_bits(std::uint64_t bits, const Format& f) { return spec::is_inf_enc(bits, format_spec(f)); }
 
-double decode(std::uint64_t bits, const Format& f) { return std::bit_cast<double>(spec::decode_bits(bits, format_spec(f))); }
+double decode(std::uint64_t bits, const Format& f) {
+  return std::bit_cast<double>(spec::decode_bits(bits, format_spec(f)));
+}
 
 double round(double x, const Format& f, const Rounding& r, std::uint64_t index) {
   return decode(round_bits(x, f, r, index), f);
@@ -120,8 +122,7 @@ bool is_representable(double x, const Format& f) {
 }
 
 std::uint64_t encode_exact(double x, const Format& f) {
-  if (!is_representable(x, f))
-    throw Error(fmt::format("value {} is not exactly representable in {}", x, f.name));
+  if (!is_representable(x, f)) throw Error(fmt::format("value {} is not exactly representable in {}", x, f.name));
   return round_bits(x, f);
 }
 

@@ -14,13 +14,13 @@
 namespace mpsim {
 
 enum class RoundingMode : std::uint8_t {
-  nearest_even,   // IEEE roundTiesToEven
-  toward_zero,    // IEEE roundTowardZero
-  up,             // IEEE roundTowardPositive
-  down,           // IEEE roundTowardNegative
-  nearest_away,   // IEEE roundTiesToAway
-  to_odd,         // round to odd (Boldo & Melquiond): truncate, set the last bit if anything was lost
-  stochastic,     // away from zero with probability proportional to the distance from the neighbour nearer zero
+  nearest_even,  // IEEE roundTiesToEven
+  toward_zero,   // IEEE roundTowardZero
+  up,            // IEEE roundTowardPositive
+  down,          // IEEE roundTowardNegative
+  nearest_away,  // IEEE roundTiesToAway
+  to_odd,        // round to odd (Boldo & Melquiond): truncate, set the last bit if anything was lost
+  stochastic,    // away from zero with probability proportional to the distance from the neighbour nearer zero
 };
 
 // What happens to subnormal *inputs* (of the source type, float or double).
@@ -38,9 +38,17 @@ struct Rounding {
   InputSubnormals input_subnormals = InputSubnormals::keep;
 
   static Rounding nearest_even() { return {}; }
-  static Rounding of(RoundingMode m) { Rounding r; r.mode = m; return r; }
+  static Rounding of(RoundingMode m) {
+    Rounding r;
+    r.mode = m;
+    return r;
+  }
   static Rounding stochastic(std::uint64_t seed, int bits = 32) {
-    Rounding r; r.mode = RoundingMode::stochastic; r.seed = seed; r.sr_bits = bits; return r;
+    Rounding r;
+    r.mode = RoundingMode::stochastic;
+    r.seed = seed;
+    r.sr_bits = bits;
+    return r;
   }
 };
 

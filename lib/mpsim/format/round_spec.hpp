@@ -170,8 +170,8 @@ MPSIM_HD std::uint64_t round_double_bits(std::uint64_t xbits, const FormatSpec& 
     inexact = rem != 0;
     above_half = rem > half;
     at_half = rem == half;
-    frac32 = shift <= 32 ? static_cast<std::uint32_t>(rem << (32 - shift))
-                         : static_cast<std::uint32_t>(rem >> (shift - 32));
+    frac32 =
+        shift <= 32 ? static_cast<std::uint32_t>(rem << (32 - shift)) : static_cast<std::uint32_t>(rem >> (shift - 32));
   } else {
     // sig < 2^53 <= 2^(shift - 11): far below half a quantum.
     kept = 0;
@@ -280,10 +280,8 @@ MPSIM_HD std::uint64_t decode_bits(std::uint64_t bits, const FormatSpec& f) {
   exp2 -= lz;
   const int e = exp2 + 52;  // significand * 2^exp2 = 1.f * 2^e
   std::uint64_t d;
-  if (e >= -1022)
-    d = (std::uint64_t(e + 1023) << 52) | (significand & kDoubleManMask);
-  else
-    d = significand >> (-1022 - e);  // a double subnormal, exact (see above)
+  if (e >= -1022) d = (std::uint64_t(e + 1023) << 52) | (significand & kDoubleManMask);
+  else d = significand >> (-1022 - e);  // a double subnormal, exact (see above)
   return (neg ? kDoubleSign : 0) | d;
 }
 

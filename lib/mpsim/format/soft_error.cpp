@@ -22,7 +22,6 @@ std::string number_text(double p) {
   return std::string(buf, r.ptr);
 }
 
-
 // The vector paths' form of the draw (bulk_params.hpp, SoftErrorParams): the same hits and bits as
 // soft_error_draw, element for element.
 bulk_detail::SoftErrorParams vector_params(const SoftErrors& se, int bits) {
@@ -117,14 +116,13 @@ SoftErrorBits parse_soft_error_bits(std::string_view word) {
   for (const SoftErrorBits b : {SoftErrorBits::fraction, SoftErrorBits::any})
     if (word == to_string(b)) return b;
   throw OptionError(OptionKey::flip_bits, std::string(word),
-                    "flip_bits: unknown value '" + std::string(word) + "' (known: " +
-                        std::string(option_words(OptionKey::flip_bits)) + ")");
+                    "flip_bits: unknown value '" + std::string(word) +
+                        "' (known: " + std::string(option_words(OptionKey::flip_bits)) + ")");
 }
 
 int eligible_bits(const Format& fmt, SoftErrorBits bits) {
   if (bits == SoftErrorBits::any) return fmt.storage_bits;
-  if (fmt.man_bits < 1)
-    throw Error("soft errors flip a fraction bit, and " + fmt.name + " has no fraction bits");
+  if (fmt.man_bits < 1) throw Error("soft errors flip a fraction bit, and " + fmt.name + " has no fraction bits");
   return fmt.man_bits;
 }
 
@@ -152,13 +150,16 @@ SoftErrors soft_errors_with_options(std::string_view p_text, std::uint64_t seed,
   }
 }
 
-std::uint64_t flip_bits(std::span<std::uint8_t> codes, const Format& fmt, const SoftErrors& se, const BulkOptions& opt) {
+std::uint64_t flip_bits(std::span<std::uint8_t> codes, const Format& fmt, const SoftErrors& se,
+                        const BulkOptions& opt) {
   return flip_codes(codes, fmt, se, opt);
 }
-std::uint64_t flip_bits(std::span<std::uint16_t> codes, const Format& fmt, const SoftErrors& se, const BulkOptions& opt) {
+std::uint64_t flip_bits(std::span<std::uint16_t> codes, const Format& fmt, const SoftErrors& se,
+                        const BulkOptions& opt) {
   return flip_codes(codes, fmt, se, opt);
 }
-std::uint64_t flip_bits(std::span<std::uint32_t> codes, const Format& fmt, const SoftErrors& se, const BulkOptions& opt) {
+std::uint64_t flip_bits(std::span<std::uint32_t> codes, const Format& fmt, const SoftErrors& se,
+                        const BulkOptions& opt) {
   return flip_codes(codes, fmt, se, opt);
 }
 

@@ -68,13 +68,14 @@ struct SoftErrorDraw {
 };
 constexpr SoftErrorDraw soft_error_draw(const SoftErrors& se, std::uint64_t index, int eligible_bits) {
   const std::uint64_t key = se.seed ^ kSoftErrorKeySalt;
-  const philox::Block w =
-      philox::generate(philox::Block{{static_cast<std::uint32_t>(index), static_cast<std::uint32_t>(index >> 32), 0u, 0u}},
-                       static_cast<std::uint32_t>(key), static_cast<std::uint32_t>(key >> 32));
+  const philox::Block w = philox::generate(
+      philox::Block{{static_cast<std::uint32_t>(index), static_cast<std::uint32_t>(index >> 32), 0u, 0u}},
+      static_cast<std::uint32_t>(key), static_cast<std::uint32_t>(key >> 32));
   const std::uint64_t u53 = ((static_cast<std::uint64_t>(w.v[1]) << 32) | w.v[0]) >> 11;
   const double u = static_cast<double>(u53) * 0x1p-53;
-  return SoftErrorDraw{u < se.p, static_cast<int>((static_cast<std::uint64_t>(w.v[2]) *
-                                                   static_cast<std::uint64_t>(eligible_bits)) >> 32)};
+  return SoftErrorDraw{
+      u < se.p,
+      static_cast<int>((static_cast<std::uint64_t>(w.v[2]) * static_cast<std::uint64_t>(eligible_bits)) >> 32)};
 }
 
 // The probability as given (a number in [0, 1]; NaN is not one): OptionError(OptionKey::flip) otherwise;
@@ -88,13 +89,18 @@ SoftErrors soft_errors_with_options(std::string_view p_text, std::uint64_t seed,
 // hardware threads for large arrays; the AVX2 / AVX-512 paths evaluate 8 / 16 draws at a time,
 // mpsim::Error for a path the CPU lacks); the result never depends on either. mpsim::Error if fmt has no
 // eligible bits (fraction bits of a format without any, e8m0).
-std::uint64_t flip_bits(std::span<std::uint8_t> codes, const Format& fmt, const SoftErrors& se, const BulkOptions& opt = {});
-std::uint64_t flip_bits(std::span<std::uint16_t> codes, const Format& fmt, const SoftErrors& se, const BulkOptions& opt = {});
-std::uint64_t flip_bits(std::span<std::uint32_t> codes, const Format& fmt, const SoftErrors& se, const BulkOptions& opt = {});
+std::uint64_t flip_bits(std::span<std::uint8_t> codes, const Format& fmt, const SoftErrors& se,
+                        const BulkOptions& opt = {});
+std::uint64_t flip_bits(std::span<std::uint16_t> codes, const Format& fmt, const SoftErrors& se,
+                        const BulkOptions& opt = {});
+std::uint64_t flip_bits(std::span<std::uint32_t> codes, const Format& fmt, const SoftErrors& se,
+                        const BulkOptions& opt = {});
 
 // Simulate mode: each hit value (a value of fmt, as round_array gives it) replaced by the decoded flipped
 // encoding. Float output needs a format that fits in float, as round_array does.
-std::uint64_t flip_values(std::span<float> values, const Format& fmt, const SoftErrors& se, const BulkOptions& opt = {});
-std::uint64_t flip_values(std::span<double> values, const Format& fmt, const SoftErrors& se, const BulkOptions& opt = {});
+std::uint64_t flip_values(std::span<float> values, const Format& fmt, const SoftErrors& se,
+                          const BulkOptions& opt = {});
+std::uint64_t flip_values(std::span<double> values, const Format& fmt, const SoftErrors& se,
+                          const BulkOptions& opt = {});
 
 }  // namespace mpsim

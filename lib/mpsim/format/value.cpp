@@ -19,8 +19,8 @@ std::string shortest_decimal(std::uint64_t bits, const Format& f) {
   // 17 digits always succeed: they read back to v itself.
   // (fp64 itself has no double rounding: back is already in the format.)
   const bool can_double_round = f.man_bits < 52;
-  const Format finer = make_format(f.name + "+1", f.exp_bits, can_double_round ? f.man_bits + 1 : f.man_bits,
-                                   f.bias, f.has_inf, f.nan, Subnormals::keep, f.overflow);
+  const Format finer = make_format(f.name + "+1", f.exp_bits, can_double_round ? f.man_bits + 1 : f.man_bits, f.bias,
+                                   f.has_inf, f.nan, Subnormals::keep, f.overflow);
   for (int digits = 1; digits <= 17; ++digits) {
     const std::string candidate = fmt::format("{:.{}e}", v, digits - 1);
     const double back = std::strtod(candidate.c_str(), nullptr);

@@ -61,14 +61,16 @@ struct FormatBits {
   static constexpr std::uint64_t sign = std::uint64_t{1} << (e + m);
   static constexpr std::uint64_t man_mask = (std::uint64_t{1} << m) - 1;
   static constexpr std::uint64_t top_field = (std::uint64_t{1} << e) - 1;
-  static constexpr std::uint64_t max_finite = ieee ? ((top_field - 1) << m) | man_mask : (top_field << m) | (man_mask - 1);
+  static constexpr std::uint64_t max_finite =
+      ieee ? ((top_field - 1) << m) | man_mask : (top_field << m) | (man_mask - 1);
   static constexpr std::uint64_t inf = ieee ? top_field << m : 0;
-  static constexpr std::uint64_t quiet_nan = ieee ? (top_field << m) | (std::uint64_t{1} << (m - 1)) : (top_field << m) | man_mask;
+  static constexpr std::uint64_t quiet_nan =
+      ieee ? (top_field << m) | (std::uint64_t{1} << (m - 1)) : (top_field << m) | man_mask;
   static constexpr std::uint64_t signaling_nan = ieee ? (top_field << m) | 1 : quiet_nan;
   static constexpr std::uint64_t min_normal = std::uint64_t{1} << m;
   static constexpr std::uint64_t one = std::uint64_t(Tag::bias) << m;
-  static constexpr std::uint64_t epsilon = std::uint64_t(Tag::bias - m) << m;   // 2^-m
-  static constexpr std::uint64_t half = std::uint64_t(Tag::bias - 1) << m;      // 0.5
+  static constexpr std::uint64_t epsilon = std::uint64_t(Tag::bias - m) << m;  // 2^-m
+  static constexpr std::uint64_t half = std::uint64_t(Tag::bias - 1) << m;     // 0.5
   static constexpr int emin = 1 - Tag::bias;
   static constexpr int emax = (ieee ? static_cast<int>(top_field) - 1 : static_cast<int>(top_field)) - Tag::bias;
 };
@@ -143,8 +145,8 @@ using fp8_e5m2 = Float<fp8_e5m2_tag>;
 // a * b + c with one rounding (nearest-even).
 template <class Tag>
 Float<Tag> fma(Float<Tag> a, Float<Tag> b, Float<Tag> c) {
-  return Float<Tag>::from_bits(static_cast<typename Tag::storage>(
-      fma_values(a.to_double(), b.to_double(), c.to_double(), Tag::format())));
+  return Float<Tag>::from_bits(
+      static_cast<typename Tag::storage>(fma_values(a.to_double(), b.to_double(), c.to_double(), Tag::format())));
 }
 template <class Tag>
 Float<Tag> sqrt(Float<Tag> a) {
@@ -155,13 +157,21 @@ constexpr Float<Tag> abs(Float<Tag> a) {
   return Float<Tag>::from_bits(static_cast<typename Tag::storage>(a.bits() & ~FormatBits<Tag>::sign));
 }
 template <class Tag>
-bool isnan(Float<Tag> a) { return a.is_nan(); }
+bool isnan(Float<Tag> a) {
+  return a.is_nan();
+}
 template <class Tag>
-bool isinf(Float<Tag> a) { return a.is_inf(); }
+bool isinf(Float<Tag> a) {
+  return a.is_inf();
+}
 template <class Tag>
-bool isfinite(Float<Tag> a) { return !a.is_nan() && !a.is_inf(); }
+bool isfinite(Float<Tag> a) {
+  return !a.is_nan() && !a.is_inf();
+}
 template <class Tag>
-constexpr bool signbit(Float<Tag> a) { return a.signbit(); }
+constexpr bool signbit(Float<Tag> a) {
+  return a.signbit();
+}
 
 }  // namespace mpsim::num
 

@@ -20,10 +20,14 @@ std::string shortest_decimal(std::uint64_t bits, const Format& f);
 
 namespace num {
 template <class Tag>
-std::string to_string(Float<Tag> v) { return shortest_decimal(v.bits(), Tag::format()); }
+std::string to_string(Float<Tag> v) {
+  return shortest_decimal(v.bits(), Tag::format());
+}
 
 template <class Tag>
-std::ostream& operator<<(std::ostream& os, Float<Tag> v) { return os << to_string(v); }
+std::ostream& operator<<(std::ostream& os, Float<Tag> v) {
+  return os << to_string(v);
+}
 }  // namespace num
 
 }  // namespace mpsim

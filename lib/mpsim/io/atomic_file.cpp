@@ -95,7 +95,8 @@ std::filesystem::path follow_links(const std::filesystem::path& target) {
   std::filesystem::path p = target;
   std::error_code ec;
   for (int hops = 0; std::filesystem::is_symlink(p, ec); ++hops) {
-    if (hops == 40) throw Error(fmt::format("{}: too many levels of symbolic links", target.string()));  // ELOOP's limit
+    if (hops == 40)
+      throw Error(fmt::format("{}: too many levels of symbolic links", target.string()));  // ELOOP's limit
     const auto link = std::filesystem::read_symlink(p, ec);
     if (ec) break;
     p = link.is_absolute() ? link : p.parent_path() / link;
@@ -162,9 +163,10 @@ AtomicFile::AtomicFile(std::filesystem::path target) : target_(std::move(target)
   const bool exists = ::stat(given.c_str(), &st) == 0;
   if (exists && S_ISDIR(st.st_mode)) fail("cannot write a file there", EISDIR);
   if (exists && S_ISBLK(st.st_mode))
-    throw Error(fmt::format("{}: is a block device; mpsim writes its outputs to files, pipes and character "
-                            "devices only",
-                            given));
+    throw Error(
+        fmt::format("{}: is a block device; mpsim writes its outputs to files, pipes and character "
+                    "devices only",
+                    given));
   const bool special_path = given.rfind("/dev/", 0) == 0 || given.rfind("/proc/", 0) == 0;
   if (special_path || (exists && !S_ISREG(st.st_mode))) {
     // In place: a FIFO, /dev/null, a terminal, bash's >(...) are opened and written, never replaced.
@@ -201,7 +203,8 @@ AtomicFile::AtomicFile(std::filesystem::path target) : target_(std::move(target)
     // The replacement keeps the replaced file's permissions; the owner only where allowed (root, or a
     // group the user is in), silently otherwise, as `install -p` would not and `sed -i` does.
     ::fchmod(fd, st.st_mode & 07777);
-    if (::fchown(fd, st.st_uid, st.st_gid) != 0) { /* not allowed: the file becomes the user's */ }
+    if (::fchown(fd, st.st_uid, st.st_gid) != 0) { /* not allowed: the file becomes the user's */
+    }
   }
   file_ = ::fdopen(fd, "wb");
   if (!file_) {
@@ -233,9 +236,10 @@ void AtomicFile::write_at(std::uint64_t offset, const void* data, std::size_t by
   if (!file_) throw Error(target_.string() + ": written after commit");
   if (::fseeko(file_, static_cast<off_t>(offset), SEEK_SET) != 0) {
     if (errno == ESPIPE)
-      throw Error(fmt::format("{}: this output is written out of order and needs a regular file, not a pipe "
-                              "({})",
-                              target_.string(), std::strerror(ESPIPE)));
+      throw Error(
+          fmt::format("{}: this output is written out of order and needs a regular file, not a pipe "
+                      "({})",
+                      target_.string(), std::strerror(ESPIPE)));
     fail("seek failed", errno);
   }
   write(data, bytes);

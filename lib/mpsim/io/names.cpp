@@ -62,8 +62,7 @@ std::string escaped(std::string_view text) {
 }
 
 void require_utf8_name(std::string_view name, std::string_view what) {
-  if (!is_valid_utf8(name))
-    throw Error(fmt::format("{} {}: {}", what, escaped(name), kNotUtf8Name));
+  if (!is_valid_utf8(name)) throw Error(fmt::format("{} {}: {}", what, escaped(name), kNotUtf8Name));
 }
 
 }  // namespace mpsim::io

@@ -254,8 +254,8 @@ template <class T>
 NpyArray make(std::span<const T> values, std::vector<std::int64_t> shape, DType dtype) {
   const std::size_t n = checked_count(shape, sizeof(T), "make_npy");
   if (n != values.size())
-    throw Error(fmt::format("make_npy: shape {} holds {} values, but {} were given", shape_string(shape), n,
-                            values.size()));
+    throw Error(
+        fmt::format("make_npy: shape {} holds {} values, but {} were given", shape_string(shape), n, values.size()));
   NpyArray a;
   a.dtype = dtype;
   a.shape = std::move(shape);
@@ -319,11 +319,16 @@ std::size_t dtype_size(DType t) {
 bool is_opaque(DType t) { return t == DType::void8 || t == DType::void16 || t == DType::void32; }
 
 std::string opaque_message(DType t) {
-  const char* example = t == DType::void8 ? "float8_e4m3fn, float8_e5m2, float4_e2m1fn, float8_e8m0fnu, ..."
-                        : t == DType::void16 ? "bfloat16 or float16" : "float32 or uint32";
-  return fmt::format("holds '{}' elements (opaque {}-byte values: how np.save writes an ml_dtypes array); say "
-                     "which type they are with --dtype ({})",
-                     t == DType::void8 ? "V1' or 'f1" : t == DType::void16 ? "V2" : "V4", dtype_size(t), example);
+  const char* example = t == DType::void8    ? "float8_e4m3fn, float8_e5m2, float4_e2m1fn, float8_e8m0fnu, ..."
+                        : t == DType::void16 ? "bfloat16 or float16"
+                                             : "float32 or uint32";
+  return fmt::format(
+      "holds '{}' elements (opaque {}-byte values: how np.save writes an ml_dtypes array); say "
+      "which type they are with --dtype ({})",
+      t == DType::void8    ? "V1' or 'f1"
+      : t == DType::void16 ? "V2"
+                           : "V4",
+      dtype_size(t), example);
 }
 
 bool is_float(DType t) { return t == DType::f32 || t == DType::f64 || bits_format(t) != nullptr; }
@@ -370,35 +375,70 @@ struct NumpyName {
   std::optional<DType> t;
 };
 constexpr NumpyName kNumpyNames[] = {
-    {"f2", "float16", DType::f16},     {"e", "float16", DType::f16},        {"half", "float16", DType::f16},
+    {"f2", "float16", DType::f16},
+    {"e", "float16", DType::f16},
+    {"half", "float16", DType::f16},
     {"float16", "float16", DType::f16},
-    {"f4", "float32", DType::f32},     {"f", "float32", DType::f32},        {"single", "float32", DType::f32},
+    {"f4", "float32", DType::f32},
+    {"f", "float32", DType::f32},
+    {"single", "float32", DType::f32},
     {"float32", "float32", DType::f32},
-    {"f8", "float64", DType::f64},     {"d", "float64", DType::f64},        {"double", "float64", DType::f64},
-    {"float64", "float64", DType::f64}, {"float", "float64", DType::f64},
-    {"f16", "float128", {}},           {"g", "float128", {}},               {"longdouble", "float128", {}},
+    {"f8", "float64", DType::f64},
+    {"d", "float64", DType::f64},
+    {"double", "float64", DType::f64},
+    {"float64", "float64", DType::f64},
+    {"float", "float64", DType::f64},
+    {"f16", "float128", {}},
+    {"g", "float128", {}},
+    {"longdouble", "float128", {}},
     {"float128", "float128", {}},
-    {"u1", "uint8", DType::u8},        {"B", "uint8", DType::u8},           {"ubyte", "uint8", DType::u8},
+    {"u1", "uint8", DType::u8},
+    {"B", "uint8", DType::u8},
+    {"ubyte", "uint8", DType::u8},
     {"uint8", "uint8", DType::u8},
-    {"u2", "uint16", DType::u16},      {"H", "uint16", DType::u16},         {"ushort", "uint16", DType::u16},
+    {"u2", "uint16", DType::u16},
+    {"H", "uint16", DType::u16},
+    {"ushort", "uint16", DType::u16},
     {"uint16", "uint16", DType::u16},
-    {"u4", "uint32", DType::u32},      {"I", "uint32", DType::u32},         {"uintc", "uint32", DType::u32},
+    {"u4", "uint32", DType::u32},
+    {"I", "uint32", DType::u32},
+    {"uintc", "uint32", DType::u32},
     {"uint32", "uint32", DType::u32},
-    {"u8", "uint64", {}},              {"L", "uint64", {}},                 {"Q", "uint64", {}},
-    {"ulong", "uint64", {}},           {"ulonglong", "uint64", {}},         {"uint", "uint64", {}},
+    {"u8", "uint64", {}},
+    {"L", "uint64", {}},
+    {"Q", "uint64", {}},
+    {"ulong", "uint64", {}},
+    {"ulonglong", "uint64", {}},
+    {"uint", "uint64", {}},
     {"uint64", "uint64", {}},
-    {"i1", "int8", {}},                {"b", "int8", {}},                   {"byte", "int8", {}},
+    {"i1", "int8", {}},
+    {"b", "int8", {}},
+    {"byte", "int8", {}},
     {"int8", "int8", {}},
-    {"i2", "int16", {}},               {"h", "int16", {}},                  {"short", "int16", {}},
+    {"i2", "int16", {}},
+    {"h", "int16", {}},
+    {"short", "int16", {}},
     {"int16", "int16", {}},
-    {"i4", "int32", DType::i32},       {"i", "int32", DType::i32},          {"intc", "int32", DType::i32},
+    {"i4", "int32", DType::i32},
+    {"i", "int32", DType::i32},
+    {"intc", "int32", DType::i32},
     {"int32", "int32", DType::i32},
-    {"i8", "int64", DType::i64},       {"l", "int64", DType::i64},          {"q", "int64", DType::i64},
-    {"long", "int64", DType::i64},     {"longlong", "int64", DType::i64},   {"int", "int64", DType::i64},
+    {"i8", "int64", DType::i64},
+    {"l", "int64", DType::i64},
+    {"q", "int64", DType::i64},
+    {"long", "int64", DType::i64},
+    {"longlong", "int64", DType::i64},
+    {"int", "int64", DType::i64},
     {"int64", "int64", DType::i64},
-    {"?", "bool", {}},                 {"b1", "bool", {}},                  {"bool", "bool", {}},
-    {"c8", "complex64", {}},           {"F", "complex64", {}},              {"complex64", "complex64", {}},
-    {"c16", "complex128", {}},         {"D", "complex128", {}},             {"complex128", "complex128", {}},
+    {"?", "bool", {}},
+    {"b1", "bool", {}},
+    {"bool", "bool", {}},
+    {"c8", "complex64", {}},
+    {"F", "complex64", {}},
+    {"complex64", "complex64", {}},
+    {"c16", "complex128", {}},
+    {"D", "complex128", {}},
+    {"complex128", "complex128", {}},
     {"complex", "complex128", {}},
 };
 
@@ -417,30 +457,33 @@ DType parse_dtype(std::string_view s, std::string_view what) {
   std::string_view name = s;
   if (name.size() > 1 && (name[0] == '<' || name[0] == '=' || name[0] == '|' || name[0] == '>')) {
     if (name[0] == '>')
-      throw Error(fmt::format("{}: '{}' is big-endian; raw data is read little-endian (write it with '<' or "
-                              "byteswap it first)", what, s));
+      throw Error(
+          fmt::format("{}: '{}' is big-endian; raw data is read little-endian (write it with '<' or "
+                      "byteswap it first)",
+                      what, s));
     name.remove_prefix(1);
   }
   for (const auto& n : kNumpyNames) {
     if (n.name != name) continue;
     if (n.t) return *n.t;
-    throw Error(fmt::format("{}: '{}' is numpy's {}, which mpsim does not read (it reads {}, and the low-precision "
-                            "formats' bits)", what, s, n.numpy, kReadable));
+    throw Error(
+        fmt::format("{}: '{}' is numpy's {}, which mpsim does not read (it reads {}, and the low-precision "
+                    "formats' bits)",
+                    what, s, n.numpy, kReadable));
   }
   for (const auto& [own, t] : kOwnNames)
     if (own == name) return t;
   std::optional<Format> f;
   try {
     f = parse_format(name);
-  } catch (const Error&) {
-  }
+  } catch (const Error&) {}
   if (f)
     for (const auto& b : kBitsDTypes)
       if (b.format() == *f) return b.dtype;
   std::string known(kReadable);
   for (const auto& b : kBitsDTypes) known += ", " + std::string(b.format().name);
-  throw Error(fmt::format("{}: unknown dtype '{}' (known: {}, and their other names in `mpsim formats`)", what, s,
-                          known));
+  throw Error(
+      fmt::format("{}: unknown dtype '{}' (known: {}, and their other names in `mpsim formats`)", what, s, known));
 }
 
 std::string npy_descr(DType t) {
@@ -595,8 +638,8 @@ NpyArray read_npy(const std::filesystem::path& path) {
 
 std::vector<std::byte> npy_header_bytes(DType dtype, std::span<const std::int64_t> shape) {
   checked_count(shape, dtype_size(dtype), "write_npy");
-  std::string dict = fmt::format("{{'descr': '{}', 'fortran_order': False, 'shape': {}, }}", npy_descr(dtype),
-                                 shape_string(shape));
+  std::string dict =
+      fmt::format("{{'descr': '{}', 'fortran_order': False, 'shape': {}, }}", npy_descr(dtype), shape_string(shape));
   // Version 1.0 while the header length fits in uint16, else 2.0 (numpy/lib/format.py _wrap_header).
   int major = 1;
   std::size_t prefix = 10;
@@ -647,8 +690,12 @@ NpyArray reinterpret(NpyArray a, DType as, std::string_view name) {
   return a;
 }
 
-NpyArray make_npy(std::span<const float> v, std::vector<std::int64_t> shape) { return make(v, std::move(shape), DType::f32); }
-NpyArray make_npy(std::span<const double> v, std::vector<std::int64_t> shape) { return make(v, std::move(shape), DType::f64); }
+NpyArray make_npy(std::span<const float> v, std::vector<std::int64_t> shape) {
+  return make(v, std::move(shape), DType::f32);
+}
+NpyArray make_npy(std::span<const double> v, std::vector<std::int64_t> shape) {
+  return make(v, std::move(shape), DType::f64);
+}
 NpyArray make_npy(std::span<const std::uint16_t> v, std::vector<std::int64_t> shape, DType dtype) {
   if (dtype_size(dtype) != 2) throw Error(fmt::format("make_npy: uint16 values cannot be {}", to_string(dtype)));
   return make(v, std::move(shape), dtype);

@@ -28,18 +28,36 @@ namespace mpsim::io {
 // .npy file they are stored as '<u2' / '|u1', and a reader learns that they are bits only from the user
 // (`--dtype bf16`), see reinterpret().
 enum class DType : std::uint8_t {
-  f16, f32, f64, u8, u16, u32, i32, i64,
-  bf16_bits, fp8_e4m3_bits, fp8_e5m2_bits, fp8_e4m3fnuz_bits, fp8_e5m2fnuz_bits, float8_e4m3_bits,
-  float8_e3m4_bits, float8_e4m3b11fnuz_bits, float8_e8m0fnu_bits, float6_e2m3fn_bits, float6_e3m2fn_bits,
+  f16,
+  f32,
+  f64,
+  u8,
+  u16,
+  u32,
+  i32,
+  i64,
+  bf16_bits,
+  fp8_e4m3_bits,
+  fp8_e5m2_bits,
+  fp8_e4m3fnuz_bits,
+  fp8_e5m2fnuz_bits,
+  float8_e4m3_bits,
+  float8_e3m4_bits,
+  float8_e4m3b11fnuz_bits,
+  float8_e8m0fnu_bits,
+  float6_e2m3fn_bits,
+  float6_e3m2fn_bits,
   float4_e2m1fn_bits,
   // Opaque elements of 1, 2 or 4 bytes: numpy's void dtype ('|V1', '<V2', '<V4'), which is how np.save writes
   // an ml_dtypes array (bfloat16, float8_*, ...). Readable only as a type of the same width named by the
   // user (`--dtype float8_e4m3fn`, see reinterpret()); otherwise an error says so.
-  void8, void16, void32,
+  void8,
+  void16,
+  void32,
 };
 
 std::size_t dtype_size(DType);
-bool is_float(DType);  // f16, f32, f64 and the *_bits formats: values with a binade
+bool is_float(DType);   // f16, f32, f64 and the *_bits formats: values with a binade
 bool is_opaque(DType);  // void8 / void16 / void32
 // The error text for reading opaque elements without a type: names the header and the fix.
 std::string opaque_message(DType);
@@ -51,7 +69,8 @@ std::string_view to_string(DType);
 // Accepts the names above, every name numpy's np.dtype() takes for these types, meaning what it means there
 // ("f2", "e", "half"; "f8" and "float" are float64; "u1"; "i8" int64; with a '<', '=' or '|' prefix), ours
 // that numpy does not know ("f32", "f64", "fp32", "fp64", "u16", "u32", "i32", "i64"), and every name the
-// format table takes (format.hpp, parse_format) for a format of at most 16 bits: "bf16", "fp8_e4m3", "float8_e4m3", "fp4_e2m1", ... A name means the same format as under
+// format table takes (format.hpp, parse_format) for a format of at most 16 bits: "bf16", "fp8_e4m3", "float8_e4m3",
+// "fp4_e2m1", ... A name means the same format as under
 // --format: "e4m3" is the IEEE-style float8_e4m3. A numpy name of a type mpsim does not read ("u8": uint64,
 // "f16": float128, "i1", "bool", ...) or a big-endian one is refused. Throws mpsim::Error naming `what`.
 DType parse_dtype(std::string_view name, std::string_view what = "dtype");
@@ -70,19 +89,18 @@ struct NpyArray {
 struct NpyHeader {
   int major = 1, minor = 0;
   DType dtype = DType::f32;
-  bool big_endian = false;          // the data needs a byte swap to become little-endian
+  bool big_endian = false;  // the data needs a byte swap to become little-endian
   bool fortran_order = false;
   std::vector<std::int64_t> shape;
-  std::size_t data_offset = 0;      // bytes from the start of the file to the data
-  std::size_t count = 0;            // product of the shape
-  std::size_t data_bytes = 0;       // count * element size
+  std::size_t data_offset = 0;  // bytes from the start of the file to the data
+  std::size_t count = 0;        // product of the shape
+  std::size_t data_bytes = 0;   // count * element size
 };
 
 // Parses the header at the start of `file` (the whole file or at least its header) and checks that the
 // file holds exactly data_bytes after it when `file_size` is given (pass the whole file's size; a
 // file shorter or longer than the header says is an error). `name` names the input in messages.
-NpyHeader parse_npy_header(std::span<const std::byte> file, std::string_view name,
-                           std::size_t file_size);
+NpyHeader parse_npy_header(std::span<const std::byte> file, std::string_view name, std::size_t file_size);
 
 // Reads a whole .npy file (throws mpsim::Error naming the file).
 NpyArray read_npy(const std::filesystem::path& path);

@@ -25,8 +25,8 @@ void put(std::vector<std::byte>& out, std::uint64_t v, int bytes) {
 constexpr std::uint16_t kZipVersion = 20, kDosDate = 0x0021;
 
 // A member's local header (local) or central directory entry, for `size` stored bytes at `offset`.
-void zip_header(std::vector<std::byte>& h, bool local, const std::string& file, std::uint32_t crc,
-                std::uint64_t size, std::uint64_t offset) {
+void zip_header(std::vector<std::byte>& h, bool local, const std::string& file, std::uint32_t crc, std::uint64_t size,
+                std::uint64_t offset) {
   put(h, local ? 0x04034b50u : 0x02014b50u, 4);
   if (!local) put(h, kZipVersion, 2);  // version made by
   put(h, kZipVersion, 2);              // version needed
@@ -127,9 +127,11 @@ void NpzWriter::append_bytes(std::size_t index, const void* data, std::uint64_t 
   Slot& s = slots_.at(index);
   const std::string where = file_.target().string() + ":" + s.member.name;
   if (elem_size != dtype_size(s.member.dtype))
-    throw Error(fmt::format("{}: writing {}-byte elements into a {} array", where, elem_size, to_string(s.member.dtype)));
+    throw Error(
+        fmt::format("{}: writing {}-byte elements into a {} array", where, elem_size, to_string(s.member.dtype)));
   if (count > s.count - s.written)
-    throw Error(fmt::format("{}: {} elements written past the array's {}", where, s.written + count - s.count, s.count));
+    throw Error(
+        fmt::format("{}: {} elements written past the array's {}", where, s.written + count - s.count, s.count));
   const std::uint64_t bytes = count * elem_size;
   const std::uint64_t at = s.data_offset + (s.npy_bytes - s.count * elem_size) + s.written * elem_size;
   file_.write_at(at, data, bytes);
@@ -141,8 +143,8 @@ void NpzWriter::commit() {
   std::vector<std::byte> central;
   for (const Slot& s : slots_) {
     if (s.written != s.count)
-      throw Error(fmt::format("{}:{}: {} of {} elements written", file_.target().string(), s.member.name, s.written,
-                              s.count));
+      throw Error(
+          fmt::format("{}:{}: {} of {} elements written", file_.target().string(), s.member.name, s.written, s.count));
     const std::string file = s.member.name + ".npy";
     std::vector<std::byte> local;
     zip_header(local, true, file, s.crc, s.npy_bytes, s.header_offset);

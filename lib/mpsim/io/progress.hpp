@@ -40,8 +40,8 @@ class ProgressBar {
 
   // The line drawn for `done` of `total` after `seconds`, without the carriage return and the erase
   // sequence: "label [#####.....]  12.0/100.0 MiB  12%  48.0 MiB/s  ETA 0:02  note". Exposed for tests.
-  static std::string line(const std::string& label, std::uint64_t done, std::uint64_t total, Unit unit,
-                          double seconds, const std::string& note = {});
+  static std::string line(const std::string& label, std::uint64_t done, std::uint64_t total, Unit unit, double seconds,
+                          const std::string& note = {});
 
  private:
   void maybe_draw(bool force);

@@ -30,18 +30,23 @@ DType safetensors_dtype(const std::string& s, const std::string& label) {
   if (s == "F8_E5M2FNUZ") return DType::fp8_e5m2fnuz_bits;
   if (s == "F8_E8M0") return DType::float8_e8m0fnu_bits;
   if (s == "F4" || s == "F6_E2M3" || s == "F6_E3M2")
-    fail(fmt::format("{}: dtype '{}' packs its elements below a byte (safetensors' sub-byte layout); mpsim reads "
-                     "one element per byte: unpack it to uint8 (as ml_dtypes stores float4/float6) and read it "
-                     "with --dtype {}",
-                     label, s, s == "F4" ? "float4_e2m1fn" : s == "F6_E2M3" ? "float6_e2m3fn" : "float6_e3m2fn"));
+    fail(
+        fmt::format("{}: dtype '{}' packs its elements below a byte (safetensors' sub-byte layout); mpsim reads "
+                    "one element per byte: unpack it to uint8 (as ml_dtypes stores float4/float6) and read it "
+                    "with --dtype {}",
+                    label, s,
+                    s == "F4"        ? "float4_e2m1fn"
+                    : s == "F6_E2M3" ? "float6_e2m3fn"
+                                     : "float6_e3m2fn"));
   if (s == "I32") return DType::i32;
   if (s == "I64") return DType::i64;
   if (s == "U8") return DType::u8;
   if (s == "U16") return DType::u16;
   if (s == "U32") return DType::u32;
-  fail(fmt::format("{}: unsupported dtype '{}' (supported: F64, F32, F16, BF16, F8_E4M3, F8_E5M2, F8_E4M3FNUZ, "
-                   "F8_E5M2FNUZ, F8_E8M0, I32, I64, U8, U16, U32)",
-                   label, s));
+  fail(
+      fmt::format("{}: unsupported dtype '{}' (supported: F64, F32, F16, BF16, F8_E4M3, F8_E5M2, F8_E4M3FNUZ, "
+                  "F8_E5M2FNUZ, F8_E8M0, I32, I64, U8, U16, U32)",
+                  label, s));
 }
 
 // The safetensors JSON header, refusing duplicate tensor names (the JSON library would otherwise keep the
@@ -62,7 +67,8 @@ nlohmann::json parse_safetensors_header(std::string_view text, const std::string
   } catch (const nlohmann::json::exception& e) {
     fail(fmt::format("{}: malformed safetensors JSON header: {}", file, e.what()));
   }
-  if (!duplicate.empty()) fail(fmt::format("{}: duplicate tensor name '{}' in the safetensors header", file, duplicate));
+  if (!duplicate.empty())
+    fail(fmt::format("{}: duplicate tensor name '{}' in the safetensors header", file, duplicate));
   if (!header.is_object()) fail(file + ": malformed safetensors JSON header: not an object");
   return header;
 }

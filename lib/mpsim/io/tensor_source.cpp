@@ -40,13 +40,14 @@ class MappedFile {
     struct stat st {};
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
       ::close(fd);
-      const char* kind = S_ISFIFO(st.st_mode)  ? "a pipe (FIFO)"
-                         : S_ISCHR(st.st_mode) ? "a character device"
+      const char* kind = S_ISFIFO(st.st_mode)   ? "a pipe (FIFO)"
+                         : S_ISCHR(st.st_mode)  ? "a character device"
                          : S_ISSOCK(st.st_mode) ? "a socket"
-                                               : "not a regular file";
-      throw Error(fmt::format("{}: is {}; tensor inputs are mapped into memory and must be regular files (save the "
-                              "array to a file first)",
-                              name, kind));
+                                                : "not a regular file";
+      throw Error(
+          fmt::format("{}: is {}; tensor inputs are mapped into memory and must be regular files (save the "
+                      "array to a file first)",
+                      name, kind));
     }
     size_ = static_cast<std::size_t>(st.st_size);
     if (size_ > 0) {
@@ -179,9 +180,10 @@ DType effective(DType stored, const SourceOptions& o, bool single, const std::st
   const DType want = *o.dtype;
   if ((is_integer(stored) || is_opaque(stored)) && dtype_size(stored) == dtype_size(want)) return want;
   if (single)
-    fail(fmt::format("{}: holds {}, which cannot be read as {} (a dtype override applies to integer arrays of the "
-                     "same element size)",
-                     label, to_string(stored), to_string(want)));
+    fail(
+        fmt::format("{}: holds {}, which cannot be read as {} (a dtype override applies to integer arrays of the "
+                    "same element size)",
+                    label, to_string(stored), to_string(want)));
   return stored;
 }
 
@@ -266,16 +268,19 @@ FileKind detect_kind(std::span<const std::byte> b, const SourceOptions& o, const
   if (b.size() >= 9 && static_cast<char>(b[8]) == '{' && (!o.dtype || le(b, 0, 8) <= b.size() - 8))
     return FileKind::safetensors;
   if (o.dtype) return FileKind::raw;
-  fail(fmt::format("{}: not a .npy, .npz or safetensors file (unknown magic); pass --dtype to read it as raw "
-                   "data (a 1-D array)",
-                   file));
+  fail(
+      fmt::format("{}: not a .npy, .npz or safetensors file (unknown magic); pass --dtype to read it as raw "
+                  "data (a 1-D array)",
+                  file));
 }
 
-std::vector<TensorRef> read_npy_directory(std::span<const std::byte> b, const std::string& file, const SourceOptions& o) {
+std::vector<TensorRef> read_npy_directory(std::span<const std::byte> b, const std::string& file,
+                                          const SourceOptions& o) {
   return {npy_tensor(parse_npy_header(b, file, b.size()), file, "", o)};
 }
 
-std::vector<TensorRef> read_raw_directory(std::span<const std::byte> b, const std::string& file, const SourceOptions& o) {
+std::vector<TensorRef> read_raw_directory(std::span<const std::byte> b, const std::string& file,
+                                          const SourceOptions& o) {
   if (!o.dtype) fail(file + ": raw data needs a dtype (--dtype)");
   const std::size_t elem = dtype_size(*o.dtype);
   TensorRef t;
@@ -379,12 +384,12 @@ void TensorSource::stream(const TensorRef& t, std::size_t chunk, const Fn& fn) c
       }
     }
     std::byte extra[1];
-    if (inf.read(extra) != 0 || !inf.ended())
-      fail(t.label + ": zip member holds more data than its .npy header says");
+    if (inf.read(extra) != 0 || !inf.ended()) fail(t.label + ": zip member holds more data than its .npy header says");
     if (inf.total() != t.member_size || inf.crc() != t.crc32)
-      fail(fmt::format("{}: zip member is corrupt (inflated {} bytes with CRC-32 {:08x}; the central directory says "
-                       "{} bytes, {:08x})",
-                       t.label, inf.total(), inf.crc(), t.member_size, t.crc32));
+      fail(
+          fmt::format("{}: zip member is corrupt (inflated {} bytes with CRC-32 {:08x}; the central directory says "
+                      "{} bytes, {:08x})",
+                      t.label, inf.total(), inf.crc(), t.member_size, t.crc32));
     return;
   }
 
@@ -393,13 +398,12 @@ void TensorSource::stream(const TensorRef& t, std::size_t chunk, const Fn& fn) c
   // A stored npz member's CRC-32 runs along with the values (the bytes are in cache) and is checked at the end.
   const bool stored_member = kind_ == FileKind::npz;
   uLong crc = crc32(0, nullptr, 0);
-  if (stored_member)
-    crc = crc32_z(crc, reinterpret_cast<const Bytef*>(base - t.npy_offset), t.npy_offset);
+  if (stored_member) crc = crc32_z(crc, reinterpret_cast<const Bytef*>(base - t.npy_offset), t.npy_offset);
   // Little-endian values of the requested type, aligned for it (.npy data is 64-byte aligned;
   // safetensors and npz members need not be).
   constexpr DType same = std::is_same_v<T, float> ? DType::f32 : DType::f64;
-  const bool zero_copy = t.dtype == same && t.stored == same && !t.big_endian &&
-                         reinterpret_cast<std::uintptr_t>(base) % alignof(T) == 0;
+  const bool zero_copy =
+      t.dtype == same && t.stored == same && !t.big_endian && reinterpret_cast<std::uintptr_t>(base) % alignof(T) == 0;
   for (std::uint64_t done = 0; done < t.count;) {
     const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(chunk, t.count - done));
     const std::byte* src = base + done * elem;
@@ -468,7 +472,8 @@ std::vector<float> TensorSource::read_float(const TensorRef& t) const {
 std::vector<double> TensorSource::read_double(const TensorRef& t) const {
   std::vector<double> all;
   all.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(t.count, std::uint64_t{1} << 24)));
-  for_each_chunk_double(t, 0, [&](std::span<const double> v, std::uint64_t) { all.insert(all.end(), v.begin(), v.end()); });
+  for_each_chunk_double(t, 0,
+                        [&](std::span<const double> v, std::uint64_t) { all.insert(all.end(), v.begin(), v.end()); });
   return all;
 }
 

@@ -56,23 +56,23 @@ struct SourceOptions {
 };
 
 struct TensorRef {
-  std::string file;                  // the path as opened
-  std::string name;                  // name inside the file: "" for .npy and raw files
-  std::string label;                 // how reports name it: "file" or "file:name"
-  DType dtype = DType::f32;          // how the values are read (after SourceOptions::dtype)
-  DType stored = DType::f32;         // as the file stores it
-  std::vector<std::int64_t> shape;   // empty for a 0-d array (one value)
-  std::uint64_t count = 0;           // number of elements
+  std::string file;                 // the path as opened
+  std::string name;                 // name inside the file: "" for .npy and raw files
+  std::string label;                // how reports name it: "file" or "file:name"
+  DType dtype = DType::f32;         // how the values are read (after SourceOptions::dtype)
+  DType stored = DType::f32;        // as the file stores it
+  std::vector<std::int64_t> shape;  // empty for a 0-d array (one value)
+  std::uint64_t count = 0;          // number of elements
 
   // ---- where the data lies (used by TensorSource) ----
-  std::uint64_t data_offset = 0;     // bytes from the start of the file (npz: of the member's data)
-  std::uint64_t data_bytes = 0;      // count * element size (npz deflate: the compressed size)
-  std::uint64_t npy_offset = 0;      // npz: the offset of the .npy data inside the member
+  std::uint64_t data_offset = 0;  // bytes from the start of the file (npz: of the member's data)
+  std::uint64_t data_bytes = 0;   // count * element size (npz deflate: the compressed size)
+  std::uint64_t npy_offset = 0;   // npz: the offset of the .npy data inside the member
   bool big_endian = false;
   bool fortran_order = false;
-  bool deflated = false;             // npz member compressed with deflate
-  std::uint32_t crc32 = 0;           // npz: the member's CRC-32 from the central directory
-  std::uint64_t member_size = 0;     // npz: the uncompressed size of the member
+  bool deflated = false;          // npz member compressed with deflate
+  std::uint32_t crc32 = 0;        // npz: the member's CRC-32 from the central directory
+  std::uint64_t member_size = 0;  // npz: the uncompressed size of the member
 };
 
 // Element order is the tensor's C order; `offset` is the index of the chunk's first element.

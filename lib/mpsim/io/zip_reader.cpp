@@ -34,7 +34,8 @@ CentralDirectory find_central_directory(std::span<const std::byte> b, const std:
   if (cd.entries == 0xffff || cd.size == 0xffffffff || cd.offset == 0xffffffff) {
     if (eocd < 20 || le(b, eocd - 20, 4) != 0x07064b50) fail(file + ": zip64 locator missing");
     const std::uint64_t z = le(b, eocd - 20 + 8, 8);
-    if (z > b.size() || b.size() - z < 56 || le(b, z, 4) != 0x06064b50) fail(file + ": bad zip64 end of central directory");
+    if (z > b.size() || b.size() - z < 56 || le(b, z, 4) != 0x06064b50)
+      fail(file + ": bad zip64 end of central directory");
     cd = {le(b, z + 32, 8), le(b, z + 40, 8), le(b, z + 48, 8)};
   }
   if (cd.offset > b.size() || cd.size > b.size() - cd.offset)
@@ -106,8 +107,8 @@ NpyHeader inflate_npy_header(std::span<const std::byte> compressed, std::uint64_
   return parse_npy_header(head, label, usize);
 }
 
-// The tensor of the .npz member `name` (its member name less ".npy"): checks the member, finds its data through the local header and reads
-// its .npy header.
+// The tensor of the .npz member `name` (its member name less ".npy"): checks the member, finds its data through the
+// local header and reads its .npy header.
 TensorRef npz_member_tensor(std::span<const std::byte> b, const ZipEntry& e, const std::string& name,
                             const std::string& file, const SourceOptions& o) {
   const std::string mlabel = fmt::format("{}: zip member '{}'", file, e.member);
@@ -143,7 +144,8 @@ TensorRef npz_member_tensor(std::span<const std::byte> b, const ZipEntry& e, con
 
 }  // namespace
 
-std::vector<TensorRef> read_npz_directory(std::span<const std::byte> b, const std::string& file, const SourceOptions& o) {
+std::vector<TensorRef> read_npz_directory(std::span<const std::byte> b, const std::string& file,
+                                          const SourceOptions& o) {
   const CentralDirectory cd = find_central_directory(b, file);
   std::set<std::string> names;
   std::vector<TensorRef> tensors;
@@ -165,10 +167,10 @@ void check_stored_crc(std::span<const std::byte> b, const TensorRef& t, uLong cr
   const auto rest = b.subspan(member + done, t.member_size - done);
   crc = crc32_z(crc, reinterpret_cast<const Bytef*>(rest.data()), rest.size());
   if (static_cast<std::uint32_t>(crc) != t.crc32)
-    fail(fmt::format("{}: zip member is corrupt (its {} stored bytes have CRC-32 {:08x}; the central directory "
-                     "says {:08x})",
-                     t.label, t.member_size, static_cast<std::uint32_t>(crc), t.crc32));
+    fail(
+        fmt::format("{}: zip member is corrupt (its {} stored bytes have CRC-32 {:08x}; the central directory "
+                    "says {:08x})",
+                    t.label, t.member_size, static_cast<std::uint32_t>(crc), t.crc32));
 }
-
 
 }  // namespace mpsim::io::detail

@@ -65,8 +65,13 @@ AccumulationRow summarise(std::size_t k, std::vector<double> rel, const std::vec
 nlohmann::json rows_json(const std::vector<AccumulationRow>& rows) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& r : rows)
-    out.push_back({{"k", r.k}, {"trials", r.trials}, {"rel_mean", r.rel_mean}, {"rel_median", r.rel_median},
-                   {"rel_max", r.rel_max}, {"ulps_mean", r.ulps_mean}, {"ulps_max", r.ulps_max}});
+    out.push_back({{"k", r.k},
+                   {"trials", r.trials},
+                   {"rel_mean", r.rel_mean},
+                   {"rel_median", r.rel_median},
+                   {"rel_max", r.rel_max},
+                   {"ulps_mean", r.ulps_mean},
+                   {"ulps_max", r.ulps_max}});
   return out;
 }
 
@@ -110,11 +115,13 @@ AccumulationReport accumulation_error(const MatrixUnit& unit, const Accumulation
   if (!tensors && options.data != "uniform" && options.data != "normal")
     throw Error("accumulation-error: data '" + options.data + "' is not uniform or normal");
   if (tensors) {
-    if (options.a_matrix.size() != options.rows * options.cols || options.b_matrix.size() != options.cols * options.b_cols)
+    if (options.a_matrix.size() != options.rows * options.cols ||
+        options.b_matrix.size() != options.cols * options.b_cols)
       throw Error("accumulation-error: the tensors' sizes do not match their shapes");
     for (const std::size_t K : options.ks)
       if (K > options.cols)
-        throw Error(fmt::format("accumulation-error: K = {} is longer than the tensors' inner dimension {}", K, options.cols));
+        throw Error(
+            fmt::format("accumulation-error: K = {} is longer than the tensors' inner dimension {}", K, options.cols));
   }
   AccumulationReport rep;
   rep.unit = describe(unit);

@@ -14,11 +14,11 @@ namespace mpsim::mma {
 // Operands: "uniform" draws a, b from [0, 1) (no cancellation: the error grows with K as a sum of
 // positive terms does), "normal" from N(0, 1); both rounded to the unit's input format (nearest-even).
 struct AccumulationOptions {
-  std::vector<std::size_t> ks;      // dot-product lengths
-  int trials = 32;                  // dot products per K
-  int promote_every = 128;          // the promoted variant; 0: report the fast unit only
+  std::vector<std::size_t> ks;  // dot-product lengths
+  int trials = 32;              // dot products per K
+  int promote_every = 128;      // the promoted variant; 0: report the fast unit only
   std::uint64_t seed = 0;
-  std::string data = "uniform";     // "uniform" | "normal" | "tensors" (set by the fields below)
+  std::string data = "uniform";  // "uniform" | "normal" | "tensors" (set by the fields below)
   // Real operands instead of random ones: A (rows x cols) and B (cols x b_cols), row-major. Trial t at length K
   // takes row t % rows of A and column (t / rows) % b_cols of B, their first K elements (K <= cols).
   std::vector<double> a_matrix, b_matrix;
@@ -35,8 +35,8 @@ struct AccumulationRow {
 };
 
 struct AccumulationReport {
-  std::string unit;                 // describe() of the fast unit
-  std::string promoted_unit;        // describe() of the promoted one ("" without)
+  std::string unit;           // describe() of the fast unit
+  std::string promoted_unit;  // describe() of the promoted one ("" without)
   AccumulationOptions options;
   std::vector<AccumulationRow> fast, promoted;
 };
@@ -49,6 +49,7 @@ AccumulationReport accumulation_error(const MatrixUnit& unit, const Accumulation
 std::vector<std::size_t> parse_k_range(const std::string& text);
 
 std::string accumulation_json(const AccumulationReport&);  // schema mpsim-accumulation-error-1
-std::string accumulation_csv(const AccumulationReport&);   // variant,k,trials,rel_mean,rel_median,rel_max,ulps_mean,ulps_max
+std::string accumulation_csv(
+    const AccumulationReport&);  // variant,k,trials,rel_mean,rel_median,rel_max,ulps_mean,ulps_max
 
 }  // namespace mpsim::mma

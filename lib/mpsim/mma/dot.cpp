@@ -36,8 +36,14 @@ struct Operand {
 Operand split(double x, int emin, int frac, bool subnormals) {
   Operand o;
   o.neg = std::signbit(x);
-  if (std::isnan(x)) { o.kind = Kind::nan; return o; }
-  if (std::isinf(x)) { o.kind = Kind::inf; return o; }
+  if (std::isnan(x)) {
+    o.kind = Kind::nan;
+    return o;
+  }
+  if (std::isinf(x)) {
+    o.kind = Kind::inf;
+    return o;
+  }
   if (x == 0) return o;
   int e2 = 0;
   std::frexp(x, &e2);  // |x| = f * 2^e2, f in [0.5, 1)
@@ -113,7 +119,10 @@ double round_sum(std::int64_t S, int ue, int result_bits, const Format& out, Fin
 Operand to_operand(const Rounded& r) {
   Operand o;
   o.neg = r.neg;
-  if (r.inf) { o.kind = Kind::inf; return o; }
+  if (r.inf) {
+    o.kind = Kind::inf;
+    return o;
+  }
   if (r.R == 0) return o;
   o.kind = Kind::finite;
   o.exp = std::max(63 - std::countl_zero(r.R) + r.q, kAccumulatorEmin);
@@ -137,10 +146,16 @@ struct Special {
 Special block_special(const Operand* a, const Operand* b, int n, const Operand& c) {
   bool nan = c.kind == Kind::nan, pos_inf = c.kind == Kind::inf && !c.neg, neg_inf = c.kind == Kind::inf && c.neg;
   for (int k = 0; k < n; ++k) {
-    if (a[k].kind == Kind::nan || b[k].kind == Kind::nan) { nan = true; continue; }
+    if (a[k].kind == Kind::nan || b[k].kind == Kind::nan) {
+      nan = true;
+      continue;
+    }
     const bool ia = a[k].kind == Kind::inf, ib = b[k].kind == Kind::inf;
     if (!ia && !ib) continue;
-    if (a[k].kind == Kind::zero || b[k].kind == Kind::zero) { nan = true; continue; }  // inf * 0
+    if (a[k].kind == Kind::zero || b[k].kind == Kind::zero) {
+      nan = true;
+      continue;
+    }  // inf * 0
     ((a[k].neg != b[k].neg) ? neg_inf : pos_inf) = true;
   }
   if (nan || (pos_inf && neg_inf)) return {true, std::numeric_limits<double>::quiet_NaN()};
@@ -164,8 +179,8 @@ double block_fma(const BlockFma& p, const Operand* a, const Operand* b, int n, i
   for (int i = 0; i < count; ++i) E = std::max(E, terms[i].exp);
   std::int64_t S = 0;
   for (int i = 0; i < count; ++i) {
-    const auto t = static_cast<std::int64_t>(
-        align_term(terms[i].mag, terms[i].exp - terms[i].frac - E + p.align_bits, p.sticky));
+    const auto t =
+        static_cast<std::int64_t>(align_term(terms[i].mag, terms[i].exp - terms[i].frac - E + p.align_bits, p.sticky));
     S += terms[i].neg ? -t : t;
   }
   return round_sum(S, E - p.align_bits, p.result_bits, out, p.rounding, out_subnormals);
@@ -208,7 +223,11 @@ double dot_split(const MatrixUnit& u, const Operand* a, const Operand* b, std::s
       int m = 0;
       for (std::size_t j = j0; j < j0 + static_cast<std::size_t>(p.products); ++j) {
         const std::size_t k = begin + (order ? static_cast<std::size_t>(order[j]) : j);
-        if (k < end) { ga[m] = a[k]; gb[m] = b[k]; ++m; }
+        if (k < end) {
+          ga[m] = a[k];
+          gb[m] = b[k];
+          ++m;
+        }
       }
       const Operand oc = split(acc, kAccumulatorEmin, kAccumulatorFrac, true);
       const Special s = block_special(ga, gb, m, oc);
@@ -263,12 +282,14 @@ Operand split_input(const MatrixUnit& u, double x) {
     }
   }
   const Operand o = split(x, u.input.emin, u.input.man_bits, u.input_subnormals);
-  const bool exact = o.kind != Kind::finite ||
-                     (std::ldexp(static_cast<double>(o.mag), o.exp - u.input.man_bits) == std::fabs(x) &&
-                      std::fabs(x) <= u.input.max_finite);
+  const bool exact =
+      o.kind != Kind::finite || (std::ldexp(static_cast<double>(o.mag), o.exp - u.input.man_bits) == std::fabs(x) &&
+                                 std::fabs(x) <= u.input.max_finite);
   if (!exact || (o.kind == Kind::inf && !u.input.has_inf))
-    throw Error(fmt::format("mma: {} is not a {} value (A and B hold values of the unit's input format: round them "
-                            "first, mma::round_to_format)", x, u.input.name));
+    throw Error(
+        fmt::format("mma: {} is not a {} value (A and B hold values of the unit's input format: round them "
+                    "first, mma::round_to_format)",
+                    x, u.input.name));
   return o;
 }
 
@@ -281,8 +302,8 @@ Operand split_input(const MatrixUnit& u, double x) {
 constexpr std::int32_t kZeroExp = -(1 << 20);  // the exponent of a zero operand: its products never set E
 
 struct Decoded {
-  std::vector<std::int32_t> sig;  // signed significand (|sig| < 2^11)
-  std::vector<std::int32_t> exp;  // alignment exponent, kZeroExp for zero
+  std::vector<std::int32_t> sig;      // signed significand (|sig| < 2^11)
+  std::vector<std::int32_t> exp;      // alignment exponent, kZeroExp for zero
   std::vector<std::uint8_t> special;  // per row: holds a NaN or inf
 };
 
@@ -305,7 +326,8 @@ Decoded decode_rows(const MatrixUnit& u, std::size_t rows, std::size_t K, std::s
   d.special.assign(rows, 0);
   for (std::size_t r = 0; r < rows; ++r)
     for (std::size_t slot = 0; slot < Kp; ++slot) {
-      const std::size_t k = order.empty() ? slot : slot / period * period + static_cast<std::size_t>(order[slot % period]);
+      const std::size_t k =
+          order.empty() ? slot : slot / period * period + static_cast<std::size_t>(order[slot % period]);
       if (k >= K) continue;
       const Operand o = split_input(u, get(r, k));
       if (o.kind == Kind::nan || o.kind == Kind::inf) d.special[r] = 1;
@@ -319,8 +341,9 @@ Decoded decode_rows(const MatrixUnit& u, std::size_t rows, std::size_t K, std::s
 // One block of n products (finite operands) plus acc (finite), as block_fma computes it.
 // N > 0: the block size known at compile time (the unrolled, vectorised kernels); N == 0: n at run time.
 template <int N>
-Operand fast_block(const BlockFma& p, int lshift, const std::int32_t* sa, const std::int32_t* ea, const std::int32_t* sb,
-                  const std::int32_t* eb, int n_runtime, const Operand& c, const Format& out, bool out_subnormals) {
+Operand fast_block(const BlockFma& p, int lshift, const std::int32_t* sa, const std::int32_t* ea,
+                   const std::int32_t* sb, const std::int32_t* eb, int n_runtime, const Operand& c, const Format& out,
+                   bool out_subnormals) {
   const int n = N > 0 ? N : n_runtime;
   std::int32_t E = p.exponent_floor;
   if (c.kind == Kind::finite) E = std::max(E, c.exp);
@@ -351,8 +374,10 @@ double fast_chain(const MatrixUnit& u, int lshift, const Decoded& A, std::size_t
     switch (n) {
       case 4: return fast_block<4>(u.block, lshift, sa + k0, ea + k0, sb + k0, eb + k0, 4, c, out, u.output_subnormals);
       case 8: return fast_block<8>(u.block, lshift, sa + k0, ea + k0, sb + k0, eb + k0, 8, c, out, u.output_subnormals);
-      case 16: return fast_block<16>(u.block, lshift, sa + k0, ea + k0, sb + k0, eb + k0, 16, c, out, u.output_subnormals);
-      case 32: return fast_block<32>(u.block, lshift, sa + k0, ea + k0, sb + k0, eb + k0, 32, c, out, u.output_subnormals);
+      case 16:
+        return fast_block<16>(u.block, lshift, sa + k0, ea + k0, sb + k0, eb + k0, 16, c, out, u.output_subnormals);
+      case 32:
+        return fast_block<32>(u.block, lshift, sa + k0, ea + k0, sb + k0, eb + k0, 32, c, out, u.output_subnormals);
       default:
         return fast_block<0>(u.block, lshift, sa + k0, ea + k0, sb + k0, eb + k0, static_cast<int>(n), c, out,
                              u.output_subnormals);
@@ -494,15 +519,16 @@ void gemm(const MatrixUnit& unit, std::size_t M, const double* A, const Prepared
           int threads) {
   const PreparedB::Data& pd = *prepared.data_;
   if (!same_decoding(unit, pd.unit))
-    throw Error(fmt::format("mma::gemm: B was prepared under {}, which decodes its inputs unlike {}", pd.unit.name,
-                            unit.name));
+    throw Error(
+        fmt::format("mma::gemm: B was prepared under {}, which decodes its inputs unlike {}", pd.unit.name, unit.name));
   const std::size_t N = prepared.n(), K = prepared.k();
   const double* B = pd.raw.data();
   if (!pd.fast) return gemm_scalar(unit, M, N, K, A, B, C, D, threads);
   const std::size_t period = decode_period(unit);
   const std::size_t Kp = pd.Kp;
   const std::vector<int> order = decode_order(unit);
-  const Decoded dA = decode_rows(unit, M, K, Kp, order, period, [&](std::size_t r, std::size_t k) { return A[r * K + k]; });
+  const Decoded dA =
+      decode_rows(unit, M, K, Kp, order, period, [&](std::size_t r, std::size_t k) { return A[r * K + k]; });
   const Decoded& dB = pd.dec;
   const int lshift = unit.block.align_bits - 2 * unit.input.man_bits;
   const std::size_t chunk = unit.promote_every > 0 ? static_cast<std::size_t>(unit.promote_every) : Kp;
@@ -537,30 +563,31 @@ void gemm(const MatrixUnit& unit, std::size_t M, const double* A, const Prepared
                  for (std::size_t t0 = i0; t0 < i1; t0 += kTile)
                    for (std::size_t j = 0; j < N; ++j) {
                      for (std::size_t i = t0; i < std::min(i1, t0 + kTile); ++i) {
-                     const double c = C ? C[i * N + j] : 0.0;
-                     if (dA.special[i] || dB.special[j] || !std::isfinite(c)) {  // NaN / inf: the scalar path
-                       a_row.assign(A + i * K, A + (i + 1) * K);
-                       b_col.resize(K);
-                       for (std::size_t k = 0; k < K; ++k) b_col[k] = B[k * N + j];
-                       D[i * N + j] = dot(unit, a_row, b_col, c);
-                       continue;
-                     }
-                     if (unit.promote_every <= 0 && grouped) {
-                       rows[R] = i;
-                       accd[R] = c;
-                       acc4[R++] = split(c, kAccumulatorEmin, kAccumulatorFrac, true);
-                       if (R == 4) flush(j);  // the rest of the column's group: after the tile's rows
-                       continue;
-                     }
-                     if (unit.promote_every <= 0) {
-                       D[i * N + j] = fast_chain(unit, lshift, dA, i, dB, j, Kp, 0, Kp, c);
-                       continue;
-                     }
-                     double acc = c;
-                     for (std::size_t k0 = 0; k0 < Kp; k0 += chunk)
-                       acc = add_rounded(acc, fast_chain(unit, lshift, dA, i, dB, j, Kp, k0, std::min(Kp, k0 + chunk), 0.0),
-                                         unit.output, FinalRounding::nearest_even, unit.output_subnormals);
-                     D[i * N + j] = acc;
+                       const double c = C ? C[i * N + j] : 0.0;
+                       if (dA.special[i] || dB.special[j] || !std::isfinite(c)) {  // NaN / inf: the scalar path
+                         a_row.assign(A + i * K, A + (i + 1) * K);
+                         b_col.resize(K);
+                         for (std::size_t k = 0; k < K; ++k) b_col[k] = B[k * N + j];
+                         D[i * N + j] = dot(unit, a_row, b_col, c);
+                         continue;
+                       }
+                       if (unit.promote_every <= 0 && grouped) {
+                         rows[R] = i;
+                         accd[R] = c;
+                         acc4[R++] = split(c, kAccumulatorEmin, kAccumulatorFrac, true);
+                         if (R == 4) flush(j);  // the rest of the column's group: after the tile's rows
+                         continue;
+                       }
+                       if (unit.promote_every <= 0) {
+                         D[i * N + j] = fast_chain(unit, lshift, dA, i, dB, j, Kp, 0, Kp, c);
+                         continue;
+                       }
+                       double acc = c;
+                       for (std::size_t k0 = 0; k0 < Kp; k0 += chunk)
+                         acc = add_rounded(
+                             acc, fast_chain(unit, lshift, dA, i, dB, j, Kp, k0, std::min(Kp, k0 + chunk), 0.0),
+                             unit.output, FinalRounding::nearest_even, unit.output_subnormals);
+                       D[i * N + j] = acc;
                      }
                      if (R > 0) flush(j);  // the column's last group of rows
                    }

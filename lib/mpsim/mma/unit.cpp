@@ -16,7 +16,8 @@ In input_kind(const Format& f) {
   if (f == bf16()) return In::bf16;
   if (f == tf32()) return In::tf32;
   if (f == fp8_e4m3() || f == fp8_e5m2()) return In::fp8;
-  throw Error("mma: input format " + f.name + " is not one a matrix-unit model takes (fp16, bf16, tf32, fp8_e4m3, fp8_e5m2)");
+  throw Error("mma: input format " + f.name +
+              " is not one a matrix-unit model takes (fp16, bf16, tf32, fp8_e4m3, fp8_e5m2)");
 }
 
 // Which GPU generation a model name means.
@@ -28,14 +29,15 @@ struct ModelName {
   const char* recorded;  // the recording's folder (model_validation/<GPU>), "" for none
 };
 constexpr ModelName kModels[] = {
-    {"v100", Gen::volta, "V100"},   {"a100", Gen::ampere, "A100"},    {"a2", Gen::ampere, "A2"},
-    {"ada", Gen::ada, "Ada"},       {"l40s", Gen::ada, "L40S"},       {"h100", Gen::hopper, "H100"},
-    {"h200", Gen::hopper, "H200"},  {"b200", Gen::blackwell, "B200"}, {"exact-fp32", Gen::exact_fp32, ""},
+    {"v100", Gen::volta, "V100"},    {"a100", Gen::ampere, "A100"},    {"a2", Gen::ampere, "A2"},
+    {"ada", Gen::ada, "Ada"},        {"l40s", Gen::ada, "L40S"},       {"h100", Gen::hopper, "H100"},
+    {"h200", Gen::hopper, "H200"},   {"b200", Gen::blackwell, "B200"}, {"exact-fp32", Gen::exact_fp32, ""},
     {"fp16-acc", Gen::fp16_acc, ""},
 };
 
 [[noreturn]] void unsupported(std::string_view model, const Format& in, const Format& out, std::string_view takes) {
-  throw Error(fmt::format("mma: model {} has no {} input with {} output (it takes {})", model, in.name, out.name, takes));
+  throw Error(
+      fmt::format("mma: model {} has no {} input with {} output (it takes {})", model, in.name, out.name, takes));
 }
 
 // A one-at-a-time accumulator that rounds exactly: one product per block, enough bits below the larger
@@ -96,7 +98,8 @@ MatrixUnit matrix_unit(std::string_view model, const Format& input, const Format
     case Gen::ampere:  // A100TC.m (A2TC.m calls it)
     case Gen::ada:     // AdaTC.m, L40STC.m
       if (in == In::fp8 && found->gen == Gen::ampere) unsupported(model, input, output, "fp16, bf16, tf32 in");
-      if (out16 && in != In::fp16 && in != In::fp8) unsupported(model, input, output, "fp16 out only with fp16 or fp8 in");
+      if (out16 && in != In::fp16 && in != In::fp8)
+        unsupported(model, input, output, "fp16 out only with fp16 or fp8 in");
       b.products = in == In::tf32 ? 4 : 8;
       b.align_bits = 24;
       b.exponent_floor = out16 ? -20 : -132;
@@ -109,7 +112,8 @@ MatrixUnit matrix_unit(std::string_view model, const Format& input, const Format
       break;
     case Gen::hopper:     // H100TC.m (H200TC.m calls it)
     case Gen::blackwell:  // B200TC.m
-      if (out16 && in != In::fp16 && in != In::fp8) unsupported(model, input, output, "fp16 out only with fp16 or fp8 in");
+      if (out16 && in != In::fp16 && in != In::fp8)
+        unsupported(model, input, output, "fp16 out only with fp16 or fp8 in");
       b.products = in == In::tf32 ? 8 : 16;
       b.align_bits = 25;
       b.exponent_floor = out16 ? -21 : -133;
@@ -186,17 +190,19 @@ void validate(const MatrixUnit& u) {
 }
 
 std::string describe(const MatrixUnit& u) {
-  std::string s = fmt::format("{}: {} in, {} out, blocks of {} products, {} alignment bits{}, exponent floor {}, "
-                              "{} result bits, {}",
-                              u.name, u.input.name, u.output.name, u.block.products, u.block.align_bits,
-                              u.block.sticky ? " + sticky" : "", u.block.exponent_floor, u.block.result_bits,
-                              to_string(u.block.rounding));
+  std::string s = fmt::format(
+      "{}: {} in, {} out, blocks of {} products, {} alignment bits{}, exponent floor {}, "
+      "{} result bits, {}",
+      u.name, u.input.name, u.output.name, u.block.products, u.block.align_bits, u.block.sticky ? " + sticky" : "",
+      u.block.exponent_floor, u.block.result_bits, to_string(u.block.rounding));
   if (u.instruction.k)
-    s += fmt::format("; instructions of {} products as {} blocks (interleave {}) chained from zero, + C at the end ({})",
-                     u.instruction.k, u.instruction.groups, u.instruction.interleave, to_string(u.instruction.end_rounding));
+    s += fmt::format(
+        "; instructions of {} products as {} blocks (interleave {}) chained from zero, + C at the end ({})",
+        u.instruction.k, u.instruction.groups, u.instruction.interleave, to_string(u.instruction.end_rounding));
   if (u.promote_every) s += fmt::format("; promoted to an fp32 accumulator every {}", u.promote_every);
-  s += u.recorded.empty() ? "; no recording checks this unit"
-                          : "; checked against the recording " + u.recorded + (u.promote_every ? " (not the promotion)" : "");
+  s += u.recorded.empty()
+           ? "; no recording checks this unit"
+           : "; checked against the recording " + u.recorded + (u.promote_every ? " (not the promotion)" : "");
   return s;
 }
 

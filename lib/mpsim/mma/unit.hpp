@@ -44,20 +44,20 @@ struct BlockFma {
 
 // How one instruction splits its products (0 = a plain chain of blocks along K).
 struct Instruction {
-  int k = 0;                  // products per instruction; 0: no split, blocks chain with c entering the first
-  int groups = 2;             // the instruction's products go to `groups` blocks, chained from zero
-  int interleave = 2;         // product k of an instruction goes to group (k / interleave) % groups
+  int k = 0;           // products per instruction; 0: no split, blocks chain with c entering the first
+  int groups = 2;      // the instruction's products go to `groups` blocks, chained from zero
+  int interleave = 2;  // product k of an instruction goes to group (k / interleave) % groups
   // The chained blocks' sum (in the block's output format) is added to C exactly and rounded once to the
   // output format by this mode.
   FinalRounding end_rounding = FinalRounding::nearest_even;
-  Format block_output;        // the format the blocks' chain is held in (fp16 or fp32)
+  Format block_output;  // the format the blocks' chain is held in (fp16 or fp32)
 };
 
 struct MatrixUnit {
-  std::string name;           // "h100-fp8_e4m3-fp32", "exact-fp32", ...
-  std::string gpu;            // "h100", or "" for the reference units
-  Format input;               // A and B hold values of this format
-  Format output;              // C and D
+  std::string name;  // "h100-fp8_e4m3-fp32", "exact-fp32", ...
+  std::string gpu;   // "h100", or "" for the reference units
+  Format input;      // A and B hold values of this format
+  Format output;     // C and D
   BlockFma block;
   Instruction instruction;
   bool input_subnormals = true;   // false: subnormal inputs are read as zero

@@ -34,9 +34,10 @@ GeneratedLanguage::GeneratedLanguage() {
 
 GeneratedLanguage::GeneratedLanguage(int v, double s) : GeneratedLanguage() {
   if (v < min_vocab || v > max_vocab)
-    throw Error(fmt::format("--vocab {}: the generated language takes {} to {} tokens (17 of them brackets and the "
-                            "separator)",
-                            v, min_vocab, max_vocab));
+    throw Error(
+        fmt::format("--vocab {}: the generated language takes {} to {} tokens (17 of them brackets and the "
+                    "separator)",
+                    v, min_vocab, max_vocab));
   if (!(std::isfinite(s) && s >= 0)) throw Error(fmt::format("--zipf {}: must be finite and >= 0", s));
   zipf = s;
   if (v == default_vocab) return;  // the language above, whatever s (it has no Zipf law)
@@ -136,10 +137,10 @@ TextCorpus load_text_corpus(const std::filesystem::path& path, int window) {
   const std::size_t need = static_cast<std::size_t>(window);
   if (cps.size() / 10 < need || split < need)
     throw Error(path.string() + ": the corpus has " + std::to_string(cps.size()) + " characters; at least " +
-                std::to_string(10 * need) + " are needed (" + std::to_string(need) +
-                " in the 10% validation split)");
+                std::to_string(10 * need) + " are needed (" + std::to_string(need) + " in the 10% validation split)");
   for (std::size_t i = 0; i < cps.size(); ++i) {
-    const auto id = static_cast<std::int32_t>(std::lower_bound(c.vocab.begin(), c.vocab.end(), cps[i]) - c.vocab.begin());
+    const auto id =
+        static_cast<std::int32_t>(std::lower_bound(c.vocab.begin(), c.vocab.end(), cps[i]) - c.vocab.begin());
     (i < split ? c.train : c.validation).push_back(id);
   }
   return c;

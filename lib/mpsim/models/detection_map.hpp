@@ -27,7 +27,6 @@ double mean_average_precision(const std::vector<Detection>& detections,
 
 // Greedy non-maximum suppression: keeps the highest-scoring box, drops those overlapping it with
 // IoU > threshold, repeats; at most top_k kept. Returns indices into `boxes`.
-std::vector<int> nms(const std::vector<nn::Box>& boxes, const std::vector<double>& scores, double threshold,
-                     int top_k);
+std::vector<int> nms(const std::vector<nn::Box>& boxes, const std::vector<double>& scores, double threshold, int top_k);
 
 }  // namespace mpsim::models

@@ -19,9 +19,9 @@ namespace {
 
 // The models' training batches, generated the way ssd_lite.cpp and lstm_lm.cpp generate them (the
 // dump's site/conv1/in and site/lstm/in let a reader check that these are the batch the step used).
-constexpr int kSsdImage = 32;               // ssd_lite.cpp kImage
+constexpr int kSsdImage = 32;                 // ssd_lite.cpp kImage
 constexpr std::uint64_t kSsdTrainStream = 0;  // ssd_lite.cpp kTrainStream
-constexpr int kLstmSteps = 32;              // lstm_lm.cpp kSteps
+constexpr int kLstmSteps = 32;                // lstm_lm.cpp kSteps
 constexpr int kSsdDefaultBatch = 8, kLstmDefaultBatch = 16;
 
 struct SiteRecord {
@@ -39,8 +39,8 @@ nlohmann::json stats_json(const Stats& s) {
 
 // (rows, cols) when every call had the same size, else one flat row.
 std::vector<std::int64_t> site_shape(const SiteRecord& r) {
-  const bool same = std::all_of(r.call_sizes.begin(), r.call_sizes.end(),
-                                [&](std::size_t n) { return n == r.call_sizes.front(); });
+  const bool same =
+      std::all_of(r.call_sizes.begin(), r.call_sizes.end(), [&](std::size_t n) { return n == r.call_sizes.front(); });
   if (same) return {static_cast<std::int64_t>(r.call_sizes.size()), static_cast<std::int64_t>(r.call_sizes.front())};
   return {static_cast<std::int64_t>(r.before.size())};
 }
@@ -63,17 +63,17 @@ void write_layer_dump(const std::filesystem::path& path, const LayerDumpOptions&
   nn::Precision prec(nn::parse_policy(o.policy));
   std::vector<std::string> order;
   std::map<std::string, SiteRecord> sites;
-  prec.observe([&](std::string_view site, nn::OpClass cls, std::span<const float> before,
-                   std::span<const float> after) {
-    auto [it, fresh] = sites.try_emplace(std::string(site));
-    if (fresh) {
-      order.push_back(it->first);
-      it->second.cls = cls;
-    }
-    it->second.call_sizes.push_back(before.size());
-    it->second.before.insert(it->second.before.end(), before.begin(), before.end());
-    it->second.after.insert(it->second.after.end(), after.begin(), after.end());
-  });
+  prec.observe(
+      [&](std::string_view site, nn::OpClass cls, std::span<const float> before, std::span<const float> after) {
+        auto [it, fresh] = sites.try_emplace(std::string(site));
+        if (fresh) {
+          order.push_back(it->first);
+          it->second.cls = cls;
+        }
+        it->second.call_sizes.push_back(before.size());
+        it->second.before.insert(it->second.before.end(), before.begin(), before.end());
+        it->second.after.insert(it->second.after.end(), after.begin(), after.end());
+      });
 
   std::vector<nn::Param> params = model->params();
   std::vector<std::vector<float>> weights;
@@ -83,11 +83,16 @@ void write_layer_dump(const std::filesystem::path& path, const LayerDumpOptions&
   }
   const double loss = model->forward_backward(o.batch_index, o.loss_scale, prec);
 
-  nlohmann::json meta = {{"format", "mpsim layer dump"}, {"schema", "mpsim-layer-dump-2"},
-                         {"model", ssd ? "ssd" : "lstm"}, {"seed", o.seed},
-                         {"batch_index", o.batch_index},  {"batch", batch},
-                         {"size", o.config.size},         {"policy", prec.policy().name},
-                         {"policy_spec", o.policy},       {"loss_scale", o.loss_scale},
+  nlohmann::json meta = {{"format", "mpsim layer dump"},
+                         {"schema", "mpsim-layer-dump-2"},
+                         {"model", ssd ? "ssd" : "lstm"},
+                         {"seed", o.seed},
+                         {"batch_index", o.batch_index},
+                         {"batch", batch},
+                         {"size", o.config.size},
+                         {"policy", prec.policy().name},
+                         {"policy_spec", o.policy},
+                         {"loss_scale", o.loss_scale},
                          {"loss", loss}};
   std::vector<io::SafetensorsView> tensors;
   for (std::size_t i = 0; i < params.size(); ++i) tensors.push_back({"param/" + params[i].name, {}, weights[i]});

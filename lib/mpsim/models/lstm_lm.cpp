@@ -18,9 +18,9 @@ namespace {
 
 using nn::OpClass;
 
-constexpr int kSteps = 32;         // tokens per training window (BPTT length)
+constexpr int kSteps = 32;  // tokens per training window (BPTT length)
 constexpr int kEmbed = 32;
-constexpr int kEvalWindows = 64;   // validation: 64 windows of 32 predicted tokens
+constexpr int kEvalWindows = 64;             // validation: 64 windows of 32 predicted tokens
 constexpr std::uint64_t kEvalSeed = 0x5eed;  // one validation set for every run
 constexpr double kLn2 = 0.69314718055994530942;
 
@@ -101,7 +101,8 @@ class LstmLm final : public nn::Model {
     int windows = 0;
     if (text_) {
       const auto& v = text_->validation;
-      for (std::size_t s = 0; s + kSteps + 1 <= v.size() && windows < kEvalWindows; s += kSteps, ++windows) append_window(v, s, all_in, all_tg);
+      for (std::size_t s = 0; s + kSteps + 1 <= v.size() && windows < kEvalWindows; s += kSteps, ++windows)
+        append_window(v, s, all_in, all_tg);
     } else {
       for (; windows < kEvalWindows; ++windows) {
         const auto seq = lang_.sample(kEvalSeed, 1, windows, kSteps + 1);
@@ -189,13 +190,12 @@ class LstmLm final : public nn::Model {
     nn::softmax_cross_entropy_backward(dlogits.data(), probs.data(), targets.data(), dloss.data(), N, V_);
     round_site(prec, "fc/out_grad", OpClass::activation_grad, dlogits.data(), dlogits.size());
     std::vector<float> dh(h.size()), dfcw(static_cast<std::size_t>(V_) * H_), dfcb(V_);
-    nn::linear_backward(dh.data(), dfcw.data(), dfcb.data(), dlogits.data(), hin, fcw, N, H_, V_,
-                        prec.gemm("fc"));
+    nn::linear_backward(dh.data(), dfcw.data(), dfcb.data(), dlogits.data(), hin, fcw, N, H_, V_, prec.gemm("fc"));
     round_site(prec, "fc/in_grad", OpClass::activation_grad, dh.data(), dh.size());
     accumulate_weight_grad(prec, "fc/w_grad", dfcw, grads_.data() + fc_w_);
     accumulate_weight_grad(prec, "fc/b_grad", dfcb, grads_.data() + fc_b_);
-    std::vector<float> dx(x.size()), dw_ih(static_cast<std::size_t>(G) * kEmbed), dw_hh(static_cast<std::size_t>(G) * H_),
-        db(G);
+    std::vector<float> dx(x.size()), dw_ih(static_cast<std::size_t>(G) * kEmbed),
+        dw_hh(static_cast<std::size_t>(G) * H_), db(G);
     nn::lstm_backward(dx.data(), dw_ih.data(), dw_hh.data(), db.data(), dh.data(), cache, xin, w_ih, w_hh, shape, hook,
                       prec.gemm("lstm"));
     round_site(prec, "lstm/in_grad", OpClass::activation_grad, dx.data(), dx.size());

@@ -21,7 +21,7 @@ class Rng {
   }
   double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
   double uniform(double lo, double hi) { return lo + (hi - lo) * uniform(); }
-  int below(int n) { return static_cast<int>(uniform() * n); }                 // 0..n-1
+  int below(int n) { return static_cast<int>(uniform() * n); }  // 0..n-1
   double normal() {
     // Box-Muller; 1 - u keeps the log's argument in (0, 1].
     const double u = 1.0 - uniform(), v = uniform();

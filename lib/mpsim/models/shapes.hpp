@@ -12,7 +12,7 @@ namespace mpsim::models {
 inline constexpr int kShapeClasses = 3;  // 1 square, 2 disk, 3 triangle (0 is the background)
 
 struct ShapesBatch {
-  int B = 0, S = 0;                                  // images (B, 1, S, S)
+  int B = 0, S = 0;  // images (B, 1, S, S)
   std::vector<float> images;
   std::vector<std::vector<nn::GroundTruth>> truths;  // per image, boxes in [0, 1] coordinates
 };

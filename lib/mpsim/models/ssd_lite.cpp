@@ -21,8 +21,8 @@ namespace {
 using nn::OpClass;
 
 constexpr int kImage = 32;
-constexpr int kAnchors = 3;                     // aspect ratios 1, 2, 1/2 at every cell
-constexpr int kClasses = kShapeClasses + 1;     // with the background
+constexpr int kAnchors = 3;                  // aspect ratios 1, 2, 1/2 at every cell
+constexpr int kClasses = kShapeClasses + 1;  // with the background
 constexpr int kHeadChannels = kAnchors * (4 + kClasses);
 constexpr int kEvalImages = 128;
 constexpr std::uint64_t kTrainStream = 0, kEvalStream = 1;
@@ -93,7 +93,8 @@ class SsdLite final : public nn::Model {
     for (auto& c : convs_) {
       const std::size_t nw = static_cast<std::size_t>(c.OC) * c.C * 9;
       out.push_back({c.name + "/weight", {params_.data() + c.w_off, nw}, {grads_.data() + c.w_off, nw}});
-      out.push_back({c.name + "/bias", {params_.data() + c.b_off, static_cast<std::size_t>(c.OC)},
+      out.push_back({c.name + "/bias",
+                     {params_.data() + c.b_off, static_cast<std::size_t>(c.OC)},
                      {grads_.data() + c.b_off, static_cast<std::size_t>(c.OC)}});
     }
     return out;
@@ -110,8 +111,7 @@ class SsdLite final : public nn::Model {
 
   nn::Metric evaluate(nn::Precision& prec) override {
     nn::Precision local = prec.evaluation_copy();
-    const ShapesBatch data = make_shapes(kEvalSeed, kEvalStream, 0,
-                                         kEvalImages, kImage);
+    const ShapesBatch data = make_shapes(kEvalSeed, kEvalStream, 0, kEvalImages, kImage);
     std::vector<Detection> dets;
     const int chunk = 32;
     for (int first = 0; first < kEvalImages; first += chunk) {
@@ -231,7 +231,9 @@ class SsdLite final : public nn::Model {
           for (int x = 0; x < fs; ++x)
             for (int a = 0; a < kAnchors; ++a) {
               const int d = d0 + (y * fs + x) * kAnchors + a;
-              auto src = [&](int ch) { return (static_cast<std::size_t>(b) * kHeadChannels + ch) * fs * fs + y * fs + x; };
+              auto src = [&](int ch) {
+                return (static_cast<std::size_t>(b) * kHeadChannels + ch) * fs * fs + y * fs + x;
+              };
               for (int k = 0; k < 4; ++k) f(head, src(a * 4 + k), true, (static_cast<std::size_t>(b) * D + d) * 4 + k);
               for (int k = 0; k < kClasses; ++k)
                 f(head, src(kAnchors * 4 + a * kClasses + k), false,

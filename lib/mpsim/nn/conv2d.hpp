@@ -89,8 +89,8 @@ void conv2d_forward(T* out, const T* inp, const T* weight, const T* bias, const 
 // dbias (OC) = Σ dout over batch and positions. All overwritten; any may be null. gemm: the two
 // GEMMs' context (the bias sum is a reduction and stays in T).
 template <class T>
-void conv2d_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
-                     const Conv2dShape& s, const GemmContext& gemm = {}) {
+void conv2d_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, const Conv2dShape& s,
+                     const GemmContext& gemm = {}) {
   const std::int64_t P = static_cast<std::int64_t>(s.OH()) * s.OW();
   const std::int64_t ncols = s.B * P;
   const std::int64_t krows = static_cast<std::int64_t>(s.C) * s.K * s.K;

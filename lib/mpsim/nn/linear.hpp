@@ -22,10 +22,11 @@ void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int N,
 // any of dinp / dweight / dbias may be null. gemm: the two products' context (dgrad, wgrad) (the bias sum is a
 // reduction and stays in T).
 template <class T>
-void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int N, int C,
-                     int OC, const GemmContext& gemm = {}) {
+void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int N, int C, int OC,
+                     const GemmContext& gemm = {}) {
   CMatMap<T> d(dout, N, OC);
-  if (dinp) matmul(MatMap<T>(dinp, N, C), d, CMatMap<T>(weight, OC, C), gemm, recipe::Role::dgrad_dy, recipe::Role::dgrad_w);
+  if (dinp)
+    matmul(MatMap<T>(dinp, N, C), d, CMatMap<T>(weight, OC, C), gemm, recipe::Role::dgrad_dy, recipe::Role::dgrad_w);
   if (dweight)
     matmul(MatMap<T>(dweight, OC, C), d.transpose(), CMatMap<T>(inp, N, C), gemm, recipe::Role::wgrad_dy,
            recipe::Role::wgrad_x);

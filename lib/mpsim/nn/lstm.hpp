@@ -94,8 +94,7 @@ void lstm_forward(T* out, LstmCache<T>& cache, const T* x, const T* w_ih, const 
 // dx (T, B, I) (may be null), dw_ih (4H, I), dw_hh (4H, H), dbias (4H).
 template <class T, class Hook = NoHook>
 void lstm_backward(T* dx, T* dw_ih, T* dw_hh, T* dbias, const T* dout, const LstmCache<T>& cache, const T* x,
-                   const T* w_ih, const T* w_hh, const LstmShape& s, Hook&& hook = {},
-                   const GemmContext& gemm = {}) {
+                   const T* w_ih, const T* w_hh, const LstmShape& s, Hook&& hook = {}, const GemmContext& gemm = {}) {
   const GemmContext ih = gemm.sub("ih"), hh = gemm.sub("hh");
   const int G = 4 * s.H;
   const std::int64_t BH = static_cast<std::int64_t>(s.B) * s.H;
@@ -123,7 +122,8 @@ void lstm_backward(T* dx, T* dw_ih, T* dw_hh, T* dbias, const T* dout, const Lst
     }
     T* dg_t = dgates.data() + static_cast<std::int64_t>(t) * s.B * G;
     hook("gates_grad", OpClass::activation_grad, dg_t, static_cast<std::int64_t>(s.B) * G);
-    matmul(dh_next, CMatMap<T>(dg_t, s.B, G), CMatMap<T>(w_hh, G, s.H), hh, recipe::Role::dgrad_dy, recipe::Role::dgrad_w);
+    matmul(dh_next, CMatMap<T>(dg_t, s.B, G), CMatMap<T>(w_hh, G, s.H), hh, recipe::Role::dgrad_dy,
+           recipe::Role::dgrad_w);
     hook("h_grad", OpClass::activation_grad, dh_next.data(), BH);
   }
   matmul(MatMap<T>(dw_hh, G, s.H), dgates.transpose(), CMatMap<T>(cache.h_in.data(), TB, s.H), hh,
@@ -131,7 +131,8 @@ void lstm_backward(T* dx, T* dw_ih, T* dw_hh, T* dbias, const T* dout, const Lst
   matmul(MatMap<T>(dw_ih, G, s.I), dgates.transpose(), CMatMap<T>(x, TB, s.I), ih, recipe::Role::wgrad_dy,
          recipe::Role::wgrad_x);
   VecMap<T>(dbias, G) = dgates.colwise().sum().transpose();
-  if (dx) matmul(MatMap<T>(dx, TB, s.I), dgates, CMatMap<T>(w_ih, G, s.I), ih, recipe::Role::dgrad_dy, recipe::Role::dgrad_w);
+  if (dx)
+    matmul(MatMap<T>(dx, TB, s.I), dgates, CMatMap<T>(w_ih, G, s.I), ih, recipe::Role::dgrad_dy, recipe::Role::dgrad_w);
 }
 
 }  // namespace mpsim::nn

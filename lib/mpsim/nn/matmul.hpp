@@ -82,7 +82,7 @@ struct GemmContext {
   const Format* accumulate = nullptr;
   GemmQuantizer* quantizer = nullptr;
   std::string layer;
-  const MmaOptions* mma = nullptr;  // not null: the products add as this matrix unit does
+  const MmaOptions* mma = nullptr;                               // not null: the products add as this matrix unit does
   GemmContext(const Format* acc = nullptr) : accumulate(acc) {}  // NOLINT: implicit on purpose
   GemmContext(const Format* acc, GemmQuantizer* q, std::string name, const MmaOptions* unit = nullptr)
       : accumulate(acc), quantizer(q), layer(std::move(name)), mma(unit) {}

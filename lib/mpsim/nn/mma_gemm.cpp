@@ -23,8 +23,9 @@ namespace {
 double scale_of(const OperandScales& s, std::size_t r) {
   if (s.scales.empty()) return 1.0;
   if (s.scale_cols != 1 || (s.scale_rows != 1 && s.scales.size() <= r))
-    throw Error("mma: an operand's scales vary along the reduction axis; the matrix-unit models take per-tensor "
-                "or per-row scales only");
+    throw Error(
+        "mma: an operand's scales vary along the reduction axis; the matrix-unit models take per-tensor "
+        "or per-row scales only");
   return s.scale_rows == 1 ? s.scales[0] : s.scales[r];
 }
 
@@ -86,18 +87,28 @@ std::shared_ptr<const mma::PreparedB> prepared_b(const mma::MatrixUnit& unit, co
   if (!reuse_decoded_b.load(std::memory_order_relaxed)) cache.clear();
   for (std::size_t i = 0; i < cache.size(); ++i) {
     const CachedB& c = cache[i];
-    if (c.unit == unit.name && c.input == unit.input.name && c.promote == unit.promote_every && c.K == K && c.N == N && c.format == sb.format.name &&
-        c.scale_rows == sb.scale_rows && c.scale_cols == sb.scale_cols && c.scales.size() == sb.scales.size() &&
-        same_bits(c.bt.data(), Bt, K * N * sizeof(float)) &&
+    if (c.unit == unit.name && c.input == unit.input.name && c.promote == unit.promote_every && c.K == K && c.N == N &&
+        c.format == sb.format.name && c.scale_rows == sb.scale_rows && c.scale_cols == sb.scale_cols &&
+        c.scales.size() == sb.scales.size() && same_bits(c.bt.data(), Bt, K * N * sizeof(float)) &&
         same_bits(c.scales.data(), sb.scales.data(), sb.scales.size() * sizeof(double))) {
-      std::rotate(cache.begin(), cache.begin() + static_cast<std::ptrdiff_t>(i), cache.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+      std::rotate(cache.begin(), cache.begin() + static_cast<std::ptrdiff_t>(i),
+                  cache.begin() + static_cast<std::ptrdiff_t>(i) + 1);
       return cache.front().prepared;
     }
   }
   std::vector<double> b(K * N);
   operand_values(Bt, N, K, sb, [&](std::size_t j, std::size_t k, double v) { b[k * N + j] = v; });
-  CachedB c{unit.name, unit.input.name, unit.promote_every, K, N, sb.format.name, std::vector<float>(Bt, Bt + K * N), sb.scales,
-            sb.scale_rows, sb.scale_cols, std::make_shared<const mma::PreparedB>(unit, K, N, b.data())};
+  CachedB c{unit.name,
+            unit.input.name,
+            unit.promote_every,
+            K,
+            N,
+            sb.format.name,
+            std::vector<float>(Bt, Bt + K * N),
+            sb.scales,
+            sb.scale_rows,
+            sb.scale_cols,
+            std::make_shared<const mma::PreparedB>(unit, K, N, b.data())};
   cache.insert(cache.begin(), std::move(c));
   if (cache.size() > kCachedB) cache.pop_back();
   return cache.front().prepared;
@@ -110,7 +121,8 @@ void set_mma_operand_reuse(bool on) { reuse_decoded_b.store(on, std::memory_orde
 void mma_matmul(float* D, const float* A, const float* Bt, std::size_t M, std::size_t N, std::size_t K,
                 const MmaOptions& o, bool grad, const OperandScales& sa, const OperandScales& sb) {
   const bool mixed = !(sa.format == sb.format);
-  if (mixed && !((sa.format == fp8_e4m3() && sb.format == fp8_e5m2()) || (sa.format == fp8_e5m2() && sb.format == fp8_e4m3())))
+  if (mixed &&
+      !((sa.format == fp8_e4m3() && sb.format == fp8_e5m2()) || (sa.format == fp8_e5m2() && sb.format == fp8_e4m3())))
     throw Error(fmt::format("mma: operands in {} and {}: a matrix unit takes one input format (or e4m3 with e5m2)",
                             sa.format.name, sb.format.name));
   mma::MatrixUnit unit = mma::matrix_unit(o.model, mixed ? fp8_e4m3() : sa.format, fp32());
@@ -123,8 +135,7 @@ void mma_matmul(float* D, const float* A, const float* Bt, std::size_t M, std::s
   mma::gemm(unit, M, a.data(), *b, nullptr, d.data(), o.threads);
   for (std::size_t i = 0; i < M; ++i) {
     const double si = scale_of(sa, i);
-    for (std::size_t j = 0; j < N; ++j)
-      D[i * N + j] = static_cast<float>(d[i * N + j] / (si * scale_of(sb, j)));
+    for (std::size_t j = 0; j < N; ++j) D[i * N + j] = static_cast<float>(d[i * N + j] / (si * scale_of(sb, j)));
   }
 }
 

@@ -17,13 +17,13 @@
 namespace mpsim::nn {
 
 struct Param {
-  std::string name;         // "conv1/weight", "lstm0/w_hh", ... (stable: checkpoints and reports use it)
-  std::span<float> value;   // fp32 master weights
-  std::span<float> grad;    // gradient buffer, same size
+  std::string name;        // "conv1/weight", "lstm0/w_hh", ... (stable: checkpoints and reports use it)
+  std::span<float> value;  // fp32 master weights
+  std::span<float> grad;   // gradient buffer, same size
 };
 
 struct Metric {
-  std::string name;         // "mAP@0.5" or "bits_per_token"
+  std::string name;  // "mAP@0.5" or "bits_per_token"
   double value = 0;
   bool higher_is_better = true;
 };
@@ -40,9 +40,9 @@ struct ModelConfig {
 struct TrainHints {
   std::string optimizer = "adamw";  // "sgd" or "adamw"
   double lr = 1e-3;
-  double momentum = 0.9;            // sgd
+  double momentum = 0.9;  // sgd
   double weight_decay = 0.0;
-  int steps = 400;                  // default length of a run
+  int steps = 400;  // default length of a run
   // A global-norm clipping threshold (model units) that clips some of the steps of a run of the model:
   // the study's clipping row uses it (0 = the model suggests none).
   double clip_norm = 0;

@@ -66,14 +66,11 @@ std::vector<std::uint8_t> hard_negative_mask(const std::vector<double>& backgrou
   std::vector<int> neg;
   int positives = 0;
   for (int d = 0; d < D; ++d) {
-    if (match[d] >= 0)
-      ++positives;
-    else
-      neg.push_back(d);
+    if (match[d] >= 0) ++positives;
+    else neg.push_back(d);
   }
   const std::size_t keep = std::min<std::size_t>(static_cast<std::size_t>(ratio) * positives, neg.size());
-  std::stable_sort(neg.begin(), neg.end(),
-                   [&](int a, int b) { return background_loss[a] > background_loss[b]; });
+  std::stable_sort(neg.begin(), neg.end(), [&](int a, int b) { return background_loss[a] > background_loss[b]; });
   for (std::size_t k = 0; k < keep; ++k) mask[neg[k]] = 1;
   return mask;
 }

@@ -51,8 +51,8 @@ Box decode_box(const std::array<double, 4>& offsets, const Box& default_box);
 // Hard negative mining: among the default boxes with match < 0, selects the min(ratio * positives,
 // negatives) with the highest confidence loss (ties: lower index first). Returns a 0/1 mask over all
 // boxes; positives are not in it.
-std::vector<std::uint8_t> hard_negative_mask(const std::vector<double>& background_loss,
-                                             const std::vector<int>& match, int ratio = 3);
+std::vector<std::uint8_t> hard_negative_mask(const std::vector<double>& background_loss, const std::vector<int>& match,
+                                             int ratio = 3);
 
 struct MultiboxResult {
   double loss = 0;       // (loc + conf) / matched, 0 if nothing matched

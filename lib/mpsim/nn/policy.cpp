@@ -51,8 +51,8 @@ std::string PrecisionPolicy::describe() const {
 
 const std::vector<std::string>& policy_names() {
   static const std::vector<std::string> names = [] {
-    std::vector<std::string> n{"fp32", "mixed-fp16", "mixed-fp16-acc16", "mixed-bf16", "pure-fp16", "pure-fp16-sr",
-                               "custom:..."};
+    std::vector<std::string> n{"fp32",      "mixed-fp16",   "mixed-fp16-acc16", "mixed-bf16",
+                               "pure-fp16", "pure-fp16-sr", "custom:..."};
     for (auto r : recipe::recipe_names()) n.push_back(std::string(r) + "[:...]");
     return n;
   }();
@@ -94,7 +94,8 @@ bool take_mma_key(PrecisionPolicy& p, std::string_view key, std::string_view val
     return true;
   }
   const int n = parse_integer<int>(value, context, key);
-  if (n < 0) throw Error(context + ": " + std::string(key) + " must be >= 0 (0: no promotion), got " + std::string(value));
+  if (n < 0)
+    throw Error(context + ": " + std::string(key) + " must be >= 0 (0: no promotion), got " + std::string(value));
   if (key != "mma_promote_grad") p.mma->promote_fprop = n;
   if (key != "mma_promote_fprop") p.mma->promote_grad = n;
   return true;
@@ -112,14 +113,16 @@ void check_mma(PrecisionPolicy& p, const std::string& context) {
     const Kind k = p.recipe->kind;
     if (k == Kind::blockwise || k == Kind::mx || k == Kind::nvfp4 || k == Kind::rowwise_gw_hp)
       throw Error(context + ": mma: recipe " + p.recipe->name +
-                  (k == Kind::rowwise_gw_hp ? " leaves wgrad in high precision"
-                                            : " scales blocks along the reduction axis (no block-scaled unit is modelled)") +
+                  (k == Kind::rowwise_gw_hp
+                       ? " leaves wgrad in high precision"
+                       : " scales blocks along the reduction axis (no block-scaled unit is modelled)") +
                   "; mma takes fp8-none, fp8-tensorwise-delayed, fp8-tensorwise-current, fp8-rowwise");
     // Same-format GEMMs run on the unit as recorded; e4m3 x e5m2 (HYBRID's dgrad, wgrad) on its e4m3 unit.
     inputs = {p.recipe->forward};
     if (!(p.recipe->backward == p.recipe->forward)) inputs.push_back(p.recipe->backward);
   } else {
-    if (!p.matmul_input) throw Error(context + ": mma needs matmul_input set to the unit's input format (fp16, bf16, tf32)");
+    if (!p.matmul_input)
+      throw Error(context + ": mma needs matmul_input set to the unit's input format (fp16, bf16, tf32)");
     inputs = {*p.matmul_input};
     p.mma->input = *p.matmul_input;
   }
@@ -163,8 +166,10 @@ PrecisionPolicy parse_policy(std::string_view spec) {
     if (trim_blanks(named_options).empty()) throw Error(context + ": nothing after ':' (expected mma=MODEL,...)");
     for_each_key_value(named_options, context, [&](std::string_view key, std::string_view value) {
       if (!take_mma_key(p, key, value, context))
-        throw Error(context + ": " + s + " takes only the keys mma, mma_promote, mma_promote_fprop, mma_promote_grad, "
-                    "got '" + std::string(key) + "' (use custom:... for the others)");
+        throw Error(context + ": " + s +
+                    " takes only the keys mma, mma_promote, mma_promote_fprop, mma_promote_grad, "
+                    "got '" +
+                    std::string(key) + "' (use custom:... for the others)");
     });
     check_mma(p, context);
     return p;
@@ -215,11 +220,13 @@ PrecisionPolicy parse_policy(std::string_view spec) {
   if (s.rfind(prefix, 0) != 0)
     throw Error("unknown precision policy '" + std::string(spec) +
                 "' (expected fp32, mixed-fp16, mixed-fp16-acc16, mixed-bf16, pure-fp16, pure-fp16-sr, "
-                "custom:KEY=FORMAT,... or a recipe: " + recipe_list() + ")");
+                "custom:KEY=FORMAT,... or a recipe: " +
+                recipe_list() + ")");
   PrecisionPolicy p;
   p.name = "custom";
   std::string_view rest = std::string_view(s).substr(prefix.size());
-  if (trim_blanks(rest).empty()) throw Error("precision policy '" + std::string(spec) + "': custom policy has no KEY=VALUE");
+  if (trim_blanks(rest).empty())
+    throw Error("precision policy '" + std::string(spec) + "': custom policy has no KEY=VALUE");
   for_each_key_value(rest, context, [&](std::string_view key, std::string_view value) {
     if (take_mma_key(p, key, value, context)) return;
     if (key == "rounding") {
@@ -281,9 +288,10 @@ PrecisionPolicy parse_policy(std::string_view spec) {
     } else if (key == "weight") {
       p.weight = fmt;
     } else {
-      throw Error("precision policy '" + std::string(spec) + "': unknown key '" + std::string(key) +
-                  "' (expected matmul, matmul_input, matmul_output, accumulate, act_grad, weight_grad, weight, rounding, "
-                  "update_rounding, sr_seed, sr_bits, mma, mma_promote, mma_promote_fprop, mma_promote_grad)");
+      throw Error(
+          "precision policy '" + std::string(spec) + "': unknown key '" + std::string(key) +
+          "' (expected matmul, matmul_input, matmul_output, accumulate, act_grad, weight_grad, weight, rounding, "
+          "update_rounding, sr_seed, sr_bits, mma, mma_promote, mma_promote_fprop, mma_promote_grad)");
     }
   });
   validate(p.rounding);

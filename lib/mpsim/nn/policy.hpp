@@ -141,10 +141,11 @@ class Precision final : public GemmQuantizer {
   // A tap on every rounding site, for tools that record what one step computed (models/layer_dump.hpp):
   // round() calls it with the values before and after rounding (the same values where the policy leaves
   // `cls` in fp32); under a recipe quantize_operand() calls it for every operand at "<layer>/<role>" with
-  // class matmul_input (nvfp4's wgrad operands: before = the Hadamard-transformed operand). While one is set, the models' rounded_input() (sites.hpp) passes their inputs through
-  // round() under fp32 too, so every site is seen whatever the policy. Empty function: no tap.
-  using SiteObserver =
-      std::function<void(std::string_view site, OpClass cls, std::span<const float> before, std::span<const float> after)>;
+  // class matmul_input (nvfp4's wgrad operands: before = the Hadamard-transformed operand). While one is set, the
+  // models' rounded_input() (sites.hpp) passes their inputs through round() under fp32 too, so every site is seen
+  // whatever the policy. Empty function: no tap.
+  using SiteObserver = std::function<void(std::string_view site, OpClass cls, std::span<const float> before,
+                                          std::span<const float> after)>;
   void observe(SiteObserver f) { observer_ = std::move(f); }
   bool observing() const { return static_cast<bool>(observer_); }
 

@@ -14,7 +14,8 @@ namespace mpsim::recipe {
 
 namespace {
 
-constexpr std::array<std::string_view, 6> kRoleNames{"fprop_x", "fprop_w", "dgrad_dy", "dgrad_w", "wgrad_x", "wgrad_dy"};
+constexpr std::array<std::string_view, 6> kRoleNames{"fprop_x", "fprop_w", "dgrad_dy",
+                                                     "dgrad_w", "wgrad_x", "wgrad_dy"};
 
 Format saturating(const Format& f) { return with_options(f, Subnormals::keep, Overflow::saturate); }
 
@@ -220,9 +221,10 @@ std::string_view to_string(Role r) { return kRoleNames[static_cast<std::size_t>(
 Role parse_role(std::string_view s) {
   for (std::size_t i = 0; i < kRoleNames.size(); ++i)
     if (s == kRoleNames[i]) return static_cast<Role>(i);
-  throw Error(fmt::format("unknown GEMM operand role '{}' (known: fprop_x, fprop_w, dgrad_dy, dgrad_w, wgrad_x, "
-                          "wgrad_dy)",
-                          s));
+  throw Error(
+      fmt::format("unknown GEMM operand role '{}' (known: fprop_x, fprop_w, dgrad_dy, dgrad_w, wgrad_x, "
+                  "wgrad_dy)",
+                  s));
 }
 
 Operand operand_of(Role r) {
@@ -240,9 +242,17 @@ Operand operand_of(Role r) {
 std::string_view to_string(Operand o) { return o == Operand::x ? "x" : o == Operand::w ? "w" : "dy"; }
 
 const std::vector<std::string_view>& recipe_names() {
-  static const std::vector<std::string_view> names{
-      "fp8-none", "fp8-tensorwise-delayed", "fp8-tensorwise-current", "fp8-rowwise", "fp8-rowwise-gw-hp",
-      "fp8-blockwise", "mxfp8", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4", "nvfp4"};
+  static const std::vector<std::string_view> names{"fp8-none",
+                                                   "fp8-tensorwise-delayed",
+                                                   "fp8-tensorwise-current",
+                                                   "fp8-rowwise",
+                                                   "fp8-rowwise-gw-hp",
+                                                   "fp8-blockwise",
+                                                   "mxfp8",
+                                                   "mxfp6_e2m3",
+                                                   "mxfp6_e3m2",
+                                                   "mxfp4",
+                                                   "nvfp4"};
   return names;
 }
 
@@ -303,8 +313,9 @@ Recipe parse_recipe(std::string_view spec_in) {
     }
     if (key == "fp8_format") {
       set_fp8_format(r, spec, v);
-      if (r.kind == Kind::mx) r.block_backward = parse_block_format(r.fp8_format == "HYBRID" ? "mxfp8_e5m2" : "mxfp8_e4m3",
-                                                                    0, r.block_forward.rule);
+      if (r.kind == Kind::mx)
+        r.block_backward =
+            parse_block_format(r.fp8_format == "HYBRID" ? "mxfp8_e5m2" : "mxfp8_e4m3", 0, r.block_forward.rule);
     } else if (key == "margin") {
       r.margin = parse_integer<int>(v, context, key);
       if (r.margin < 0 || r.margin > 126) throw Error(fmt::format("recipe '{}': margin must be 0..126", spec));
@@ -444,7 +455,8 @@ QuantizedOperand Quantizer::quantize(std::string_view tensor, Role role, std::sp
       const Tiling t{rows, cols, op == Operand::w ? b : 1, b};
       const std::vector<float> amax = tile_amax(x, t, false);
       std::vector<float> s(amax.size());
-      for (std::size_t i = 0; i < s.size(); ++i) s[i] = te_scale(amax[i], static_cast<float>(fp8_max(f8)), R.power_2_scales);
+      for (std::size_t i = 0; i < s.size(); ++i)
+        s[i] = te_scale(amax[i], static_cast<float>(fp8_max(f8)), R.power_2_scales);
       scaled_round(x, t, s, f8, Rounding{}, index0, q);
       break;
     }
@@ -488,7 +500,8 @@ QuantizedOperand Quantizer::quantize(std::string_view tensor, Role role, std::sp
           dequantize_blocks(bq, cols, bf, q.values, opt);
           q.scales = block_scale_factors(bq, bf);
           q.scale_rows = rows;
-          q.scale_cols = cols == 0 ? 0 : (cols + static_cast<std::size_t>(bf.block) - 1) / static_cast<std::size_t>(bf.block);
+          q.scale_cols =
+              cols == 0 ? 0 : (cols + static_cast<std::size_t>(bf.block) - 1) / static_cast<std::size_t>(bf.block);
           q.tensor_scale = bq.tensor_scale;
         } else {
           round_blocks(src, q.values, cols, bf, rr, &bs, opt);  // the same values in one fused pass
@@ -539,7 +552,8 @@ void Quantizer::load_state(const nlohmann::json& j) {
   std::map<std::string, DelayedState> s;
   for (const auto& [key, v] : j.at("delayed").items()) {
     DelayedState st;
-    for (auto b : v.at("amax_history_bits").get<std::vector<std::uint32_t>>()) st.amax_history.push_back(std::bit_cast<float>(b));
+    for (auto b : v.at("amax_history_bits").get<std::vector<std::uint32_t>>())
+      st.amax_history.push_back(std::bit_cast<float>(b));
     st.scale = std::bit_cast<float>(v.at("scale_bits").get<std::uint32_t>());
     s[key] = std::move(st);
   }
@@ -550,8 +564,8 @@ void Quantizer::load_state(const nlohmann::json& j) {
 void Quantizer::set_delayed_state(std::map<std::string, DelayedState> s) {
   for (const auto& [key, st] : s)
     if (st.amax_history.size() != static_cast<std::size_t>(recipe_.amax_history_len))
-      throw Error(fmt::format("recipe {}: saved amax history of '{}' has {} entries, the recipe keeps {}",
-                              recipe_.name, key, st.amax_history.size(), recipe_.amax_history_len));
+      throw Error(fmt::format("recipe {}: saved amax history of '{}' has {} entries, the recipe keeps {}", recipe_.name,
+                              key, st.amax_history.size(), recipe_.amax_history_len));
   delayed_ = std::move(s);
 }
 

@@ -65,7 +65,16 @@ Role parse_role(std::string_view);  // "fprop_x", ...; mpsim::Error listing the 
 Operand operand_of(Role);
 std::string_view to_string(Operand);
 
-enum class Kind : std::uint8_t { none, tensorwise_delayed, tensorwise_current, rowwise, rowwise_gw_hp, blockwise, mx, nvfp4 };
+enum class Kind : std::uint8_t {
+  none,
+  tensorwise_delayed,
+  tensorwise_current,
+  rowwise,
+  rowwise_gw_hp,
+  blockwise,
+  mx,
+  nvfp4
+};
 
 struct Recipe {
   std::string name;  // "fp8-tensorwise-delayed", ...
@@ -117,8 +126,8 @@ struct QuantizedOperand {
 // sign vector (transformer_engine/pytorch/custom_recipes/reference_nvfp4.py lines 335-341 and 396-448),
 // computed with the butterflies of the fast Walsh-Hadamard transform in double and rounded to float once
 // (the double sums are exact, so the result is the correctly rounded x (D H) / 4, whenever a group's 16
-// inputs lie within a factor 2^25 of each other in magnitude: 24 + 25 + 4 bits fit in 53). The transform is orthogonal: dy^T x =
-// (dy^T H')(H'^T x) for both wgrad operands.
+// inputs lie within a factor 2^25 of each other in magnitude: 24 + 25 + 4 bits fit in 53). The transform is orthogonal:
+// dy^T x = (dy^T H')(H'^T x) for both wgrad operands.
 void hadamard16(std::span<float> x, std::size_t rows, std::size_t cols);
 // TE's sign vector D (reference_nvfp4.py line 338).
 const std::array<float, 16>& hadamard_signs();

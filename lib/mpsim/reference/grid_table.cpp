@@ -12,7 +12,8 @@ GridTable::GridTable(const Format& fmt) : fmt_(fmt) {
   const int m = fmt.man_bits;
   const int width = 1 + fmt.exp_bits + m;
   if (width > 16)
-    throw Error("GridTable: format '" + fmt.name + "' has " + std::to_string(width) + " bits; the table method takes at most 16");
+    throw Error("GridTable: format '" + fmt.name + "' has " + std::to_string(width) +
+                " bits; the table method takes at most 16");
   sign_ = std::uint64_t{1} << (fmt.exp_bits + m);
   min_normal_enc_ = 1u << m;
   const std::uint32_t top_field = (1u << fmt.exp_bits) - 1;
@@ -37,7 +38,8 @@ GridTable::GridTable(const Format& fmt) : fmt_(fmt) {
       throw Error("GridTable: format '" + fmt.name + "' has no NaN; the table method covers formats with one");
   }
   if (!fmt.has_sign || !fmt.has_zero)
-    throw Error("GridTable: format '" + fmt.name + "' is unsigned or has no zero; the table method covers signed formats with zero");
+    throw Error("GridTable: format '" + fmt.name +
+                "' is unsigned or has no zero; the table method covers signed formats with zero");
   values_.resize(first_nonfinite + 1);
   for (std::uint32_t e = 0; e <= first_nonfinite; ++e) {
     const std::uint32_t field = e >> m, mant = e & all_man;

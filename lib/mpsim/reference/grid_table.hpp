@@ -60,8 +60,8 @@ class GridTable {
   Format fmt_;
   std::uint64_t sign_ = 0;
   std::uint32_t min_normal_enc_ = 0;
-  std::uint64_t inf_enc_ = 0;  // ieee formats: +inf
-  std::uint64_t nan_enc_ = 0;  // canonical +NaN (quiet)
+  std::uint64_t inf_enc_ = 0;   // ieee formats: +inf
+  std::uint64_t nan_enc_ = 0;   // canonical +NaN (quiet)
   std::vector<double> values_;  // values_[e] for e = 0 .. max finite encoding, then the beyond point
 };
 

@@ -16,22 +16,22 @@ namespace mp = boost::multiprecision;
 // The format's layout, re-derived from its defining fields (exp_bits, man_bits, bias, NaN encoding),
 // not from the derived constants that round.cpp uses.
 struct Layout {
-  int m = 0;                    // mantissa bits
+  int m = 0;  // mantissa bits
   int bias = 0;
   std::uint64_t sign = 0;       // the sign bit
   std::uint64_t top_field = 0;  // all-ones exponent field
   std::uint64_t max_enc = 0;    // encoding of the largest finite positive value
   NanEncoding nan = NanEncoding::ieee;
-  bool has_zero = true;         // false: exponent field 0 is the normal 2^-bias (e8m0)
+  bool has_zero = true;  // false: exponent field 0 is the normal 2^-bias (e8m0)
 
   explicit Layout(const Format& f) : m(f.man_bits), bias(f.bias), nan(f.nan), has_zero(f.has_zero) {
     sign = f.has_sign ? std::uint64_t{1} << (f.exp_bits + f.man_bits) : 0;
     top_field = (std::uint64_t{1} << f.exp_bits) - 1;
     const std::uint64_t all_man = (std::uint64_t{1} << m) - 1;
     switch (nan) {
-      case NanEncoding::ieee: max_enc = ((top_field - 1) << m) | all_man; break;          // below inf
-      case NanEncoding::all_ones: max_enc = ((top_field << m) | all_man) - 1; break;      // below S.1..1
-      case NanEncoding::neg_zero:                                                          // all positive
+      case NanEncoding::ieee: max_enc = ((top_field - 1) << m) | all_man; break;      // below inf
+      case NanEncoding::all_ones: max_enc = ((top_field << m) | all_man) - 1; break;  // below S.1..1
+      case NanEncoding::neg_zero:                                                     // all positive
       case NanEncoding::none: max_enc = (top_field << m) | all_man; break;
     }
   }
@@ -63,10 +63,8 @@ struct Layout {
     int X;
     split(enc, K, X);
     BigInt lhs = K * d, rhs = n;
-    if (X >= 0)
-      lhs <<= X;
-    else
-      rhs <<= -X;
+    if (X >= 0) lhs <<= X;
+    else rhs <<= -X;
     return lhs < rhs ? -1 : lhs > rhs ? 1 : 0;
   }
 
@@ -148,10 +146,8 @@ std::uint64_t reference_round(const Rational& x, bool negative_zero, const Forma
   std::uint64_t lo = 0, hi = L.beyond();
   while (hi - lo > 1) {
     const std::uint64_t mid = lo + (hi - lo) / 2;
-    if (L.compare(mid, n, d) <= 0)
-      lo = mid;
-    else
-      hi = mid;
+    if (L.compare(mid, n, d) <= 0) lo = mid;
+    else hi = mid;
   }
   const Rational vlo = L.value(lo), vhi = L.value(hi);
   const Rational below = a - vlo;  // distance to the neighbour of smaller magnitude
@@ -161,9 +157,7 @@ std::uint64_t reference_round(const Rational& x, bool negative_zero, const Forma
   bool take_hi = false;  // the larger magnitude
   if (!exact) {
     switch (r.mode) {
-      case RoundingMode::nearest_even:
-        take_hi = above < below || (above == below && L.significand_odd(lo));
-        break;
+      case RoundingMode::nearest_even: take_hi = above < below || (above == below && L.significand_odd(lo)); break;
       case RoundingMode::nearest_away: take_hi = above <= below; break;
       case RoundingMode::toward_zero: take_hi = false; break;
       case RoundingMode::up: take_hi = !negative; break;

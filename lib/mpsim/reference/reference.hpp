@@ -49,14 +49,14 @@ Rational exact_value(double x);
 // What an encoding is, exactly.
 struct ReferenceValue {
   enum class Kind : std::uint8_t { finite, inf, nan } kind = Kind::finite;
-  bool negative = false;   // sign bit (for finite zero: true means -0)
-  Rational value;          // signed exact value (0 unless finite)
+  bool negative = false;  // sign bit (for finite zero: true means -0)
+  Rational value;         // signed exact value (0 unless finite)
 };
 ReferenceValue reference_decode(std::uint64_t bits, const Format& fmt);
 
 // Encodings of the specials as round.hpp defines them (for callers that round arithmetic results).
-std::uint64_t reference_inf_bits(bool negative, const Format& fmt);   // ±inf, or NaN in a format without inf
-std::uint64_t reference_nan_bits(bool negative, const Format& fmt);   // the canonical quiet NaN
+std::uint64_t reference_inf_bits(bool negative, const Format& fmt);  // ±inf, or NaN in a format without inf
+std::uint64_t reference_nan_bits(bool negative, const Format& fmt);  // the canonical quiet NaN
 // The result of a finite value whose rounded magnitude exceeds max_finite, for the mode and format.
 std::uint64_t reference_overflow_bits(bool negative, const Format& fmt, RoundingMode mode);
 

@@ -12,8 +12,8 @@
 #include <fmt/format.h>
 
 #include "mpsim/detail/cpu_features.hpp"
-#include "mpsim/reference/grid_table.hpp"
 #include "mpsim/parallel.hpp"
+#include "mpsim/reference/grid_table.hpp"
 #include "mpsim/reference/reference.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -212,14 +212,10 @@ std::vector<Row> run_sweep(const Sweep& sweep, int threads) {
           for (std::size_t k = 0; k < nr; ++k) {
             const Rounding& r = rs[k];
             std::uint64_t want;
-            if (is_nan)
-              want = grid.nan_from_float(bits);
-            else if (is_inf)
-              want = grid.from_infinity(s);
-            else if (is_zero || (is_subnormal && r.input_subnormals == InputSubnormals::zero))
-              want = grid.zero(s);
-            else
-              want = grid.decide(s, pos, r, bits);
+            if (is_nan) want = grid.nan_from_float(bits);
+            else if (is_inf) want = grid.from_infinity(s);
+            else if (is_zero || (is_subnormal && r.input_subnormals == InputSubnormals::zero)) want = grid.zero(s);
+            else want = grid.decide(s, pos, r, bits);
             const std::uint64_t got = round_bits(x, fmt, r, bits);
             ++tally[k].checked;
             if (got != want) tally[k].mismatch(key, bits, want, got);
@@ -232,10 +228,8 @@ std::vector<Row> run_sweep(const Sweep& sweep, int threads) {
             if (hw_runs) {
               const std::uint64_t hw = sweep.hardware->convert(bits);
               if (hw != ours_rne) {
-                if (sweep.hardware->documented && sweep.hardware->documented(bits, ours_rne))
-                  ++t.documented;
-                else
-                  t.mismatch(key, bits, ours_rne, hw);
+                if (sweep.hardware->documented && sweep.hardware->documented(bits, ours_rne)) ++t.documented;
+                else t.mismatch(key, bits, ours_rne, hw);
               }
             } else if (sweep.hardware->documented(bits, ours_rne)) {
               ++t.documented;
@@ -260,7 +254,8 @@ std::vector<Row> run_sweep(const Sweep& sweep, int threads) {
     row.checked = t.checked;
     row.mismatches = t.mismatches;
     row.documented = t.documented;
-    if (t.mismatches) row.first = Mismatch{describe_float(static_cast<std::uint32_t>(t.first_input)), t.expected, t.got};
+    if (t.mismatches)
+      row.first = Mismatch{describe_float(static_cast<std::uint32_t>(t.first_input)), t.expected, t.got};
     row.seconds = secs;
     return row;
   };
@@ -294,7 +289,7 @@ double boundary_sample(const Format& f, std::mt19937_64& rng) {
   auto grid_value = [&](std::uint64_t e) {
     const std::uint64_t field = e >> m, mant = e & ones;
     return field == 0 && f.has_zero ? std::ldexp(double(mant), 1 - f.bias - m)
-                      : std::ldexp(double(mant | (ones + 1)), int(field) - f.bias - m);
+                                    : std::ldexp(double(mant | (ones + 1)), int(field) - f.bias - m);
   };
   const std::uint64_t enc = rng() % (max_enc + 2);  // up to the first point past max_finite
   const double v = grid_value(enc), next = grid_value(std::min(enc + 1, max_enc + 1));
@@ -306,17 +301,28 @@ double boundary_sample(const Format& f, std::mt19937_64& rng) {
   };
   double x = 0;
   switch (rng() % 16) {
-    case 0: case 1: case 2: case 3: x = std::bit_cast<float>(static_cast<std::uint32_t>(rng())); break;
+    case 0:
+    case 1:
+    case 2:
+    case 3: x = std::bit_cast<float>(static_cast<std::uint32_t>(rng())); break;
     case 4: x = std::bit_cast<double>(rng()); break;
-    case 5: case 6: x = v; break;
-    case 7: case 8: case 9: x = nudge(v + (next - v) / 2); break;
-    case 10: case 11: x = nudge(v); break;
+    case 5:
+    case 6: x = v; break;
+    case 7:
+    case 8:
+    case 9: x = nudge(v + (next - v) / 2); break;
+    case 10:
+    case 11: x = nudge(v); break;
     case 12: x = std::ldexp(0.5 + 0.5 * std::ldexp(double(rng() >> 11), -53), 1 - f.bias - m - int(rng() % 40)); break;
     case 13: x = std::ldexp(1.0 + std::ldexp(double(rng() >> 11), -53), f.emax + int(rng() % 4)); break;
     case 14: x = v + (next - v) * std::ldexp(double(rng() >> 11), -53); break;
     case 15: {
-      const double specials[] = {0.0, std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN(),
-                                 f.max_finite, f.min_normal, f.min_subnormal};
+      const double specials[] = {0.0,
+                                 std::numeric_limits<double>::infinity(),
+                                 std::numeric_limits<double>::quiet_NaN(),
+                                 f.max_finite,
+                                 f.min_normal,
+                                 f.min_subnormal};
       x = specials[rng() % 6];
       break;
     }
@@ -336,7 +342,8 @@ std::vector<Row> compare_sampled(const std::string& check, const Format& fmt, st
   constexpr std::uint64_t block = 1024;
   const std::uint64_t blocks = (count + block - 1) / block;
   std::atomic<std::uint64_t> next{0};
-  const int nthreads = static_cast<int>(std::max<std::uint64_t>(1, std::min<std::uint64_t>(thread_count(threads), blocks)));
+  const int nthreads =
+      static_cast<int>(std::max<std::uint64_t>(1, std::min<std::uint64_t>(thread_count(threads), blocks)));
   std::vector<std::vector<Tally>> tallies(nthreads, std::vector<Tally>(rs.size()));
   run_workers(nthreads, "verify", [&](int worker) {
     for (std::uint64_t b = next++; b < blocks; b = next++) {
@@ -368,8 +375,9 @@ std::vector<Row> compare_sampled(const std::string& check, const Format& fmt, st
     row.checked = t.checked;
     row.mismatches = t.mismatches;
     if (t.mismatches)
-      row.first = Mismatch{as_float ? describe_float(static_cast<std::uint32_t>(t.first_input)) : describe_double(t.first_input),
-                           t.expected, t.got};
+      row.first = Mismatch{
+          as_float ? describe_float(static_cast<std::uint32_t>(t.first_input)) : describe_double(t.first_input),
+          t.expected, t.got};
     row.seconds = secs;
     rows.push_back(std::move(row));
   }
@@ -413,8 +421,8 @@ struct SweptFormat {
 std::optional<Hardware> no_hardware() { return std::nullopt; }
 std::optional<Hardware> fp16_hardware() { return f16c_fp16(); }
 std::optional<Hardware> bf16_hardware() { return avx512bf16_bf16(); }
-const SweptFormat swept_formats[] = {{fp16, fp16_hardware}, {bf16, bf16_hardware}, {fp8_e4m3, no_hardware},
-                                     {fp8_e5m2, no_hardware}};
+const SweptFormat swept_formats[] = {
+    {fp16, fp16_hardware}, {bf16, bf16_hardware}, {fp8_e4m3, no_hardware}, {fp8_e5m2, no_hardware}};
 
 // Options of the format and the rounding that the main sweeps leave at their defaults.
 std::vector<Row> variant_rows(const Options& o) {
@@ -519,7 +527,8 @@ std::vector<Check> conversion_checks() {
   v.push_back({"round-variants", "saturation, flushing, input subnormals as zero, stochastic bit counts, fnuz formats",
                variant_rows});
   v.push_back({"round-double", "double -> small formats against the grid table on boundary samples", double_rows});
-  v.push_back({"boost", "float and double -> every named format against the Boost.Multiprecision reference", boost_rows});
+  v.push_back(
+      {"boost", "float and double -> every named format against the Boost.Multiprecision reference", boost_rows});
   v.push_back({"grid-vs-boost", "the grid table itself against the Boost.Multiprecision reference", grid_boost_rows});
   return v;
 }
@@ -560,14 +569,13 @@ nlohmann::json to_json(const std::vector<Row>& rows) {
   nlohmann::json all = nlohmann::json::array();
   std::uint64_t checked = 0, mismatches = 0;
   for (const auto& r : rows) {
-    nlohmann::json j = {{"check", r.check},       {"format", r.format},         {"mode", r.mode},
-                        {"against", r.against},   {"checked", r.checked},       {"mismatches", r.mismatches},
-                        {"documented", r.documented}, {"skipped", r.skipped},   {"note", r.note},
+    nlohmann::json j = {{"check", r.check},           {"format", r.format},   {"mode", r.mode},
+                        {"against", r.against},       {"checked", r.checked}, {"mismatches", r.mismatches},
+                        {"documented", r.documented}, {"skipped", r.skipped}, {"note", r.note},
                         {"seconds", r.seconds}};
     if (r.first)
       j["first_mismatch"] = {{"input", r.first->input}, {"expected", r.first->expected}, {"got", r.first->got}};
-    else
-      j["first_mismatch"] = nullptr;
+    else j["first_mismatch"] = nullptr;
     all.push_back(std::move(j));
     checked += r.checked;
     mismatches += r.mismatches;

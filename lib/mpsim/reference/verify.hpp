@@ -28,23 +28,23 @@ class GridTable;
 namespace mpsim::verify {
 
 struct Mismatch {
-  std::string input;     // the input, readable ("0x3f800001 (1.00000012)")
+  std::string input;  // the input, readable ("0x3f800001 (1.00000012)")
   std::uint64_t expected = 0;
   std::uint64_t got = 0;
 };
 
 struct Row {
-  std::string check;     // the check's name
+  std::string check;  // the check's name
   std::string format;
-  std::string mode;      // "rne", "sr(b=32)", ... or "-" for rows without a mode
-  std::string against;   // "grid table", "boost reference", "F16C vcvtps2ph", ...
+  std::string mode;     // "rne", "sr(b=32)", ... or "-" for rows without a mode
+  std::string against;  // "grid table", "boost reference", "F16C vcvtps2ph", ...
   std::uint64_t checked = 0;
   std::uint64_t mismatches = 0;
   std::uint64_t documented = 0;  // inputs that differ in a documented way (hardware flushing subnormals)
   std::optional<Mismatch> first;
   bool skipped = false;
-  std::string note;      // why skipped, or what `documented` counts
-  double seconds = 0;    // wall time of the sweep that produced the row
+  std::string note;    // why skipped, or what `documented` counts
+  double seconds = 0;  // wall time of the sweep that produced the row
 };
 
 struct Options {
@@ -94,7 +94,7 @@ struct FloatPatterns {
 
 // A hardware conversion of one float, compared with round_bits(x, fmt) (nearest-even).
 struct Hardware {
-  std::string name;                                   // "F16C vcvtps2ph"
+  std::string name;  // "F16C vcvtps2ph"
   bool available = false;
   std::string unavailable_reason;
   std::uint64_t (*convert)(std::uint32_t float_bits) = nullptr;
@@ -106,11 +106,11 @@ struct Hardware {
 };
 
 struct Sweep {
-  std::string check;                   // name for the rows
+  std::string check;  // name for the rows
   Format format;
-  std::vector<Rounding> roundings;     // one row each, compared with the grid table
+  std::vector<Rounding> roundings;  // one row each, compared with the grid table
   FloatPatterns patterns;
-  std::optional<Hardware> hardware;    // one more row (nearest-even only)
+  std::optional<Hardware> hardware;  // one more row (nearest-even only)
 };
 
 // Runs a sweep on `threads` threads (0: all); the rows do not depend on the thread count.
@@ -124,8 +124,8 @@ std::string format_label(const Format& f);
 std::vector<Rounding> all_modes(std::uint64_t seed);
 
 // The hardware conversions this build knows, with cpuid checks at run time.
-Hardware f16c_fp16();         // x86 F16C vcvtps2ph (round to nearest even)
-Hardware avx512bf16_bf16();   // x86 AVX512-BF16 vcvtneps2bf16
+Hardware f16c_fp16();        // x86 F16C vcvtps2ph (round to nearest even)
+Hardware avx512bf16_bf16();  // x86 AVX512-BF16 vcvtneps2bf16
 
 // A double near a boundary of `fmt` (grid points, midpoints, a few double ulps either side, tiny values,
 // values past the overflow threshold, and some random bit patterns), of random sign.

@@ -78,8 +78,8 @@ Checkpoint read_checkpoint(const std::filesystem::path& path) {
   std::error_code ec;
   const auto status = std::filesystem::status(path, ec);
   if (std::filesystem::is_directory(status))
-    throw Error(fmt::format("{}: is a folder, not a checkpoint file (a run writes FOLDER/checkpoint.safetensors)",
-                            name));
+    throw Error(
+        fmt::format("{}: is a folder, not a checkpoint file (a run writes FOLDER/checkpoint.safetensors)", name));
   if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status))
     throw Error(fmt::format("{}: not a regular file; a checkpoint is read from a file", name));
   std::ifstream in(path, std::ios::binary);
@@ -96,19 +96,22 @@ Checkpoint read_checkpoint(const std::filesystem::path& path) {
 
 Checkpoint read_checkpoint_bytes(std::vector<std::byte> bytes, const std::string& name) {
   if (bytes.size() >= sizeof kOldMagic && std::memcmp(bytes.data(), kOldMagic, sizeof kOldMagic) == 0)
-    throw Error(fmt::format("{}: an MPSIMCKP checkpoint, the container of earlier mpsim versions; this mpsim reads "
-                            "safetensors checkpoints only: rerun the training to write one",
-                            name));
+    throw Error(
+        fmt::format("{}: an MPSIMCKP checkpoint, the container of earlier mpsim versions; this mpsim reads "
+                    "safetensors checkpoints only: rerun the training to write one",
+                    name));
   std::uint64_t header_len = 0;
   if (bytes.size() < 8)
-    throw Error(fmt::format("{}: truncated checkpoint ({} bytes; a safetensors file starts with an 8-byte header "
-                            "length)",
-                            name, bytes.size()));
+    throw Error(
+        fmt::format("{}: truncated checkpoint ({} bytes; a safetensors file starts with an 8-byte header "
+                    "length)",
+                    name, bytes.size()));
   std::memcpy(&header_len, bytes.data(), 8);
   if (bytes.size() > 8 && bytes[8] != std::byte{'{'})
-    throw Error(fmt::format("{}: not an mpsim checkpoint (not a safetensors file: no JSON header after the 8-byte "
-                            "length)",
-                            name));
+    throw Error(
+        fmt::format("{}: not an mpsim checkpoint (not a safetensors file: no JSON header after the 8-byte "
+                    "length)",
+                    name));
   if (header_len > bytes.size() - 8)
     throw Error(fmt::format("{}: truncated checkpoint (a header of {} bytes announced, {} bytes follow)", name,
                             header_len, bytes.size() - 8));
@@ -126,7 +129,8 @@ Checkpoint read_checkpoint_bytes(std::vector<std::byte> bytes, const std::string
     if (!value.is_string())
       throw Error(fmt::format("{}: corrupt checkpoint (metadata '{}' is not a string)", name, key));
     nlohmann::json v = nlohmann::json::parse(value.get<std::string>(), nullptr, false);
-    if (v.is_discarded()) throw Error(fmt::format("{}: corrupt checkpoint (metadata '{}' is not JSON text)", name, key));
+    if (v.is_discarded())
+      throw Error(fmt::format("{}: corrupt checkpoint (metadata '{}' is not JSON text)", name, key));
     ck.header[key] = std::move(v);
   }
   if (ck.header.value("format", nlohmann::json()) != kFormat)
@@ -175,8 +179,8 @@ Checkpoint read_checkpoint_bytes(std::vector<std::byte> bytes, const std::string
   }
   const std::string want_crc = ck.header["data_crc32"].get<std::string>();
   if (fmt::format("{:08x}", crc) != want_crc)
-    throw Error(fmt::format("{}: corrupt checkpoint (the data's CRC-32 is {:08x}, the metadata says {})", name, crc,
-                            want_crc));
+    throw Error(
+        fmt::format("{}: corrupt checkpoint (the data's CRC-32 is {:08x}, the metadata says {})", name, crc, want_crc));
   return ck;
 }
 

@@ -17,7 +17,8 @@ void validate(const OptimizerConfig& c) {
     throw FieldError("weight_decay", fmt::format("{}", c.weight_decay), "must be finite and >= 0");
   if (!(c.momentum >= 0 && c.momentum < 1))
     throw FieldError("momentum", fmt::format("{}", c.momentum), "must lie in [0, 1)");
-  if (!(c.dampening >= 0 && c.dampening <= 1)) throw Error(fmt::format("dampening {}: must lie in [0, 1]", c.dampening));
+  if (!(c.dampening >= 0 && c.dampening <= 1))
+    throw Error(fmt::format("dampening {}: must lie in [0, 1]", c.dampening));
   if (c.nesterov && (c.momentum <= 0 || c.dampening != 0))
     throw Error("nesterov momentum requires momentum > 0 and dampening 0 (as torch.optim.SGD)");
   if (!(c.beta1 >= 0 && c.beta1 < 1) || !(c.beta2 >= 0 && c.beta2 < 1))
@@ -63,8 +64,8 @@ nlohmann::json Optimizer::state_layout() const {
 
 void Optimizer::set_no_master_copy(const Format& format, const Rounding& update_rounding) {
   if (config_.name != "sgd")
-    throw Error(fmt::format("optimiser {}: training without fp32 master weights is implemented for SGD only",
-                            config_.name));
+    throw Error(
+        fmt::format("optimiser {}: training without fp32 master weights is implemented for SGD only", config_.name));
   validate(update_rounding);
   low_ = format;
   update_rounding_ = update_rounding;

@@ -21,7 +21,7 @@
 namespace mpsim::train {
 
 struct OptimizerConfig {
-  std::string name = "sgd";   // "sgd" or "adamw"
+  std::string name = "sgd";  // "sgd" or "adamw"
   double lr = 0.01;
   double weight_decay = 0.0;  // SGD: L2 term added to the gradient; AdamW: decoupled decay (param *= 1 - lr*wd)
   // SGD
@@ -73,9 +73,9 @@ class Optimizer {
   // SGD: momentum_buffer of each tensor (empty when momentum == 0).
   // AdamW: exp_avg of each tensor, then exp_avg_sq of each tensor.
   std::vector<std::vector<float>> buffers_;
-  std::optional<Format> low_;      // set_no_master_copy
+  std::optional<Format> low_;  // set_no_master_copy
   Rounding update_rounding_;
-  std::uint64_t elements_ = 0;     // sum of sizes_: stochastic-rounding indices are (step - 1) * elements_ + k
+  std::uint64_t elements_ = 0;  // sum of sizes_: stochastic-rounding indices are (step - 1) * elements_ + k
 
   UpdateStats step_sgd_low(std::span<const std::span<float>> values, std::span<const std::span<float>> grads);
 };

@@ -77,8 +77,9 @@ void validate(const ScalerConfig& c) {
     throw FieldError("scaler", spec_text(spec),
                      fmt::format("min_scale must be finite, > 0 and <= init_scale, got {}", c.min_scale));
   if (c.init_growth_tracker < 0 || c.init_growth_tracker >= c.growth_interval)
-    throw FieldError("scaler", spec_text(spec),
-                     fmt::format("init_growth_tracker must lie in [0, growth_interval), got {}", c.init_growth_tracker));
+    throw FieldError(
+        "scaler", spec_text(spec),
+        fmt::format("init_growth_tracker must lie in [0, growth_interval), got {}", c.init_growth_tracker));
 }
 
 ScalerConfig parse_scaler(std::string_view spec) {
@@ -124,7 +125,8 @@ ScalerConfig parse_scaler(std::string_view spec) {
     else if (c.kind == ScalerKind::dynamic && key == "init_growth_tracker")
       c.init_growth_tracker = parse_count(value, spec, key);
     else
-      throw FieldError("scaler", spec_text(spec), fmt::format("'{}' is not a parameter of the {} scaler", key, to_string(c.kind)));
+      throw FieldError("scaler", spec_text(spec),
+                       fmt::format("'{}' is not a parameter of the {} scaler", key, to_string(c.kind)));
   }
   validate(c);
   return c;
@@ -135,15 +137,17 @@ std::string to_spec(const ScalerConfig& c) {
     case ScalerKind::none: return "none";
     case ScalerKind::constant: return fmt::format("static:{}", c.init_scale);
     case ScalerKind::dynamic:
-      return fmt::format("dynamic,init_scale={},growth_factor={},backoff_factor={},growth_interval={}{}", c.init_scale,
-                         c.growth_factor, c.backoff_factor, c.growth_interval,
-                         c.init_growth_tracker != 0 ? fmt::format(",init_growth_tracker={}", c.init_growth_tracker) : "");
+      return fmt::format(
+          "dynamic,init_scale={},growth_factor={},backoff_factor={},growth_interval={}{}", c.init_scale,
+          c.growth_factor, c.backoff_factor, c.growth_interval,
+          c.init_growth_tracker != 0 ? fmt::format(",init_growth_tracker={}", c.init_growth_tracker) : "");
     case ScalerKind::hysteresis_megatron:
     case ScalerKind::hysteresis_deepspeed:
-      return fmt::format("{},init_scale={},growth_factor={},backoff_factor={},growth_interval={},hysteresis={},"
-                         "min_scale={}",
-                         to_string(c.kind), c.init_scale, c.growth_factor, c.backoff_factor, c.growth_interval,
-                         c.hysteresis, c.min_scale);
+      return fmt::format(
+          "{},init_scale={},growth_factor={},backoff_factor={},growth_interval={},hysteresis={},"
+          "min_scale={}",
+          to_string(c.kind), c.init_scale, c.growth_factor, c.backoff_factor, c.growth_interval, c.hysteresis,
+          c.min_scale);
   }
   return "?";
 }
@@ -196,8 +200,7 @@ void LossScaler::update(bool found_inf) {
   const ScalerConfig& c = config_;
   switch (c.kind) {
     case ScalerKind::none:
-    case ScalerKind::constant:
-      return;
+    case ScalerKind::constant: return;
 
     case ScalerKind::dynamic:
       // torch.amp.GradScaler.update -> _amp_update_scale_ (aten/src/ATen/native/cpu/AmpGradScalerKernels.cpp,
@@ -249,10 +252,8 @@ void LossScaler::update(bool found_inf) {
       // growth_interval; recent DeepSpeed versions wait one step longer). DeepSpeed raises an exception
       // at min_scale (raise_error_at_min_scale); we stay at min_scale and keep training.
       if (found_inf) {
-        if (c.hysteresis == 1 || hysteresis_tracker_ == 1)
-          scale_ = std::max(scale_ * c.backoff_factor, c.min_scale);
-        else
-          hysteresis_tracker_ -= 1;
+        if (c.hysteresis == 1 || hysteresis_tracker_ == 1) scale_ = std::max(scale_ * c.backoff_factor, c.min_scale);
+        else hysteresis_tracker_ -= 1;
         last_overflow_iter_ = cur_iter_;
       } else {
         hysteresis_tracker_ = c.hysteresis;  // consecutive_hysteresis
@@ -271,9 +272,7 @@ nlohmann::json LossScaler::state() const {
   s["backoff_factor"] = c.backoff_factor;
   s["growth_interval"] = c.growth_interval;
   switch (c.kind) {
-    case ScalerKind::dynamic:
-      s["_growth_tracker"] = growth_tracker_;
-      break;
+    case ScalerKind::dynamic: s["_growth_tracker"] = growth_tracker_; break;
     case ScalerKind::hysteresis_megatron:
       s["_growth_tracker"] = growth_tracker_;
       s["hysteresis"] = c.hysteresis;
@@ -287,8 +286,7 @@ nlohmann::json LossScaler::state() const {
       s["cur_iter"] = cur_iter_;
       s["last_overflow_iter"] = last_overflow_iter_;
       break;
-    default:
-      break;
+    default: break;
   }
   return s;
 }
@@ -297,7 +295,8 @@ void LossScaler::load_state(const nlohmann::json& s) {
   const ScalerConfig& c = config_;
   try {
     if (s.at("kind").get<std::string>() != to_string(c.kind))
-      throw Error(fmt::format("scaler state is for '{}', not '{}'", s.at("kind").get<std::string>(), to_string(c.kind)));
+      throw Error(
+          fmt::format("scaler state is for '{}', not '{}'", s.at("kind").get<std::string>(), to_string(c.kind)));
     const double scale = s.at("scale").get<double>();
     if (!(std::isfinite(scale) && scale > 0)) throw Error(fmt::format("scaler state has scale {}", scale));
     if (c.kind != ScalerKind::none && c.kind != ScalerKind::constant) {
@@ -314,11 +313,8 @@ void LossScaler::load_state(const nlohmann::json& s) {
     scale_ = scale;
     switch (c.kind) {
       case ScalerKind::none:
-      case ScalerKind::constant:
-        break;
-      case ScalerKind::dynamic:
-        growth_tracker_ = s.at("_growth_tracker").get<std::int64_t>();
-        break;
+      case ScalerKind::constant: break;
+      case ScalerKind::dynamic: growth_tracker_ = s.at("_growth_tracker").get<std::int64_t>(); break;
       case ScalerKind::hysteresis_megatron:
         growth_tracker_ = s.at("_growth_tracker").get<std::int64_t>();
         hysteresis_tracker_ = s.at("hysteresis_tracker").get<std::int64_t>();

@@ -25,12 +25,12 @@ enum class ScalerKind : std::uint8_t {
 
 struct ScalerConfig {
   ScalerKind kind = ScalerKind::none;
-  double init_scale = 65536.0;   // GradScaler default init_scale 2^16 (torch/amp/grad_scaler.py)
-  double growth_factor = 2.0;    // GradScaler default growth_factor
-  double backoff_factor = 0.5;   // GradScaler default backoff_factor
-  int growth_interval = 2000;    // GradScaler default growth_interval
-  int hysteresis = 2;            // Megatron-LM --hysteresis default 2; DeepSpeed fp16.hysteresis default 2
-  double min_scale = 1.0;        // Megatron-LM --min-loss-scale default 1; DeepSpeed min_loss_scale default 1
+  double init_scale = 65536.0;  // GradScaler default init_scale 2^16 (torch/amp/grad_scaler.py)
+  double growth_factor = 2.0;   // GradScaler default growth_factor
+  double backoff_factor = 0.5;  // GradScaler default backoff_factor
+  int growth_interval = 2000;   // GradScaler default growth_interval
+  int hysteresis = 2;           // Megatron-LM --hysteresis default 2; DeepSpeed fp16.hysteresis default 2
+  double min_scale = 1.0;       // Megatron-LM --min-loss-scale default 1; DeepSpeed min_loss_scale default 1
   // dynamic: clean steps already counted toward the next growth when the run starts (GradScaler's
   // _init_growth_tracker, set by load_state_dict from a saved "_growth_tracker").
   std::int64_t init_growth_tracker = 0;
@@ -40,8 +40,9 @@ struct ScalerConfig {
 //   none | static:S | dynamic | hysteresis | hysteresis:megatron | hysteresis:deepspeed
 // optionally followed by ",key=value" pairs for the parameters above (e.g.
 // "dynamic,growth_interval=100", "hysteresis:deepspeed,hysteresis=3,min_scale=8").
-// "hysteresis" alone is the Megatron-LM variant; dynamic also takes init_growth_tracker. Throws mpsim::Error naming the spec on anything else
-// (unknown name or key, a scale <= 0 or not finite, growth_factor <= 1, backoff_factor outside (0,1), ...).
+// "hysteresis" alone is the Megatron-LM variant; dynamic also takes init_growth_tracker. Throws mpsim::Error naming the
+// spec on anything else (unknown name or key, a scale <= 0 or not finite, growth_factor <= 1, backoff_factor outside
+// (0,1), ...).
 ScalerConfig parse_scaler(std::string_view spec);
 // The canonical spelling of a config (parse_scaler(to_spec(c)) == c).
 std::string to_spec(const ScalerConfig&);
@@ -86,10 +87,10 @@ class LossScaler {
  private:
   ScalerConfig config_;
   double scale_ = 1.0;
-  std::int64_t growth_tracker_ = 0;      // GradScaler/Megatron: consecutive clean steps since the last change
-  std::int64_t hysteresis_tracker_ = 0;  // Megatron: _hysteresis_tracker; DeepSpeed: cur_hysteresis
-  std::int64_t cur_iter_ = 0;            // DeepSpeed: cur_iter
-  std::int64_t last_overflow_iter_ = -1; // DeepSpeed: last_overflow_iter
+  std::int64_t growth_tracker_ = 0;       // GradScaler/Megatron: consecutive clean steps since the last change
+  std::int64_t hysteresis_tracker_ = 0;   // Megatron: _hysteresis_tracker; DeepSpeed: cur_hysteresis
+  std::int64_t cur_iter_ = 0;             // DeepSpeed: cur_iter
+  std::int64_t last_overflow_iter_ = -1;  // DeepSpeed: last_overflow_iter
 };
 
 }  // namespace mpsim::train

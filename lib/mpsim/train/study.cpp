@@ -176,7 +176,7 @@ std::vector<StudyEntry> study_grid(const StudyConfig& config, int steps, const n
   grid.push_back({"mixed-fp16, hysteresis (DeepSpeed)", "mixed-fp16", "hysteresis:deepspeed" + interval});
   if (hints.clip_norm > 0)
     grid.push_back({fmt::format("mixed-fp16, dynamic, clip-norm {}", hints.clip_norm), "mixed-fp16",
-                     "dynamic" + interval, 0, hints.clip_norm});
+                    "dynamic" + interval, 0, hints.clip_norm});
   grid.push_back({"mixed-fp16, fp16 accumulation, dynamic", "mixed-fp16-acc16", "dynamic" + interval});
   grid.push_back({"pure-fp16 (no master copy), dynamic", "pure-fp16", "dynamic" + interval});
   grid.push_back({"pure-fp16-sr (no master copy, stochastic update), dynamic", "pure-fp16-sr", "dynamic" + interval});
@@ -198,8 +198,7 @@ std::vector<StudyEntry> select_grid(const std::vector<StudyEntry>& grid, const s
   }
   std::vector<StudyEntry> out;
   for (const auto& e : grid)
-    if (&e == &grid.front() || std::find(only.begin(), only.end(), study_run_folder(e)) != only.end())
-      out.push_back(e);
+    if (&e == &grid.front() || std::find(only.begin(), only.end(), study_run_folder(e)) != only.end()) out.push_back(e);
   return out;
 }
 
@@ -216,9 +215,10 @@ StudyPlan plan_study(const StudyConfig& config, const ModelFactory& factory) {
       if (std::error_code ec; std::filesystem::exists(config.out / name, ec))
         found += (found.empty() ? "" : ", ") + std::string(name);
     if (!found.empty())
-      throw Error(fmt::format("--out {}: holds a previous study ({}); choose another folder, or pass --force to "
-                              "replace that study's files",
-                              config.out.string(), found));
+      throw Error(
+          fmt::format("--out {}: holds a previous study ({}); choose another folder, or pass --force to "
+                      "replace that study's files",
+                      config.out.string(), found));
   }
   for (double s : config.static_scales)
     if (!(std::isfinite(s) && s > 0)) throw Error(fmt::format("static scale {}: must be finite and > 0", s));
@@ -239,7 +239,7 @@ StudyPlan plan_study(const StudyConfig& config, const ModelFactory& factory) {
       t.model_config = config.model_config;
       t.policy = entry.policy;
       t.scaler = entry.scaler;
-      t.steps = plan.steps;  // optimiser and learning rate: the model's (nn::TrainHints)
+      t.steps = plan.steps;                        // optimiser and learning rate: the model's (nn::TrainHints)
       t.eval_every = std::max(1, plan.steps / 4);  // evaluations are the expensive part of a short run
       t.seed = static_cast<std::uint64_t>(seed);
       t.accumulate = config.accumulate;
@@ -370,10 +370,11 @@ nlohmann::json summarise_study(const StudyConfig& config, const StudyPlan& plan,
           {"mpsim_version", kVersion},
           {"grid", config.grid},
           {"model", config.model},
-          {"model_config", {{"batch", config.model_config.batch},
-                            {"size", config.model_config.size},
-                            {"vocab", config.model_config.vocab},
-                            {"zipf", finite_or_string(config.model_config.zipf)}}},
+          {"model_config",
+           {{"batch", config.model_config.batch},
+            {"size", config.model_config.size},
+            {"vocab", config.model_config.vocab},
+            {"zipf", finite_or_string(config.model_config.zipf)}}},
           {"steps", plan.steps},
           {"seeds", config.seeds},
           {"accumulate", config.accumulate},
@@ -393,9 +394,10 @@ nlohmann::json summarise_study(const StudyConfig& config, const StudyPlan& plan,
 namespace {
 
 std::string seeds_csv(const StudyConfig& config, const StudyPlan& plan, const std::vector<TrainSummary>& results) {
-  std::string csv = "configuration,runs,seed,final_metric,final_loss,diverged,activation_grad_lost_pct,"
-                    "updates_swallowed_pct,skipped_steps,activation_grad_l1_lost_pct,activation_grad_l2sq_lost_pct,"
-                    "activation_grad_cosine,activation_grad_push_down,activation_grad_lost_bias\n";
+  std::string csv =
+      "configuration,runs,seed,final_metric,final_loss,diverged,activation_grad_lost_pct,"
+      "updates_swallowed_pct,skipped_steps,activation_grad_l1_lost_pct,activation_grad_l2sq_lost_pct,"
+      "activation_grad_cosine,activation_grad_push_down,activation_grad_lost_bias\n";
   for (std::size_t i = 0; i < results.size(); ++i) {
     const auto& s = results[i];
     const StudyEntry& e = plan.grid[i / config.seeds];
@@ -424,11 +426,11 @@ std::string summary_csv(const StudyPlan& plan, const nlohmann::json& summary) {
         plan.grid[g].static_scale > 0 ? csv_number(std::log2(plan.grid[g].static_scale)) : std::string();
     csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
                        csv_text(plan.grid[g].label), plan.grid[g].policy, csv_text(plan.grid[g].scaler), log2_scale,
-                       r["metric"].get<std::string>(), r["higher_is_better"].get<bool>() ? 1 : 0,
-                       r["seeds"].get<int>(), n(r["metric_mean"]), n(r["metric_sd"]), n(r["metric_ci95"][0]),
-                       n(r["metric_ci95"][1]), n(r["delta_vs_fp32"]), n(r["paired_delta_sd"]), n(r["paired_ci95"][0]),
-                       n(r["paired_ci95"][1]), n(r["paired_ci_level"]), n(r["paired_ci"][0]), n(r["paired_ci"][1]),
-                       n(r["tolerance"]), r["diverged_seeds"].get<int>(), n(r["activation_grad_lost_pct_mean"]),
+                       r["metric"].get<std::string>(), r["higher_is_better"].get<bool>() ? 1 : 0, r["seeds"].get<int>(),
+                       n(r["metric_mean"]), n(r["metric_sd"]), n(r["metric_ci95"][0]), n(r["metric_ci95"][1]),
+                       n(r["delta_vs_fp32"]), n(r["paired_delta_sd"]), n(r["paired_ci95"][0]), n(r["paired_ci95"][1]),
+                       n(r["paired_ci_level"]), n(r["paired_ci"][0]), n(r["paired_ci"][1]), n(r["tolerance"]),
+                       r["diverged_seeds"].get<int>(), n(r["activation_grad_lost_pct_mean"]),
                        n(r["activation_grad_l1_lost_pct_mean"]), n(r["activation_grad_l2sq_lost_pct_mean"]),
                        n(r["updates_swallowed_pct_mean"]), n(r["skipped_steps_mean"]), r["verdict"].get<std::string>(),
                        r["runs"].get<std::string>(), n(r["activation_grad_push_down_mean"]),
@@ -439,8 +441,8 @@ std::string summary_csv(const StudyPlan& plan, const nlohmann::json& summary) {
 
 std::string summary_md(const StudyConfig& config, const StudyPlan& plan, const nlohmann::json& summary) {
   const bool higher = summary["higher_is_better"].get<bool>();
-  std::string md = fmt::format("# {} study: {}\n\n", config.grid == "recipes" ? "Scaling-recipe" : "Loss-scaling",
-                               config.model);
+  std::string md =
+      fmt::format("# {} study: {}\n\n", config.grid == "recipes" ? "Scaling-recipe" : "Loss-scaling", config.model);
   md += fmt::format(
       "{} steps per run{}, seeds 1..{}, default optimiser and learning rate of the model; metric: {} ({} is "
       "better); {}{}. Tolerance: {} % of fp32's mean = {:.4g}. Wall time {:.0f} s.\n\n",
@@ -449,11 +451,10 @@ std::string summary_md(const StudyConfig& config, const StudyPlan& plan, const n
                                           config.accumulate, config.accumulate)
                             : std::string(),
       config.seeds, summary["metric"].get<std::string>(), higher ? "higher" : "lower",
-      config.loss_divisor_log2 == 0
-          ? std::string("the model's own loss (no divisor)")
-          : fmt::format("EXPERIMENT: every gradient inside the network 2^{} times smaller "
-                        "(--loss-divisor-log2 {}, undone at unscaling)",
-                        config.loss_divisor_log2, config.loss_divisor_log2),
+      config.loss_divisor_log2 == 0 ? std::string("the model's own loss (no divisor)")
+                                    : fmt::format("EXPERIMENT: every gradient inside the network 2^{} times smaller "
+                                                  "(--loss-divisor-log2 {}, undone at unscaling)",
+                                                  config.loss_divisor_log2, config.loss_divisor_log2),
       config.only.empty() ? std::string() : "; a subset of the grid (--only)", config.tolerance_pct,
       json_number(summary["rows"][0]["tolerance"]), summary["wall_seconds"].get<double>());
   const double level = json_number(summary["rows"][0]["paired_ci_level"]);
@@ -477,40 +478,42 @@ std::string summary_md(const StudyConfig& config, const StudyPlan& plan, const n
         std::isnan(v("activation_grad_push_down_mean"))
             ? std::string("–")
             : fmt::format("{:.3g}%", 100 * v("activation_grad_push_down_mean")),
-        v("skipped_steps_mean"),
-        v("updates_swallowed_pct_mean"), r["verdict"].get<std::string>());
+        v("skipped_steps_mean"), v("updates_swallowed_pct_mean"), r["verdict"].get<std::string>());
   }
   md += "\n## Verdict rule\n\n";
   md += summary["rule"].get<std::string>();
-  md += fmt::format("\n\nHere m = {} rows are compared with fp32, so each interval the verdict uses is at level "
-                    "1 - 0.05 / {} = {:.4g}.\n",
-                    summary["comparisons"].get<int>(), summary["comparisons"].get<int>(), level);
-  md += "\n## Columns\n\n"
-        "- *activation grads lost*: of the non-zero finite activation gradients that reached a rounding site, the "
-        "share the policy's format flushed to zero, over all steps and seeds (0 where the policy does not round "
-        "them, as fp32).\n"
-        "- *Σ\\|g\\| lost*, *Σg² lost*: the share of the activation gradients' sum of magnitudes and of their sum of "
-        "squares that the format flushed to zero, over all steps and sites (lib/mpsim/analysis/mass_lost.hpp), "
-        "mean over seeds; each run's steps.csv has them per step and site, with the cosine between the gradients "
-        "before and after rounding. Under a scaling recipe the gradients between layers stay fp32 and these "
-        "columns count the GEMMs' gradient operands (<layer>/dgrad_dy, <layer>/wgrad_dy) instead.\n"
-        "- *lost pushing down*: of the flushed Σ\\|g\\|, the share whose gradient was positive, i.e. would have "
-        "pushed its value (a logit, an activation) down; 50 % is a flush without bias, 100 % a one-sided one "
-        "(mean over seeds; – where nothing was flushed).\n"
-        "- *skipped steps*: optimiser steps skipped because the unscaled gradients held inf/NaN (mean over seeds).\n"
-        "- *vs fp32, seed by seed*: the mean of metric - fp32 metric over the seeds, with the 95 % interval of that "
-        "mean (Student's t on the paired differences), then the wider Bonferroni interval the verdict uses.\n"
-        "- *updates swallowed*: of the weight elements whose update was non-zero, the share the stored weight did "
-        "not take (below half its spacing), over all steps, mean over seeds; the fp32 master weights' own "
-        "share for the mixed policies, the fp16 weights' for pure-fp16.\n"
-        "- Static scales: ";
+  md += fmt::format(
+      "\n\nHere m = {} rows are compared with fp32, so each interval the verdict uses is at level "
+      "1 - 0.05 / {} = {:.4g}.\n",
+      summary["comparisons"].get<int>(), summary["comparisons"].get<int>(), level);
+  md +=
+      "\n## Columns\n\n"
+      "- *activation grads lost*: of the non-zero finite activation gradients that reached a rounding site, the "
+      "share the policy's format flushed to zero, over all steps and seeds (0 where the policy does not round "
+      "them, as fp32).\n"
+      "- *Σ\\|g\\| lost*, *Σg² lost*: the share of the activation gradients' sum of magnitudes and of their sum of "
+      "squares that the format flushed to zero, over all steps and sites (lib/mpsim/analysis/mass_lost.hpp), "
+      "mean over seeds; each run's steps.csv has them per step and site, with the cosine between the gradients "
+      "before and after rounding. Under a scaling recipe the gradients between layers stay fp32 and these "
+      "columns count the GEMMs' gradient operands (<layer>/dgrad_dy, <layer>/wgrad_dy) instead.\n"
+      "- *lost pushing down*: of the flushed Σ\\|g\\|, the share whose gradient was positive, i.e. would have "
+      "pushed its value (a logit, an activation) down; 50 % is a flush without bias, 100 % a one-sided one "
+      "(mean over seeds; – where nothing was flushed).\n"
+      "- *skipped steps*: optimiser steps skipped because the unscaled gradients held inf/NaN (mean over seeds).\n"
+      "- *vs fp32, seed by seed*: the mean of metric - fp32 metric over the seeds, with the 95 % interval of that "
+      "mean (Student's t on the paired differences), then the wider Bonferroni interval the verdict uses.\n"
+      "- *updates swallowed*: of the weight elements whose update was non-zero, the share the stored weight did "
+      "not take (below half its spacing), over all steps, mean over seeds; the fp32 master weights' own "
+      "share for the mixed policies, the fp16 weights' for pure-fp16.\n"
+      "- Static scales: ";
   {
     const auto scales = config.static_scales.empty() ? study_static_scales(config.model) : config.static_scales;
     for (std::size_t i = 0; i < scales.size(); ++i) md += (i ? ", " : "") + pretty_scale(scales[i]);
   }
-  md += fmt::format(". The dynamic scalers start at 2^16 (GradScaler's default), back off on overflow and grow "
-                    "after {} clean steps (a tenth of the run; GradScaler's default 2000 is longer than the run).\n",
-                    study_growth_interval(plan.steps));
+  md += fmt::format(
+      ". The dynamic scalers start at 2^16 (GradScaler's default), back off on overflow and grow "
+      "after {} clean steps (a tenth of the run; GradScaler's default 2000 is longer than the run).\n",
+      study_growth_interval(plan.steps));
   md += "\nEach run's steps.csv, run.json and gradient histograms are under runs/<policy>_<scaler>/seed<k>/.\n";
   return md;
 }

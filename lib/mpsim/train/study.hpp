@@ -32,12 +32,12 @@ struct StudyConfig {
   std::string grid = "loss-scaling";
   std::string model = "ssd";
   nn::ModelConfig model_config;
-  int steps = 0;                  // 0 = the model's default (nn::TrainHints::steps)
+  int steps = 0;  // 0 = the model's default (nn::TrainHints::steps)
   int seeds = 5;
-  int jobs = 2;                   // runs in parallel (each run single-threaded; results do not depend on it)
+  int jobs = 2;                       // runs in parallel (each run single-threaded; results do not depend on it)
   std::vector<double> static_scales;  // empty = study_static_scales(model)
-  int loss_divisor_log2 = 0;      // TrainConfig::loss_divisor_log2 for every run (an experiment knob)
-  int accumulate = 1;             // TrainConfig::accumulate for every run: micro-batches per step, loss / N each
+  int loss_divisor_log2 = 0;          // TrainConfig::loss_divisor_log2 for every run (an experiment knob)
+  int accumulate = 1;                 // TrainConfig::accumulate for every run: micro-batches per step, loss / N each
   // Run only these configurations, by run-folder name (study_run_folder); empty = the whole grid. fp32 is
   // always run: every row is compared with it seed by seed.
   std::vector<std::string> only;
@@ -54,7 +54,7 @@ struct StudyConfig {
 inline constexpr const char* kPreviousStudyFiles[] = {"summary.json", "summary.md", "summary.csv", "seeds.csv", "runs"};
 
 struct StudyEntry {
-  std::string label;   // "mixed-fp16 + static:128"
+  std::string label;  // "mixed-fp16 + static:128"
   std::string policy;
   std::string scaler;
   double static_scale = 0;  // the scale of a static row (0 for the others)
@@ -84,7 +84,7 @@ std::vector<StudyEntry> select_grid(const std::vector<StudyEntry>& grid, const s
 
 struct StudyPlan {
   int steps = 0;
-  std::vector<StudyEntry> grid;  // fp32 first
+  std::vector<StudyEntry> grid;   // fp32 first
   std::vector<TrainConfig> runs;  // grid-major: runs[g * seeds + (seed - 1)]
 };
 // The grid (after --only) and every run's config, each validated; nothing is written.
@@ -93,7 +93,7 @@ StudyPlan plan_study(const StudyConfig& config, const ModelFactory& factory);
 // Paired statistics of one configuration against fp32 over seeds 1..n: d_s = metric_s - fp32_metric_s.
 struct PairedDifference {
   int n = 0;
-  double mean = 0, sd = 0;  // of d_s (sd: sample, n - 1)
+  double mean = 0, sd = 0;             // of d_s (sd: sample, n - 1)
   double ci95_low = 0, ci95_high = 0;  // mean +- t(0.975, n - 1) sd / sqrt(n)
   double level = 0.95;                 // the simultaneous interval's per-row level, 1 - 0.05 / comparisons
   double ci_low = 0, ci_high = 0;      // mean +- t(1 - (1 - level) / 2, n - 1) sd / sqrt(n)

@@ -185,7 +185,8 @@ void validate(const TrainConfig& c) {
   if (c.previous_run == TrainConfig::PreviousRun::refuse) {
     std::string found;
     for (const char* name : kPreviousRunFiles)
-      if (std::error_code ec; std::filesystem::exists(c.out / name, ec)) found += (found.empty() ? "" : ", ") + std::string(name);
+      if (std::error_code ec; std::filesystem::exists(c.out / name, ec))
+        found += (found.empty() ? "" : ", ") + std::string(name);
     if (!found.empty())
       throw FieldError("out", c.out.string(),
                        fmt::format("holds a previous run ({}); choose another folder, or pass --force to replace "
@@ -347,13 +348,13 @@ void prepare(Run& run) {
     for (auto& p : run.params) run.precision.round(p.name + "/weight", nn::OpClass::weight, p.value);
   // The mass measures need each activation gradient before and after its rounding: the observer sees
   // both (under fp32 the same values). It changes no value the run computes.
-  run.precision.observe([&run](std::string_view site, nn::OpClass cls, std::span<const float> before,
-                               std::span<const float> after) {
-    if (cls != nn::OpClass::activation_grad && !run.grad_site_set.contains(site)) return;
-    auto it = run.step_mass.find(site);
-    if (it == run.step_mass.end()) it = run.step_mass.emplace(std::string(site), analysis::MassLost{}).first;
-    it->second.add(before, after);
-  });
+  run.precision.observe(
+      [&run](std::string_view site, nn::OpClass cls, std::span<const float> before, std::span<const float> after) {
+        if (cls != nn::OpClass::activation_grad && !run.grad_site_set.contains(site)) return;
+        auto it = run.step_mass.find(site);
+        if (it == run.step_mass.end()) it = run.step_mass.emplace(std::string(site), analysis::MassLost{}).first;
+        it->second.add(before, after);
+      });
 }
 
 std::string csv_header(const std::vector<std::string>& act_sites) {
@@ -370,7 +371,8 @@ double forward_backward(Run& run, int step, double scale) {
   // What backward starts from, as `scaler.scale(loss / accumulate).backward()` in PyTorch: the gradient
   // of (loss / accumulate) * scale with respect to the loss is scale / accumulate, in float; the
   // experiment divisor multiplies the scale by 2^-k, exactly.
-  const float seed_scale = static_cast<float>(std::ldexp(scale, -c.loss_divisor_log2)) / static_cast<float>(c.accumulate);
+  const float seed_scale =
+      static_cast<float>(std::ldexp(scale, -c.loss_divisor_log2)) / static_cast<float>(c.accumulate);
   double loss = 0;
   for (int micro = 0; micro < c.accumulate; ++micro) {
     const std::uint64_t batch = static_cast<std::uint64_t>(step - 1) * c.accumulate + micro;
@@ -387,7 +389,8 @@ bool unscale_and_check(Run& run, double scale) {
   auto& grads = run.grads;
   std::vector<char> tensor_has_inf(grads.size(), 0);
   // Each tensor is touched by one worker only, so the result does not depend on the thread count.
-  const int workers = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(run.config.threads), grads.size()));
+  const int workers =
+      static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(run.config.threads), grads.size()));
   parallel_for(grads.size(), workers, "train", [&](int, std::size_t begin, std::size_t end) {
     for (std::size_t i = begin; i < end; ++i) {
       bool bad = false;
@@ -404,7 +407,8 @@ bool unscale_and_check(Run& run, double scale) {
 // hist/step_NNNNNN.json: the histograms the rounding sites captured this step and the unscaled gradients'.
 void write_histograms(const Run& run, int step, double scale, const std::filesystem::path& hist_dir) {
   nlohmann::json act = nlohmann::json::object(), wgrad = nlohmann::json::object(), master = nlohmann::json::object();
-  for (const auto& [site, h] : run.precision.histograms()) (run.act_site_set.count(site) ? act : wgrad)[site] = h.to_json();
+  for (const auto& [site, h] : run.precision.histograms())
+    (run.act_site_set.count(site) ? act : wgrad)[site] = h.to_json();
   for (std::size_t i = 0; i < run.params.size(); ++i) {
     auto h = analysis::make_float_histogram();
     h.add(std::span<const float>(run.grads[i].data(), run.grads[i].size()));
@@ -416,9 +420,10 @@ void write_histograms(const Run& run, int step, double scale, const std::filesys
                                {"scaler", run.config.scaler.spec},
                                {"loss_scale", scale},
                                {"loss_divisor_log2", run.config.loss_divisor_log2},
-                               {"note", "activation_grad and weight_grad: values at the rounding sites before "
-                                        "rounding, loss scale (and 2^-loss_divisor_log2) included; master_grad: "
-                                        "unscaled fp32 gradients in the model's units"},
+                               {"note",
+                                "activation_grad and weight_grad: values at the rounding sites before "
+                                "rounding, loss scale (and 2^-loss_divisor_log2) included; master_grad: "
+                                "unscaled fp32 gradients in the model's units"},
                                {"activation_grad", act},
                                {"weight_grad", wgrad},
                                {"master_grad", master},
@@ -574,20 +579,19 @@ void write_run_json(const Run& run, const TrainSummary& summary) {
   cfg["scaler_spec"] = to_spec(run.scaler_config);
   cfg["parameters"] = run.shapes;
   nlohmann::json j = {{"schema", "mpsim-train-run-1"},
-                            {"mpsim_version", kVersion},
-                            {"config", cfg},
-                            {"summary", summary.to_json()},
-                            {"activation_grad_sites", run.act_sites},
-                            {"histogram_steps", run.hist_steps},
-                            {"files",
-                             {{"steps", "steps.csv"},
-                              {"histograms", "hist/step_NNNNNN.json"},
-                              {"gradients", run.config.dump_grads ? "grads/step_NNNNNN.safetensors" : ""},
-                              {"checkpoint", kCheckpointName}}}};
+                      {"mpsim_version", kVersion},
+                      {"config", cfg},
+                      {"summary", summary.to_json()},
+                      {"activation_grad_sites", run.act_sites},
+                      {"histogram_steps", run.hist_steps},
+                      {"files",
+                       {{"steps", "steps.csv"},
+                        {"histograms", "hist/step_NNNNNN.json"},
+                        {"gradients", run.config.dump_grads ? "grads/step_NNNNNN.safetensors" : ""},
+                        {"checkpoint", kCheckpointName}}}};
   if (run.grad_sites.size() > run.act_sites.size())  // a recipe's dy operands: steps.csv has their columns too
-    j["gradient_operand_sites"] =
-        std::vector<std::string>(run.grad_sites.begin() + static_cast<std::ptrdiff_t>(run.act_sites.size()),
-                                 run.grad_sites.end());
+    j["gradient_operand_sites"] = std::vector<std::string>(
+        run.grad_sites.begin() + static_cast<std::ptrdiff_t>(run.act_sites.size()), run.grad_sites.end());
   io::write_text_file(run.config.out / "run.json", j.dump(2) + "\n");
 }
 
@@ -602,7 +606,8 @@ class OutputFolder {
     if (previous == TrainConfig::PreviousRun::replace)
       for (const char* name : kPreviousRunFiles)
         if (std::error_code ec; std::filesystem::remove_all(dir / name, ec) == static_cast<std::uintmax_t>(-1))
-          throw FieldError("out", dir.string(), fmt::format("cannot remove the previous run's {}: {}", name, ec.message()));
+          throw FieldError("out", dir.string(),
+                           fmt::format("cannot remove the previous run's {}: {}", name, ec.message()));
     for (const char* sub : {"hist", "grads"})
       if (!std::filesystem::exists(dir / sub)) new_subfolders_.push_back(dir / sub);
     std::filesystem::create_directories(dir_);
@@ -655,9 +660,9 @@ TrainSummary run_training(const TrainConfig& config, const ModelFactory& factory
   summary.steps_done = std::min(step, run.total_steps);
   summary.final_loss = last.loss;
   summary.final_scale = run.scaler.scale();
-  summary.diverged = summary.diverged_at != 0 && (!std::isfinite(last.loss) ||
-                                                  !std::isfinite(summary.final_metric.value) ||
-                                                  summary.steps_done < run.total_steps);
+  summary.diverged =
+      summary.diverged_at != 0 &&
+      (!std::isfinite(last.loss) || !std::isfinite(summary.final_metric.value) || summary.steps_done < run.total_steps);
   summary.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   write_run_json(run, summary);
   return summary;

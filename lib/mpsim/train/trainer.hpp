@@ -46,9 +46,9 @@ OptimizerConfig model_default_optimizer();
 // the checkpoint record. A spelling converts implicitly, by parsing it (an mpsim::Error names what is wrong).
 struct ParsedPolicy {
   ParsedPolicy(std::string_view spec) : spec(spec), policy(nn::parse_policy(spec)) {}  // NOLINT: implicit
-  ParsedPolicy(const std::string& spec) : ParsedPolicy(std::string_view(spec)) {}       // NOLINT: implicit
-  ParsedPolicy(const char* spec) : ParsedPolicy(std::string_view(spec)) {}              // NOLINT: implicit
-  std::string spec;            // nn::parse_policy spelling
+  ParsedPolicy(const std::string& spec) : ParsedPolicy(std::string_view(spec)) {}      // NOLINT: implicit
+  ParsedPolicy(const char* spec) : ParsedPolicy(std::string_view(spec)) {}             // NOLINT: implicit
+  std::string spec;                                                                    // nn::parse_policy spelling
   nn::PrecisionPolicy policy;
 };
 struct ParsedScaler {
@@ -57,7 +57,7 @@ struct ParsedScaler {
   ParsedScaler(const char* spec) : ParsedScaler(std::string_view(spec)) {}         // NOLINT: implicit
   // A config made otherwise (--scaler-state: from a GradScaler state_dict), spelled canonically (to_spec).
   explicit ParsedScaler(const ScalerConfig& c) : spec(to_spec(c)), config(c) {}
-  std::string spec;            // parse_scaler spelling
+  std::string spec;  // parse_scaler spelling
   ScalerConfig config;
 };
 
@@ -69,25 +69,25 @@ struct TrainConfig {
   // Unset fields follow the model's nn::TrainHints: name "" (the model's optimiser), lr 0 (the model's lr
   // when its optimiser is used, else default_lr), momentum / weight_decay NaN (the model's).
   OptimizerConfig optimizer = model_default_optimizer();
-  int steps = 0;                  // total optimiser steps (a resumed run continues up to it); 0 = the model's
+  int steps = 0;  // total optimiser steps (a resumed run continues up to it); 0 = the model's
   std::uint64_t seed = 0;
-  int accumulate = 1;             // micro-batches per step: each backward starts from loss / accumulate
-  double clip_norm = 0;           // global-norm clipping of the unscaled gradients, in the model's units; 0 = off
+  int accumulate = 1;    // micro-batches per step: each backward starts from loss / accumulate
+  double clip_norm = 0;  // global-norm clipping of the unscaled gradients, in the model's units; 0 = off
   // An experiment knob, not a default: the loss is multiplied by 2^-loss_divisor_log2 before backward (on
   // top of the loss scale) and the gradients by 2^loss_divisor_log2 when they are unscaled, so every
   // gradient inside the network is that many binades smaller while the optimiser, grad_norm and
   // --clip-norm see the model's own units. It stands for what smaller gradients (a larger network, a
   // loss normalised by a larger count) would do; see lib/mpsim/models/README.md.
   int loss_divisor_log2 = 0;
-  int eval_every = 0;             // metric every N steps (and at the last step); 0 = steps / 10
-  int checkpoint_every = 0;       // 0 = only at the end
-  int threads = 1;                // threads for the optimiser update and mma::gemm under mma= (results do not depend on it)
-  std::vector<int> hist_steps;    // steps that write histogram snapshots
+  int eval_every = 0;        // metric every N steps (and at the last step); 0 = steps / 10
+  int checkpoint_every = 0;  // 0 = only at the end
+  int threads = 1;           // threads for the optimiser update and mma::gemm under mma= (results do not depend on it)
+  std::vector<int> hist_steps;  // steps that write histogram snapshots
   // At the histogram steps, also write the unscaled fp32 gradients of every parameter (what the optimiser
   // receives, before clipping) as grads/step_NNNNNN.safetensors: tensors for `mpsim underflow` and `hist`.
   bool dump_grads = false;
-  std::filesystem::path out;      // output folder (created)
-  std::filesystem::path resume;   // checkpoint to resume from (empty = fresh start)
+  std::filesystem::path out;     // output folder (created)
+  std::filesystem::path resume;  // checkpoint to resume from (empty = fresh start)
   // What to do with an `out` that already holds a run's files (kPreviousRunFiles): write over them, leaving
   // the old run's other histograms and gradients beside the new ones (what a study's runs do); refuse before
   // anything runs (`mpsim train`); or remove them once the checkpoint to resume from is read (`train --force`).
@@ -99,13 +99,13 @@ struct TrainConfig {
 inline constexpr const char* kPreviousRunFiles[] = {"run.json", "steps.csv", "checkpoint.safetensors", "hist", "grads"};
 
 struct TrainSummary {
-  int steps_done = 0;             // last step run
+  int steps_done = 0;  // last step run
   double final_loss = 0;
   nn::Metric final_metric;
   int skipped_steps = 0;
-  bool diverged = false;          // master weights or loss became non-finite
-  int diverged_at = 0;            // first step with a non-finite loss or weights (0 = never; a dynamic
-                                  // scaler may recover from it: `diverged` says whether the run did)
+  bool diverged = false;  // master weights or loss became non-finite
+  int diverged_at = 0;    // first step with a non-finite loss or weights (0 = never; a dynamic
+                          // scaler may recover from it: `diverged` says whether the run did)
   double final_scale = 1;
   // Over all steps: non-zero finite activation gradients, and how many were flushed to zero / left
   // subnormal / overflowed by the rounding.

@@ -75,11 +75,11 @@ constexpr std::size_t kPairCounts = kPairKeys * kPairRow;
 constexpr std::size_t kCorrectionSlots = kFastBinsMax + 16;
 
 struct PairState {
-  std::uint32_t* pairs;        // kPairCounts: [row key * kPairRow + column key]
-  std::int32_t* corrections;   // kCorrectionSlots
-  std::uint32_t lo[2];         // per sign, the dominant interval [lo, lo + width) of significand fields
+  std::uint32_t* pairs;       // kPairCounts: [row key * kPairRow + column key]
+  std::int32_t* corrections;  // kCorrectionSlots
+  std::uint32_t lo[2];        // per sign, the dominant interval [lo, lo + width) of significand fields
   std::uint32_t width[2];
-  int thresholds;              // per sign, as FastState's
+  int thresholds;  // per sign, as FastState's
   int code_bits;
   std::uint32_t threshold[2][kMaxThresholds];  // per sign, the sorted thresholds (the code of a rare lane)
   std::uint32_t dominant[2];                   // per sign, the code of the dominant interval

@@ -49,8 +49,8 @@ struct Counters {
     acc.zero_in += fz + uz + S::hsum(s_zero);
     acc.underflow += (fe0 - fz - uz) + S::hsum(s_under);
     acc.subnormal += (fs - fe0) + S::hsum(s_sub);
-    acc.exact += S::hsum(f_exact) + S::hsum(s_exact) + (same_counts_zeros ? S::hsum(h_same) - fz : 0) +
-                 (S::hsum(u_kept) - uz);
+    acc.exact +=
+        S::hsum(f_exact) + S::hsum(s_exact) + (same_counts_zeros ? S::hsum(h_same) - fz : 0) + (S::hsum(u_kept) - uz);
     acc.nan += S::hsum(s_nan);
     acc.inf_in += S::hsum(s_inf);
     acc.overflow += S::hsum(s_over);
@@ -60,7 +60,6 @@ struct Counters {
     *this = Counters{};
   }
 };
-
 
 // Full classification of one vector into the slow-path counters: `res` the encodings, `inexact`
 // the lanes where the result differs from the input unless it is zero.
@@ -171,8 +170,8 @@ inline LutTables make_lut(const KernelParams& p) {
 // packed + Stats went from 0.68 to 0.88 ns/element in cache, though AVX2 never called it.)
 template <class S, bool SR>
 inline void count_lut(typename S::I& lut, typename S::I& over, typename S::I& vmax, typename S::I& vmin_m1,
-                      typename S::I& min_s, typename S::I a, typename S::I encc, typename S::M equal,
-                      typename S::M ovc, typename S::I t0, typename S::I t1) {
+                      typename S::I& min_s, typename S::I a, typename S::I encc, typename S::M equal, typename S::M ovc,
+                      typename S::I t0, typename S::I t1) {
   lut = S::add(lut, S::lut32(S::xor_mask(S::lzcnt(encc), equal, S::set1(16)), t0, t1));
   over = S::count(over, ovc);
   vmax = S::max(vmax, a);

@@ -23,10 +23,8 @@ inline typename S::I decode_vec(typename S::I res, const KernelParams& p) {
   I sign = S::sll(S::and_(res, S::set1(p.fmt_sign)), p.sign_shift);
   const I normal = S::add(S::sll(mag, up), S::set1(p.dec_add));
   I sub;
-  if (p.sub_by_shift)
-    sub = S::sll(mag, up);
-  else
-    sub = S::cvt_mul(mag, p.sub_scale);
+  if (p.sub_by_shift) sub = S::sll(mag, up);
+  else sub = S::cvt_mul(mag, p.sub_scale);
   I y = S::sel(S::gt(S::set1(p.one_m), mag), sub, normal);
   if (p.ieee_nan) {
     const M special = S::gt(mag, S::set1(p.inf_bits - 1));

@@ -23,11 +23,9 @@ void round_uniform_or_not(const float* in, void* out, std::size_t n, std::uint64
       if (p.float_fast) return float_layout_loop<S, MODE, STATS, KIND, NT>(in, out, n, index0, p, acc);
     }
     round_loop<S, MODE, STATS, KIND, true, false, NT>(in, out, n, index0, p, acc);
-  }
-  else if (p.plain && (!STATS || !S::kHasLut || p.lut_ok))
+  } else if (p.plain && (!STATS || !S::kHasLut || p.lut_ok))
     round_loop<S, MODE, STATS, KIND, false, true, NT>(in, out, n, index0, p, acc);
-  else
-    round_loop<S, MODE, STATS, KIND, false, false, NT>(in, out, n, index0, p, acc);
+  else round_loop<S, MODE, STATS, KIND, false, false, NT>(in, out, n, index0, p, acc);
 }
 
 template <class S, Mode MODE, bool STATS, bool NT>
@@ -61,19 +59,15 @@ void round_dispatch_stats(const float* in, void* out, OutKind kind, std::size_t 
   // Streaming stores (KernelParams::stream) are a template parameter too: a test per vector, or two loops
   // in one instantiation, made GCC spill in the AVX2 Stats loops (in cache, fp16 software nearest-even +
   // Stats 0.47 -> 0.71 and 0.48 ns/element, F16C + Stats 0.188 -> 0.195).
-  if (acc && p.stream)
-    round_dispatch_kind<S, MODE, true, true>(in, out, kind, n, index0, p, acc);
-  else if (acc)
-    round_dispatch_kind<S, MODE, true, false>(in, out, kind, n, index0, p, acc);
-  else if (p.stream)
-    round_dispatch_kind<S, MODE, false, true>(in, out, kind, n, index0, p, acc);
-  else
-    round_dispatch_kind<S, MODE, false, false>(in, out, kind, n, index0, p, acc);
+  if (acc && p.stream) round_dispatch_kind<S, MODE, true, true>(in, out, kind, n, index0, p, acc);
+  else if (acc) round_dispatch_kind<S, MODE, true, false>(in, out, kind, n, index0, p, acc);
+  else if (p.stream) round_dispatch_kind<S, MODE, false, true>(in, out, kind, n, index0, p, acc);
+  else round_dispatch_kind<S, MODE, false, false>(in, out, kind, n, index0, p, acc);
 }
 
 template <class S>
-void round_f32(const float* in, void* out, OutKind kind, std::size_t n, std::uint64_t index0,
-               const KernelParams& p, StatsAcc* acc) {
+void round_f32(const float* in, void* out, OutKind kind, std::size_t n, std::uint64_t index0, const KernelParams& p,
+               StatsAcc* acc) {
   switch (p.mode) {
     case Mode::nearest_even: return round_dispatch_stats<S, Mode::nearest_even>(in, out, kind, n, index0, p, acc);
     case Mode::toward_zero: return round_dispatch_stats<S, Mode::toward_zero>(in, out, kind, n, index0, p, acc);

@@ -36,8 +36,8 @@ void f16c_loop(const float* in, void* out, std::size_t n, const KernelParams& p,
   Counters<S> c;
   const I kAbs = S::set1(0x7fffffff), kZero = S::zero(), kOneI = S::set1(1);
   const I kInfBits = S::set1(0x7c00);
-  const bool by_sign = p.f16c_zero_below[0] != p.f16c_zero_below[1] ||
-                       p.f16c_small_below[0] != p.f16c_small_below[1] || p.f16c_finite_upto[0] != p.f16c_finite_upto[1];
+  const bool by_sign = p.f16c_zero_below[0] != p.f16c_zero_below[1] || p.f16c_small_below[0] != p.f16c_small_below[1] ||
+                       p.f16c_finite_upto[0] != p.f16c_finite_upto[1];
   const I kZeroBelowP = S::set1(p.f16c_zero_below[0]), kZeroBelowN = S::set1(p.f16c_zero_below[1]);
   const I kSmallBelowP = S::set1(p.f16c_small_below[0]), kSmallBelowN = S::set1(p.f16c_small_below[1]);
   const I kFiniteUptoP = S::set1(p.f16c_finite_upto[0]), kFiniteUptoN = S::set1(p.f16c_finite_upto[1]);

@@ -30,7 +30,8 @@ void float_layout_loop(const float* in, void* out, std::size_t n, std::uint64_t 
                        StatsAcc* acc) {
   const KernelParams p = params;  // see round_loop
   if constexpr (STATS) {
-    if (static_cast<const void*>(in) == out) return round_loop<S, MODE, true, KIND, true, false, NT>(in, out, n, index0, p, acc);
+    if (static_cast<const void*>(in) == out)
+      return round_loop<S, MODE, true, KIND, true, false, NT>(in, out, n, index0, p, acc);
   }
   using I = typename S::I;
   const int sh0 = p.sh0;
@@ -58,13 +59,14 @@ void float_layout_loop(const float* in, void* out, std::size_t n, std::uint64_t 
     else return S::srl(v, sh0);
   };
   if constexpr (!STATS) {
-    for_each_group<S, KIND, NT>(in, out, n, 0, [&](std::size_t i, const float* src) __attribute__((always_inline)) {
-      const I b = S::load(src);
-      I v = rounded(i, b);
-      const I a = S::and_(b, kAbs);
-      if (S::any(S::gt(a, kInf))) v = S::sel(S::gt(a, kInf), S::or_(b, kQuiet), v);
-      return finish(v);
-    });
+    for_each_group<S, KIND, NT>(
+        in, out, n, 0, [&](std::size_t i, const float* src) __attribute__((always_inline)) {
+          const I b = S::load(src);
+          I v = rounded(i, b);
+          const I a = S::and_(b, kAbs);
+          if (S::any(S::gt(a, kInf))) v = S::sel(S::gt(a, kInf), S::or_(b, kQuiet), v);
+          return finish(v);
+        });
   } else {
     Counters<S> c;
     for (std::size_t blk = 0; blk < n; blk += kCounterBlock) {
@@ -76,8 +78,8 @@ void float_layout_loop(const float* in, void* out, std::size_t n, std::uint64_t 
         unsigned char* dst = static_cast<unsigned char*>(out) + at * out_size<KIND>();
         I step_max = kZero, step_min_m1 = S::set1(-1);
         const Counters<S> before = c;
-        const std::size_t step_pad =
-            for_each_group<S, KIND, NT>(src, dst, m, at, [&](std::size_t i, const float* s) __attribute__((always_inline)) {
+        const std::size_t step_pad = for_each_group<S, KIND, NT>(
+            src, dst, m, at, [&](std::size_t i, const float* s) __attribute__((always_inline)) {
               const I b = S::load(s);
               const I a = S::and_(b, kAbs);
               c.u_zero = S::count(c.u_zero, S::eq(a, kZero));

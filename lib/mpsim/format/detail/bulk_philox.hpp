@@ -38,7 +38,7 @@ struct PhiloxLanes {
   I ctr0;                  // (lo32(q0 + b), hi32(q0), 0, 0) for block b of the call's first vector
   I shift;                 // iota + r: the lanes of two block vectors a misaligned call takes
   int r;
-  bool half = false;       // the 16-bit stream
+  bool half = false;  // the 16-bit stream
   std::size_t ahead_pos = ~std::size_t{0};
   I ahead;
   // The 16-bit stream: the lanes and shifts of the first element vector of a block vector (the second
@@ -112,9 +112,9 @@ struct PhiloxLanes {
 
 // Soft errors' draws (soft_error.hpp): element index0 + k evaluates the block at counter index0 + k,
 // so W / 4 elements per block vector, four vectors per W elements (four times the multiplies of W elements
-// of stochastic rounding, which takes one word per element). Elements 0 .. n' - 1, n' = n rounded down to a multiple of W: hit ones get their
-// bit set in hit_words (zeroed by the caller) and bit_of[k] = the drawn bit, floor(w2 * m / 2^32) = the
-// high word of the product of lane 4b + 2. Returns n'. The low counter word must not wrap within the call
+// of stochastic rounding, which takes one word per element). Elements 0 .. n' - 1, n' = n rounded down to a multiple of
+// W: hit ones get their bit set in hit_words (zeroed by the caller) and bit_of[k] = the drawn bit, floor(w2 * m / 2^32)
+// = the high word of the product of lane 4b + 2. Returns n'. The low counter word must not wrap within the call
 // (lo32(index0) + n <= 2^32): the caller splits there.
 template <class S>
 inline std::size_t soft_error_hits(std::uint64_t index0, std::size_t n, const SoftErrorParams& p,

@@ -26,8 +26,11 @@ constexpr bool kFpuMode = MODE == Mode::nearest_even || MODE == Mode::toward_zer
 // MXCSR.RC (bits 13-14: 0 nearest-even, 1 toward -inf, 2 toward +inf, 3 toward zero) | all exceptions
 // masked (0x1f80); DAZ (bit 6) and FTZ (bit 15) clear. Intel SDM vol. 1, 10.2.3.
 template <Mode MODE>
-constexpr unsigned kMxcsrRounding = 0x1f80u | ((MODE == Mode::down ? 1u : MODE == Mode::up ? 2u
-                                                : MODE == Mode::nearest_even ? 0u : 3u) << 13);
+constexpr unsigned kMxcsrRounding = 0x1f80u | ((MODE == Mode::down           ? 1u
+                                                : MODE == Mode::up           ? 2u
+                                                : MODE == Mode::nearest_even ? 0u
+                                                                             : 3u)
+                                               << 13);
 // Holds MXCSR at `csr` for its lifetime where ON (restoring the caller's control bits and flags).
 template <class S, bool ON>
 struct Mxcsr {
@@ -59,8 +62,9 @@ template <class S>
 struct RoundConsts {
   using I = typename S::I;
   using M = typename S::M;
-  I kAbs, kInf, kZero, kOne, kD0, k32, kShD0, kOne23, kMaxFin, kSign, kOneM, kOvfPos, kOvfNeg, kInfPos, kInfNeg, kNanBase,
-    kNanPos, kNanNeg, kMagMask, kMaxFinF32, kFinMax, kCapPos, kCapNeg, kOvfYPos, kOvfYNeg, kSrMask, kSrTinyBias, kSrTinyX;
+  I kAbs, kInf, kZero, kOne, kD0, k32, kShD0, kOne23, kMaxFin, kSign, kOneM, kOvfPos, kOvfNeg, kInfPos, kInfNeg,
+      kNanBase, kNanPos, kNanNeg, kMagMask, kMaxFinF32, kFinMax, kCapPos, kCapNeg, kOvfYPos, kOvfYNeg, kSrMask,
+      kSrTinyBias, kSrTinyX;
   bool m0;
   I kLow, kHalfM1, kHalf, kRebias, kMinNorm, kC, kSignF, kEkMax, kShiftM;
   M kOvfPosCounts, kOvfNegCounts;
@@ -86,9 +90,9 @@ struct RoundConsts {
     // fp16 stochastic packed 0.398 -> 0.428 ns/element in cache.)
     const std::int32_t sr_tiny_e = p.d0 + p.sh0 - 31;
     kSrTinyBias = S::set1(0x7fffffff);
-    kSrTinyX = S::set1(sr_tiny_e <= 0 ? INT32_MIN
-                                      : static_cast<std::int32_t>((static_cast<std::uint32_t>(sr_tiny_e) << 23) - 1u) ^
-                                            INT32_MIN);
+    kSrTinyX = S::set1(sr_tiny_e <= 0
+                           ? INT32_MIN
+                           : static_cast<std::int32_t>((static_cast<std::uint32_t>(sr_tiny_e) << 23) - 1u) ^ INT32_MIN);
     // Ties (nearest-even) and to-odd look at the lowest bit of the kept significand (round_bits). In the
     // shifted patterns that is bit sh0, except with no mantissa bits (m = 0), where bit sh0 is the
     // exponent's lowest: there the kept significand is the implicit 1 (odd) in the normal range and 0
@@ -112,14 +116,10 @@ struct RoundConsts {
 // KernelParams, GCC moved the choice out of line with the mask on the stack, two taken jumps per vector.
 template <class S, Mode MODE>
 __attribute__((always_inline)) inline typename S::M counted_overflows(typename S::M neg, typename S::M ovf) {
-  if constexpr (MODE == Mode::up)
-    return S::mandnot(neg, ovf);
-  else if constexpr (MODE == Mode::down)
-    return S::mand(neg, ovf);
-  else if constexpr (MODE == Mode::toward_zero || MODE == Mode::to_odd)
-    return S::mconst(false);
-  else
-    return ovf;
+  if constexpr (MODE == Mode::up) return S::mandnot(neg, ovf);
+  else if constexpr (MODE == Mode::down) return S::mand(neg, ovf);
+  else if constexpr (MODE == Mode::toward_zero || MODE == Mode::to_odd) return S::mconst(false);
+  else return ovf;
 }
 
 // The fast path's counters (see count_fast): locals of round_loop, one set per block of kCounterBlock
@@ -232,8 +232,8 @@ __attribute__((always_inline)) inline typename S::I round_at_sh0(typename S::I x
 
 // To-odd: the lowest kept bit set where bits were discarded (m = 0: below the normal range only).
 template <class S>
-__attribute__((always_inline)) inline typename S::I with_sticky(typename S::I e, typename S::I discarded, typename S::I ar,
-                                                                const RoundConsts<S>& k) {
+__attribute__((always_inline)) inline typename S::I with_sticky(typename S::I e, typename S::I discarded,
+                                                                typename S::I ar, const RoundConsts<S>& k) {
   const typename S::I odd = k.m0 ? S::maskz(S::gt(k.kMinNorm, ar), k.kOne) : k.kOne;
   return S::or_(e, S::maskz_not(S::eq(discarded, k.kZero), odd));
 }
@@ -287,8 +287,8 @@ __attribute__((always_inline)) inline void round_fpu(typename S::I b, typename S
 // float's: every lane its own shift. `a` is |x| before daz (stochastic rounding's tiny-lane test).
 template <class S, Mode MODE>
 __attribute__((always_inline)) inline void round_lane_shift(typename S::I a, typename S::I ar, PhiloxLanes<S>& sr,
-                                                            std::size_t pos, const RoundConsts<S>& k, typename S::I& enc,
-                                                            typename S::I& rem) {
+                                                            std::size_t pos, const RoundConsts<S>& k,
+                                                            typename S::I& enc, typename S::I& rem) {
   static_assert(MODE == Mode::nearest_away || MODE == Mode::stochastic);
   using I = typename S::I;
   // The lane's kept bits are counted from exponent Ek = min(max(E, 1), d0): its own below the
@@ -343,8 +343,9 @@ __attribute__((always_inline)) inline void round_lane_shift(typename S::I a, typ
 // overflowed, `sgn_raw` the format's sign bit of every negative lane.
 template <class S, Mode MODE, bool PLAIN>
 __attribute__((always_inline)) inline void assemble_result(typename S::I& enc, typename S::M neg, const KernelParams& p,
-                                                           const RoundConsts<S>& k, typename S::I& encc, typename S::I& res,
-                                                           typename S::M& ovf, typename S::I& sgn_raw) {
+                                                           const RoundConsts<S>& k, typename S::I& encc,
+                                                           typename S::I& res, typename S::M& ovf,
+                                                           typename S::I& sgn_raw) {
   using I = typename S::I;
   if (!PLAIN && p.flush) enc = S::maskz_not(S::gt(k.kOneM, enc), enc);
   // Overflow: the result's magnitude is capped at the overflow result's (max_finite, inf or the
@@ -354,10 +355,8 @@ __attribute__((always_inline)) inline void assemble_result(typename S::I& enc, t
   I sgn = sgn_raw;
   if (!PLAIN && p.neg_zero) sgn = S::maskz_not(S::eq(enc, k.kZero), sgn);
   I cap;
-  if constexpr (PLAIN)
-    cap = MODE == Mode::up || MODE == Mode::down ? S::sel(neg, k.kCapNeg, k.kCapPos) : k.kCapPos;
-  else
-    cap = p.cap_pos == p.cap_neg ? k.kCapPos : S::sel(neg, k.kCapNeg, k.kCapPos);
+  if constexpr (PLAIN) cap = MODE == Mode::up || MODE == Mode::down ? S::sel(neg, k.kCapNeg, k.kCapPos) : k.kCapPos;
+  else cap = p.cap_pos == p.cap_neg ? k.kCapPos : S::sel(neg, k.kCapNeg, k.kCapPos);
   encc = S::min(enc, cap);
   res = S::or_(encc, sgn);
   if (!PLAIN && p.ovf_special) res = S::sel(ovf, S::sel(neg, k.kOvfNeg, k.kOvfPos), res);  // fnuz NaN
@@ -369,27 +368,23 @@ __attribute__((always_inline)) inline void assemble_result(typename S::I& enc, t
 template <class S, bool STATS, OutKind KIND>
 __attribute__((always_inline)) inline void special_lanes(Counters<S>& c, typename S::I a, typename S::M neg,
                                                          typename S::I sgn_raw, typename S::I rem, typename S::M ovf,
-                                                         const KernelParams& p, const RoundConsts<S>& k, typename S::I& res,
-                                                         typename S::I& y) {
+                                                         const KernelParams& p, const RoundConsts<S>& k,
+                                                         typename S::I& res, typename S::I& y) {
   using I = typename S::I;
   using M = typename S::M;
   const M isinf = S::eq(a, k.kInf);
   const M isnan = S::gt(a, k.kInf);
   res = S::sel(isinf, S::sel(neg, k.kInfNeg, k.kInfPos), res);
   I nanres;
-  if (p.ieee_nan)
-    nanres = S::or_(S::or_(sgn_raw, k.kNanBase), S::srl(S::and_(a, S::set1(0x7fffff)), k.nan_shift));
-  else
-    nanres = S::sel(neg, k.kNanNeg, k.kNanPos);
+  if (p.ieee_nan) nanres = S::or_(S::or_(sgn_raw, k.kNanBase), S::srl(S::and_(a, S::set1(0x7fffff)), k.nan_shift));
+  else nanres = S::sel(neg, k.kNanNeg, k.kNanPos);
   res = S::sel(isnan, nanres, res);
   if constexpr (KIND == OutKind::f32) y = decode_vec<S>(res, p);
   if constexpr (STATS) {
     M ovc;
     const I rmag = S::and_(res, k.kMagMask);
-    if (p.saturate)
-      ovc = S::mand(S::eq(rmag, k.kMaxFin), S::gt(a, k.kMaxFinF32));
-    else
-      ovc = S::mand(ovf, S::mor(S::mand(neg, k.kOvfNegCounts), S::mandnot(neg, k.kOvfPosCounts)));
+    if (p.saturate) ovc = S::mand(S::eq(rmag, k.kMaxFin), S::gt(a, k.kMaxFinF32));
+    else ovc = S::mand(ovf, S::mor(S::mand(neg, k.kOvfNegCounts), S::mandnot(neg, k.kOvfPosCounts)));
     count_slow<S>(c, a, res, S::mor(S::mnot(S::eq(rem, k.kZero)), ovf), ovc, p);
   }
 }
@@ -398,16 +393,18 @@ __attribute__((always_inline)) inline void special_lanes(Counters<S>& c, typenam
 template <class S, bool STATS, OutKind KIND>
 __attribute__((noinline, cold)) void special_lanes_call(Counters<S>& c, typename S::I a, typename S::M neg,
                                                         typename S::I sgn_raw, typename S::I rem, typename S::M ovf,
-                                                        const KernelParams& p, const RoundConsts<S>& k, typename S::I& res,
-                                                        typename S::I& y) {
+                                                        const KernelParams& p, const RoundConsts<S>& k,
+                                                        typename S::I& res, typename S::I& y) {
   special_lanes<S, STATS, KIND>(c, a, neg, sgn_raw, rem, ovf, p, k, res, y);
 }
 
 // Simulate mode, a vector without an inf or NaN input: the float values of the encodings `res`.
 template <class S, bool UNIFORM>
-__attribute__((always_inline)) inline typename S::I finite_values(typename S::I res, typename S::M ovf, typename S::M neg,
-                                                                  const KernelParams& p, const RoundConsts<S>& k) {
-  if (!UNIFORM && p.half_layout) return S::cvt_ph_back(S::narrow16(res));  // vcvtph2ps: exact, overflow results included
+__attribute__((always_inline)) inline typename S::I finite_values(typename S::I res, typename S::M ovf,
+                                                                  typename S::M neg, const KernelParams& p,
+                                                                  const RoundConsts<S>& k) {
+  if (!UNIFORM && p.half_layout)
+    return S::cvt_ph_back(S::narrow16(res));  // vcvtph2ps: exact, overflow results included
   const typename S::I y = decode_finite_vec<S, UNIFORM>(res, p);
   if (UNIFORM && p.float_layout_ovf_ok) return y;
   return S::sel(ovf, S::sel(neg, k.kOvfYNeg, k.kOvfYPos), y);
@@ -420,8 +417,8 @@ template <class S, Mode MODE, OutKind KIND, bool PLAIN, bool LUT, bool UNIFORM_C
 __attribute__((always_inline)) inline void count_finite(FastCounts<S> l, typename S::I b, typename S::I a,
                                                         typename S::I y, typename S::I enc, typename S::I encc,
                                                         typename S::I rem, typename S::M neg, typename S::M ovf,
-                                                        const KernelParams& p, const RoundConsts<S>& k, typename S::I lut0,
-                                                        typename S::I lut1) {
+                                                        const KernelParams& p, const RoundConsts<S>& k,
+                                                        typename S::I lut0, typename S::I lut1) {
   using M = typename S::M;
   // Overflows that count (counted_overflows; saturation: every |x| above max_finite).
   const M ovc = !PLAIN && p.saturate ? S::gt(a, k.kMaxFinF32) : counted_overflows<S, MODE>(neg, ovf);
@@ -431,17 +428,13 @@ __attribute__((always_inline)) inline void count_finite(FastCounts<S> l, typenam
     // no overflow. (Decoding packed fp16 by vcvtph2ps to compare was slower: 0.42 against
     // 0.38 ns/element in cache.)
     M equal;
-    if constexpr (KIND == OutKind::f32)
-      equal = S::eq(y, b);
-    else
-      equal = S::mandnot(ovf, S::eq(rem, k.kZero));
+    if constexpr (KIND == OutKind::f32) equal = S::eq(y, b);
+    else equal = S::mandnot(ovf, S::eq(rem, k.kZero));
     count_lut<S, MODE == Mode::stochastic>(l.lut, l.over, l.max, l.min_m1, l.min_s, a, encc, equal, ovc, lut0, lut1);
   } else {
     const M kept_all = S::mandnot(ovf, S::eq(rem, k.kZero));
-    if constexpr (UNIFORM_COUNT)
-      count_fast_uniform<S>(l.zero, l.exact, l.over, l.max, l.min_m1, a, kept_all, ovc);
-    else
-      count_fast<S>(l.zero, l.enc0, l.small, l.exact, l.over, l.max, l.min_m1, a, enc, kept_all, ovc, p);
+    if constexpr (UNIFORM_COUNT) count_fast_uniform<S>(l.zero, l.exact, l.over, l.max, l.min_m1, a, kept_all, ovc);
+    else count_fast<S>(l.zero, l.enc0, l.small, l.exact, l.over, l.max, l.min_m1, a, enc, kept_all, ovc, p);
   }
 }
 
@@ -449,10 +442,10 @@ __attribute__((always_inline)) inline void count_finite(FastCounts<S> l, typenam
 // rounding's index), rounded; returns what to store (float bits in simulate mode, else encodings).
 // Counts into l, or c for a vector holding an inf or NaN. lut0 / lut1: the lookup table (make_lut).
 template <class S, Mode MODE, bool STATS, OutKind KIND, bool UNIFORM, bool PLAIN, bool LUT, bool UNIFORM_COUNT>
-__attribute__((always_inline)) inline typename S::I round_vector(const float* src, std::size_t pos, const KernelParams& p,
-                                                                 const RoundConsts<S>& k, PhiloxLanes<S>& sr,
-                                                                 FastCounts<S> l, Counters<S>& c, typename S::I lut0,
-                                                                 typename S::I lut1) {
+__attribute__((always_inline)) inline typename S::I round_vector(const float* src, std::size_t pos,
+                                                                 const KernelParams& p, const RoundConsts<S>& k,
+                                                                 PhiloxLanes<S>& sr, FastCounts<S> l, Counters<S>& c,
+                                                                 typename S::I lut0, typename S::I lut1) {
   using I = typename S::I;
   using M = typename S::M;
   // Simulate mode for PLAIN formats in those modes: one float addition per lane (simulate_fpu).
@@ -468,12 +461,9 @@ __attribute__((always_inline)) inline typename S::I round_vector(const float* sr
   if (!PLAIN && p.daz) ar = S::maskz_not(S::eq(S::and_(a, k.kInf), k.kZero), a);
   const M neg = S::negmask(b);
   I enc, rem;
-  if constexpr (UNIFORM)
-    round_uniform<S, MODE>(ar, neg, sr, pos, k, enc, rem);
-  else if constexpr (kFpuMode<MODE>)
-    round_fpu<S, MODE, PLAIN>(b, ar, neg, k, enc, rem);
-  else
-    round_lane_shift<S, MODE>(a, ar, sr, pos, k, enc, rem);
+  if constexpr (UNIFORM) round_uniform<S, MODE>(ar, neg, sr, pos, k, enc, rem);
+  else if constexpr (kFpuMode<MODE>) round_fpu<S, MODE, PLAIN>(b, ar, neg, k, enc, rem);
+  else round_lane_shift<S, MODE>(a, ar, sr, pos, k, enc, rem);
   I encc, res, sgn_raw;
   M ovf;
   assemble_result<S, MODE, PLAIN>(enc, neg, p, k, encc, res, ovf, sgn_raw);
@@ -508,10 +498,11 @@ __attribute__((always_inline)) inline typename S::I round_vector(const float* sr
 
 // Every vector the same way.
 template <class S, OutKind KIND, bool NT, class Vec>
-__attribute__((always_inline)) inline std::size_t round_block_plain(const float* in, void* out, std::size_t len, Vec& vec) {
-  return for_each_group<S, KIND, NT>(in, out, len, 0, [&](std::size_t i, const float* s) __attribute__((always_inline)) {
-    return vec(Flag<false>{}, i, s);
-  });
+__attribute__((always_inline)) inline std::size_t round_block_plain(const float* in, void* out, std::size_t len,
+                                                                    Vec& vec) {
+  return for_each_group<S, KIND, NT>(
+      in, out, len,
+      0, [&](std::size_t i, const float* s) __attribute__((always_inline)) { return vec(Flag<false>{}, i, s); });
 }
 
 // STATS && UNIFORM: steps of kStatsStep counted with count_fast_uniform; a step whose smallest |x| turns
@@ -527,15 +518,15 @@ __attribute__((always_inline)) inline std::size_t round_block_uniform_steps(cons
     const float* src = in + step;
     unsigned char* dst = static_cast<unsigned char*>(out) + step * out_size<KIND>();
     const Counters<S> before = c;  // special_lanes (vectors with an inf or NaN) counts into c directly
-    pad = for_each_group<S, KIND, NT>(src, dst, m_step, step, [&](std::size_t i, const float* s) __attribute__((always_inline)) {
-      return vec(Flag<true>{}, i, s);
-    });
+    pad = for_each_group<S, KIND, NT>(
+        src, dst, m_step,
+        step, [&](std::size_t i, const float* s) __attribute__((always_inline)) { return vec(Flag<true>{}, i, s); });
     if (S::hmin(l.min_m1) < 0x007fffffu) {
       c = before;
       l.reset();
-      pad = for_each_group<S, KIND, NT>(src, dst, m_step, step, [&](std::size_t i, const float* s) __attribute__((always_inline)) {
-        return vec(Flag<false>{}, i, s);
-      });
+      pad = for_each_group<S, KIND, NT>(
+          src, dst, m_step,
+          step, [&](std::size_t i, const float* s) __attribute__((always_inline)) { return vec(Flag<false>{}, i, s); });
       l.add_to(c, false);
     } else {
       l.add_to(c, true);
@@ -548,14 +539,14 @@ __attribute__((always_inline)) inline std::size_t round_block_uniform_steps(cons
 template <class S, OutKind KIND, bool NT, class Vec>
 __attribute__((always_inline)) inline std::size_t round_block_lut(const float* in, void* out, std::size_t len,
                                                                   FastCounts<S> l, Vec& vec) {
-  constexpr std::size_t kChunk = static_cast<std::size_t>((255 / S::template group<KIND>()) * S::template group<KIND>() * S::W);
+  constexpr std::size_t kChunk =
+      static_cast<std::size_t>((255 / S::template group<KIND>()) * S::template group<KIND>() * S::W);
   std::size_t pad = 0;
   for (std::size_t off = 0; off < len; off += kChunk) {
     const std::size_t m_chunk = len - off < kChunk ? len - off : kChunk;
-    pad = for_each_group<S, KIND, NT>(in + off, static_cast<unsigned char*>(out) + off * out_size<KIND>(), m_chunk, off,
-                                      [&](std::size_t i, const float* s) __attribute__((always_inline)) {
-                                        return vec(Flag<false>{}, i, s);
-                                      });
+    pad = for_each_group<S, KIND, NT>(
+        in + off, static_cast<unsigned char*>(out) + off * out_size<KIND>(), m_chunk,
+        off, [&](std::size_t i, const float* s) __attribute__((always_inline)) { return vec(Flag<false>{}, i, s); });
     lut_flush<S>(l.lut, l.zero, l.enc0, l.small, l.exact);
   }
   l.min_m1 = S::minu(l.min_m1, S::xor_(l.min_s, S::set1(INT32_MIN)));
@@ -601,8 +592,8 @@ void round_loop(const float* in, void* out, std::size_t n, std::uint64_t index0,
     const FastCounts<S> l{l_zero, l_enc0, l_small, l_exact, l_over, l_max, l_min_m1, l_lut, l_min_s};
     // (always_inline: GCC otherwise calls it per vector, its counters in memory; measured 2x slower.)
     auto vec = [&](auto uniform_count, std::size_t i, const float* src) __attribute__((always_inline)) {
-      return round_vector<S, MODE, STATS, KIND, UNIFORM, PLAIN, LUT, decltype(uniform_count)::value>(src, blk + i, p, k, sr, l,
-                                                                                                    c, kLut0, kLut1);
+      return round_vector<S, MODE, STATS, KIND, UNIFORM, PLAIN, LUT, decltype(uniform_count)::value>(
+          src, blk + i, p, k, sr, l, c, kLut0, kLut1);
     };
     std::size_t pad = 0;
     const float* const in_blk = in + blk;

@@ -93,7 +93,8 @@ inline std::size_t for_each_group(const float* in, void* out, std::size_t n, std
     store_group<S, KIND, decltype(nt)::value>(dst, r);
   };
   std::size_t i = 0;
-  for (; i + G * W <= n; i += G * W) group(in + i, static_cast<unsigned char*>(out) + i * out_size<KIND>(), i0 + i, Flag<NT>{});
+  for (; i + G * W <= n; i += G * W)
+    group(in + i, static_cast<unsigned char*>(out) + i * out_size<KIND>(), i0 + i, Flag<NT>{});
   if (i == n) return 0;
   alignas(64) float tin[G * W];
   alignas(64) unsigned char tout[G * W * 4];

@@ -78,8 +78,8 @@ MPSIM_HD double zero_sum(double a, double b, std::uint8_t mode) {
 MPSIM_HD double add_ro53(double a, double b, std::uint8_t mode) {
   const double s = a + b;
   if (is_nan(s)) return double_of(kDefaultNanBits);  // inf - inf
-  if (s == 0) return zero_sum(a, b, mode);            // sums of format numbers are exact when they vanish
-  if (is_inf(s)) return s;                            // an inf operand (no finite sum overflows in range)
+  if (s == 0) return zero_sum(a, b, mode);           // sums of format numbers are exact when they vanish
+  if (is_inf(s)) return s;                           // an inf operand (no finite sum overflows in range)
   return round_to_odd(s, two_sum_error(a, b, s));
 }
 

@@ -73,7 +73,8 @@ class Inflater {
 };
 
 // The tensors of an .npz file (every member a .npy array, named as numpy.load names it).
-std::vector<TensorRef> read_npz_directory(std::span<const std::byte> b, const std::string& file, const SourceOptions& o);
+std::vector<TensorRef> read_npz_directory(std::span<const std::byte> b, const std::string& file,
+                                          const SourceOptions& o);
 
 // A stored (uncompressed) npz member's CRC-32, checked like a deflated one's: numpy's zipfile refuses a member
 // whose bytes disagree with the central directory (zipfile.ZipExtFile._update_crc), whether or not it is
