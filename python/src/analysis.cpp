@@ -76,6 +76,38 @@ nb::object to_python(const nlohmann::json& j) {
   }
 }
 
+// underflow(): the dict to_python makes of range_stats_json + amax_stats_json (lib/mpsim/analysis/underflow.cpp
+// lines 139-159), built directly: the same keys in the JSON object's order (nlohmann::json keeps them sorted), the
+// same numbers, NaN as None. The JSON path cost 15 us a call (docs/performance.md), asked per site and format on
+// each sampled step of the gradient monitor; tests/python/test_analysis.py compares the two.
+nb::dict underflow_dict(const RangeCounter& c, int log2_scale) {
+  const analysis::RangeCounts r = c.at_scale(log2_scale);
+  auto number = [](double v) { return std::isfinite(v) ? nb::object(nb::float_(v)) : nb::none(); };
+  // underflow.cpp's percent(): of the non-zero finite values, 0 without any.
+  auto percent = [&](std::uint64_t n) {
+    return number(r.nonzero_finite ? 100.0 * double(n) / double(r.nonzero_finite) : 0.0);
+  };
+  const double amax = c.amax(), amin = c.amin_nonzero();
+  nb::dict d;
+  d["cur_amax"] = number(amax);
+  d["dynamic_range"] = number(amax > 0 ? std::log2(amax) - std::log2(amin) : 0.0);
+  d["inf_num"] = nb::int_(r.inf_in);
+  d["nan_num"] = nb::int_(r.nan_in);
+  d["nonzero_amin"] = number(amin);
+  d["nonzero_finite_num"] = nb::int_(r.nonzero_finite);
+  d["numel"] = nb::int_(r.total);
+  d["overflows%"] = percent(r.overflow);
+  d["overflows_num"] = nb::int_(r.overflow);
+  d["subnormal_bits_lost_max"] = nb::int_(r.subnormal_bits_lost_max);
+  d["subnormal_bits_lost_mean"] = number(r.subnormal_bits_lost_mean());
+  d["subnormals%"] = percent(r.subnormal);
+  d["subnormals_num"] = nb::int_(r.subnormal);
+  d["underflows%"] = percent(r.underflow);
+  d["underflows_num"] = nb::int_(r.underflow);
+  d["zero_num"] = nb::int_(r.zero_in);
+  return d;
+}
+
 // The array an analysis object counts, and the dtype name of what was passed, as the command line names a file's.
 struct Counted {
   nb::object keep;  // the prepared copy, when one was made
@@ -536,12 +568,7 @@ void bind_analysis(nb::module_& m) {
       .def(
           "histogram", [](const Counter& c) { return c.range.histogram(); }, "The log2 histogram of the values seen.")
       .def(
-          "underflow",
-          [](const Counter& c, int log2_scale) {
-            nlohmann::json j = analysis::range_stats_json(c.range.at_scale(log2_scale));
-            j.update(analysis::amax_stats_json(c.range));
-            return to_python(j);
-          },
+          "underflow", [](const Counter& c, int log2_scale) { return underflow_dict(c.range, log2_scale); },
           "log2_scale"_a = 0,
           "Under the scale 2^log2_scale: numel, underflows%, underflows_num, subnormals%, overflows%, ... (the "
           "names of `mpsim underflow`) and cur_amax, nonzero_amin, dynamic_range.")
@@ -567,6 +594,19 @@ void bind_analysis(nb::module_& m) {
           "The largest power-of-two scale with cur_amax*S*margin <= max finite, with its counts and the "
           "underflows it rescues compared with 2^log2_scale (the report's 'recommended'); None without a non-zero "
           "finite value.")
+      .def(
+          "recommended_log2_scale",
+          [](const Counter& c, double margin) -> std::optional<int> {
+            analysis::UnderflowOptions uo;
+            check_margin(margin);
+            uo.margin = margin;
+            const analysis::ScaleRecommendation rec = analysis::recommend_scale(c.range, uo);
+            if (!rec.found) return std::nullopt;
+            return rec.log2_scale;
+          },
+          "margin"_a = 2.0,
+          "recommend_scale(margin)['log2_scale'] (None without a non-zero finite value), without building the "
+          "report: the gradient monitor asks it per format on every sampled step.")
       .def(
           "sweep",
           [](const Counter& c, int lo, int hi) {

@@ -10,6 +10,7 @@
 // per-tensor accumulators in that order gets the command line's bits, and python/mpsim/dumps.py does so.
 #include <nanobind/stl/string.h>
 
+#include <cmath>
 #include <string>
 
 #include "bindings.hpp"
@@ -97,6 +98,22 @@ void add_values(MassCounter& c, nb::handle obj) {
 
 nb::object to_py(const nlohmann::json& j) { return nb::module_::import_("json").attr("loads")(j.dump()); }
 
+// stats(): the dict json.loads makes of mass_lost_json(s) (lib/mpsim/analysis/mass_lost.cpp): its keys in the
+// JSON object's order (nlohmann::json keeps them sorted), NaN as None (JSON null), built without the text, which
+// cost 18 us a call (docs/performance.md) and the gradient monitor asks per site and format on each sampled step.
+nb::dict mass_stats_dict(const analysis::MassLostStats& s) {
+  auto number = [](double v) { return std::isfinite(v) ? nb::object(nb::float_(v)) : nb::none(); };
+  nb::dict d;
+  d["cosine"] = number(s.cosine);
+  d["l1_lost"] = number(s.l1_lost);
+  d["l2sq_lost"] = number(s.l2sq_lost);
+  d["lost_bias"] = number(s.lost_bias);
+  d["mass_flushed_num"] = nb::int_(s.flushed);
+  d["mass_nonzero_num"] = nb::int_(s.nonzero_finite);
+  d["push_down"] = number(s.push_down);
+  return d;
+}
+
 }  // namespace
 
 void bind_mass(nb::module_& m) {
@@ -143,7 +160,7 @@ void bind_mass(nb::module_& m) {
           "__eq__", [](const MassCounter& a, const MassCounter& b) { return state_json(a) == state_json(b); },
           nb::is_operator())
       .def(
-          "stats", [](const MassCounter& c) { return to_py(analysis::mass_lost_json(c.mass.stats())); },
+          "stats", [](const MassCounter& c) { return mass_stats_dict(c.mass.stats()); },
           "{'mass_nonzero_num', 'mass_flushed_num', 'l1_lost', 'l2sq_lost', 'cosine'} as `mpsim underflow` writes "
           "them (cosine None when undefined).")
       .def(

@@ -14,6 +14,7 @@
 
 #include "mpsim/analysis/mass_lost.hpp"
 #include "mpsim/error.hpp"
+#include "mpsim/format/bulk.hpp"
 #include "mpsim/format/format.hpp"
 
 using namespace mpsim;
@@ -169,4 +170,110 @@ TEST_CASE("mass lost: merging, state, scale invariance, float and double paths",
   }
   CHECK_NOTHROW(MassLost::from_state(good));
   std::printf("MassLost::from_state: %d malformed states refused by name\n", refused);
+}
+
+TEST_CASE("mass lost: the AVX2 loop (two blocks at a time) gives the SSE2 loop's bits", "[mass_lost]") {
+  if (!path_available(Path::avx2)) {
+    std::printf("mass lost: this CPU lacks AVX2, only the SSE2 loop runs here: nothing to compare\n");
+    return;
+  }
+  // Every edge of the sums' masks among normally distributed gradients (sigma 1e-3): +-0, float subnormals, fp16's
+  // flush boundary (2^-25, the tie to 0, and its neighbours), its subnormals, its largest finite and the first
+  // value that rounds to inf (65520, IEEE 754 binary16), float's largest, +-inf and NaN; rounded into fp16 (flushes
+  // and infs), into fp8 e4m3 (OCP FP8 v1.0: NaN beyond 464, many flushes) and a hand-made q that keeps every value
+  // times 1.5 but zeroes every fifth.
+  std::mt19937_64 rng(35);
+  std::normal_distribution<float> normal(0.0f, 1e-3f);
+  const float inf = std::numeric_limits<float>::infinity();
+  const float tie = std::ldexp(1.0f, -25);
+  const std::vector<float> edges = {0.0f,
+                                    -0.0f,
+                                    std::ldexp(1.0f, -140),
+                                    -std::ldexp(1.0f, -149),
+                                    tie,
+                                    -tie,
+                                    std::nextafter(tie, 1.0f),
+                                    std::nextafter(tie, 0.0f),
+                                    std::ldexp(3.0f, -24),
+                                    65504.0f,
+                                    65520.0f,
+                                    std::nextafter(65520.0f, 0.0f),
+                                    -65520.0f,
+                                    std::numeric_limits<float>::max(),
+                                    inf,
+                                    -inf,
+                                    std::nanf("")};
+  std::size_t compared = 0, tensors = 0;
+  std::uint64_t flushed = 0, nonzero = 0;
+  for (const std::size_t n : {std::size_t{0}, std::size_t{1}, MassLost::kBlock, 2 * MassLost::kBlock,
+                              5 * MassLost::kBlock + 17, 8 * MassLost::kBlock}) {
+    std::vector<float> g(n);
+    for (std::size_t i = 0; i < n; ++i) g[i] = i % 7 == 3 ? edges[(i / 7) % edges.size()] : normal(rng);
+    std::vector<std::vector<float>> qs(3, std::vector<float>(n));
+    round_array(g, std::span<float>(qs[0]), fp16());
+    round_array(g, std::span<float>(qs[1]), fp8_e4m3());
+    for (std::size_t i = 0; i < n; ++i) qs[2][i] = i % 5 == 0 ? 0.0f : 1.5f * g[i];
+    for (const auto& q : qs) {
+      MassLost scalar, avx2, automatic;
+      scalar.add(g, q, Path::scalar);
+      avx2.add(g, q, Path::avx2);
+      automatic.add(g, q);
+      INFO("n = " << n);
+      CHECK(avx2.state() == scalar.state());  // every count and sum, bit for bit (JSON numbers compare as doubles)
+      CHECK(automatic.state() == avx2.state());
+      const MassLostStats s = scalar.stats();
+      flushed += s.flushed;
+      nonzero += s.nonzero_finite;
+      compared += n;
+      ++tensors;
+    }
+  }
+  std::printf(
+      "mass lost, AVX2 against SSE2: %zu tensors (%zu values, %llu non-zero finite, %llu flushed): every count "
+      "and sum equal\n",
+      tensors, compared, (unsigned long long)nonzero, (unsigned long long)flushed);
+  CHECK(flushed > 0);
+}
+
+TEST_CASE("mass lost: fp16 nearest-even rounded inside the sums gives the rounding pass's bits", "[mass_lost]") {
+  // add_rounded's fp16 path (MassLost::add_fp16_rne_pairs: F16C inside the AVX2 loop for whole block pairs)
+  // against the bulk engine's rounding into a buffer and the SSE2 sums, on tensors crossing add_rounded's 2^16
+  // chunks, with fp16's edges (the flush tie 2^-25 and its neighbours, subnormals, 65504, 65520 which rounds
+  // to inf, float subnormals, +-0, inf, NaN) among normally distributed values.
+  std::mt19937_64 rng(3535);
+  std::normal_distribution<float> normal(0.0f, 1e-4f);
+  const float tie = std::ldexp(1.0f, -25), inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> edges = {0.0f,
+                                    -0.0f,
+                                    tie,
+                                    -tie,
+                                    std::nextafter(tie, 1.0f),
+                                    std::nextafter(tie, 0.0f),
+                                    std::ldexp(5.0f, -24),
+                                    65504.0f,
+                                    65520.0f,
+                                    std::nextafter(65520.0f, 0.0f),
+                                    -65520.0f,
+                                    std::ldexp(1.0f, -140),
+                                    inf,
+                                    -inf,
+                                    std::nanf("")};
+  std::size_t compared = 0;
+  std::uint64_t flushed = 0;
+  for (const std::size_t n : {2 * MassLost::kBlock, 5 * MassLost::kBlock + 17, 20 * MassLost::kBlock + 3}) {
+    std::vector<float> g(n);
+    for (std::size_t i = 0; i < n; ++i) g[i] = i % 5 == 2 ? edges[(i / 5) % edges.size()] : normal(rng);
+    std::vector<float> q(n);
+    round_array(g, std::span<float>(q), fp16());
+    MassLost reference, fused;
+    reference.add(g, q, Path::scalar);
+    add_rounded(fused, g, fp16(), Rounding{}, 0);
+    INFO("n = " << n);
+    CHECK(fused.state() == reference.state());
+    flushed += reference.stats().flushed;
+    compared += n;
+  }
+  std::printf("mass lost, fp16 rounded inside the sums: %zu values (%llu flushed), every count and sum equal\n",
+              compared, (unsigned long long)flushed);
+  CHECK(flushed > 0);
 }

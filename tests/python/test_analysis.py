@@ -300,3 +300,47 @@ def test_best_window_equals_the_sweeps_on_random_counts():
     assert 0 < found < compared
     with pytest.raises(ValueError, match="lo must not exceed hi"):
         c.best_window(3, 2)
+
+
+def test_stats_dicts_built_directly_equal_the_json_paths():
+    """UnderflowCounter.underflow(k) and MassLostCounter.stats() build their dicts in C++ without JSON
+    (python/src/analysis.cpp underflow_dict, mass.cpp mass_stats_dict): the same keys in the same order, the same
+    values and types as the JSON the command line writes (report_json) and as mass_lost_report's JSON path, on
+    tensors with every edge (zeros, NaN, inf, subnormals, everything flushed, overflow, nothing at all);
+    recommended_log2_scale(margin) is recommend_scale(margin)'s log2_scale."""
+    data = dict(gradients())
+    data["empty"] = np.zeros(0, np.float32)
+    data["zeros and nan"] = np.array([0.0, -0.0, np.nan], np.float32)
+    data["all flushed"] = np.full(9, 2.0**-30, np.float32)
+    data["overflow"] = np.array([1.0, 7e4, -1e5, 2.0**-20, np.inf], np.float32)
+    data["float subnormals"] = np.array([2.0**-140, -(2.0**-149), 1e-3], np.float32)
+    compared, nones = 0, 0
+    for fmt in ("fp16", "bf16", "fp8_e4m3", "float4_e2m1fn"):
+        for name, x in data.items():
+            c = mpsim.UnderflowCounter(fmt, moments=False)
+            c.add(x)
+            for k in (0, 12, -30):
+                got = c.underflow(k)
+                report = json.loads(c.report_json(log2_scale=k))["tensors"][0]
+                want = {key: report[key] for key in sorted(report) if key in got}
+                assert list(got) == list(want), (fmt, name, k)  # every key, in the JSON's (sorted) order
+                assert [(v, type(v)) for v in got.values()] == [(v, type(v)) for v in want.values()], (fmt, name, k)
+                left = set(report) - set(got) - {"tensor", "format", "rounding", "scale", "log2_scale", "recommended",
+                                                  "shape", "dtype"}
+                assert not left, left  # no field of the command line's underflow statistics is missing
+                compared += 1
+            for margin in (1.0, 2.0, 3.5):  # the monitor's shortcut to the report's recommended scale
+                rec = c.recommend_scale(margin=margin)
+                assert c.recommended_log2_scale(margin) == (None if rec is None else rec["log2_scale"])
+                compared += 1
+            m = mpsim.MassLostCounter(fmt, 4)
+            m.add(x)
+            got = m.stats()
+            want = mpsim._core.mass_lost_report(json.dumps(json.loads(m.to_json())["sums"]))
+            assert list(got.items()) == list(want.items()), (fmt, name)
+            assert [type(v) for v in got.values()] == [type(v) for v in want.values()]
+            nones += sum(v is None for v in got.values())
+            compared += 1
+    print(f"{compared} dicts built directly and recommended scales equal their JSON path's, keys, order and types "
+          f"({nones} None values among the mass lost's)")
+    assert nones > 0

@@ -6,13 +6,16 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
 
+#include "mpsim/analysis/detail/mass_lost_kernel.hpp"
 #include "mpsim/error.hpp"
 #include "mpsim/format/bulk.hpp"
+#include "mpsim/parallel.hpp"
 
 namespace mpsim::analysis {
 
@@ -69,29 +72,50 @@ struct Pairs {
 
 }  // namespace
 
+// Adds one block's counts and sums to the running totals (blocks in order: the totals' bits depend on it).
+template <class Sums>
+void MassLost::add_block(const Sums& s) {
+  nonzero_ += s.nonzero;
+  flushed_ += s.flushed;
+  overflowed_ += s.overflowed;
+  sum_abs_ += s.abs;
+  sum_sq_ += s.sq;
+  flushed_abs_ += s.f_abs;
+  flushed_sq_ += s.f_sq;
+  flushed_signed_ += s.f_signed;
+  dot_ += s.dot;
+  sum_sq_q_ += s.sq_q;
+}
+
 template <class T>
-void MassLost::add_impl(std::span<const T> g, std::span<const T> q) {
+void MassLost::add_impl(std::span<const T> g, std::span<const T> q, bool avx2) {
   if (g.size() != q.size())
     throw Error(fmt::format("MassLost::add: {} values before rounding but {} after", g.size(), q.size()));
   const T* const gp = g.data();
   const T* const qp = q.data();
-  for (std::size_t b = 0; b < g.size(); b += kBlock) {
+  std::size_t b = 0;
+  if constexpr (std::is_same_v<T, float>) {
+    if (avx2) {
+      // Whole blocks two at a time; the rest (an odd block, the partial last one) one at a time below.
+      for (; b + 2 * kBlock <= g.size(); b += 2 * kBlock) {
+        mass_detail::BlockSums two[2];
+        mass_detail::block_pair_sums_avx2(gp + b, qp + b, kBlock, two);
+        add_block(two[0]);
+        add_block(two[1]);
+      }
+    }
+  }
+  for (; b < g.size(); b += kBlock) {
     const std::size_t e = std::min(g.size(), b + kBlock);
+    mass_detail::BlockSums block;
 #if defined(__SSE2__)
     Pairs s;
     std::size_t i = b;
     for (; i + 2 <= e; i += 2) s.add(Pairs::load(gp + i), Pairs::load(qp + i));
     if (i < e) s.add(Pairs::load_one(gp[i]), Pairs::load_one(qp[i]));
-    nonzero_ += Pairs::sum(s.nonzero);
-    flushed_ += Pairs::sum(s.flushed);
-    overflowed_ += Pairs::sum(s.overflowed);
-    sum_abs_ += Pairs::sum(s.abs);
-    sum_sq_ += Pairs::sum(s.sq);
-    flushed_abs_ += Pairs::sum(s.f_abs);
-    flushed_sq_ += Pairs::sum(s.f_sq);
-    flushed_signed_ += Pairs::sum(s.f_signed);
-    dot_ += Pairs::sum(s.dot);
-    sum_sq_q_ += Pairs::sum(s.sq_q);
+    block = {Pairs::sum(s.nonzero), Pairs::sum(s.flushed), Pairs::sum(s.overflowed), Pairs::sum(s.abs),
+             Pairs::sum(s.sq),      Pairs::sum(s.f_abs),   Pairs::sum(s.f_sq),       Pairs::sum(s.f_signed),
+             Pairs::sum(s.dot),     Pairs::sum(s.sq_q)};
 #else
     // The same sums without SSE2: element k of the block in sum k % 2, the block's sum sum 0 + sum 1.
     double abs[2] = {}, sq[2] = {}, f_abs[2] = {}, f_sq[2] = {}, f_signed[2] = {}, dot[2] = {}, sq_q[2] = {};
@@ -102,9 +126,9 @@ void MassLost::add_impl(std::span<const T> g, std::span<const T> q) {
       const bool lost = counted && y == 0;
       const bool kept = counted && std::isfinite(y);
       const double ax = counted ? std::abs(x) : 0.0, xx = ax * ax;
-      nonzero_ += counted;
-      flushed_ += lost;
-      overflowed_ += counted && !kept;
+      block.nonzero += counted;
+      block.flushed += lost;
+      block.overflowed += counted && !kept;
       abs[l] += ax;
       sq[l] += xx;
       f_abs[l] += lost ? ax : 0.0;
@@ -113,19 +137,38 @@ void MassLost::add_impl(std::span<const T> g, std::span<const T> q) {
       dot[l] += kept ? x * y : 0.0;
       sq_q[l] += kept ? y * y : 0.0;
     }
-    sum_abs_ += abs[0] + abs[1];
-    sum_sq_ += sq[0] + sq[1];
-    flushed_abs_ += f_abs[0] + f_abs[1];
-    flushed_sq_ += f_sq[0] + f_sq[1];
-    flushed_signed_ += f_signed[0] + f_signed[1];
-    dot_ += dot[0] + dot[1];
-    sum_sq_q_ += sq_q[0] + sq_q[1];
+    block.abs = abs[0] + abs[1];
+    block.sq = sq[0] + sq[1];
+    block.f_abs = f_abs[0] + f_abs[1];
+    block.f_sq = f_sq[0] + f_sq[1];
+    block.f_signed = f_signed[0] + f_signed[1];
+    block.dot = dot[0] + dot[1];
+    block.sq_q = sq_q[0] + sq_q[1];
 #endif
+    add_block(block);
   }
 }
 
-void MassLost::add(std::span<const float> g, std::span<const float> q) { add_impl(g, q); }
-void MassLost::add(std::span<const double> g, std::span<const double> q) { add_impl(g, q); }
+void MassLost::add(std::span<const float> g, std::span<const float> q, Path path) {
+  if (path == Path::avx512) throw Error("MassLost::add: there is no AVX-512 path (use automatic, scalar or avx2)");
+  if (path == Path::avx2 && !path_available(Path::avx2))
+    throw Error("MassLost::add: the avx2 path was asked for and this CPU lacks AVX2");
+  add_impl(g, q, path == Path::avx2 || (path == Path::automatic && path_available(Path::avx2)));
+}
+void MassLost::add(std::span<const double> g, std::span<const double> q) { add_impl(g, q, false); }
+
+std::size_t MassLost::add_fp16_rne_pairs(std::span<const float> g) {
+  if (!path_available(Path::avx2)) return 0;  // the bulk engine's check: AVX2 with FMA and F16C
+  const DefaultFpEnv env;                     // F16C reads float subnormals as zero under DAZ
+  std::size_t b = 0;
+  for (; b + 2 * kBlock <= g.size(); b += 2 * kBlock) {
+    mass_detail::BlockSums two[2];
+    mass_detail::block_pair_sums_fp16_rne_avx2(g.data() + b, kBlock, two);
+    add_block(two[0]);
+    add_block(two[1]);
+  }
+  return b;
+}
 
 MassLost& MassLost::operator+=(const MassLost& o) {
   nonzero_ += o.nonzero_;
@@ -253,15 +296,22 @@ void add_rounded(MassLost& into, std::span<const float> g, const Format& fmt, co
   std::vector<float> xf, qf;
   std::vector<double> xd, qd, widened;
   const bool float_path = fits_float(fmt);
+  // round_array's values for these are F16C's (lib/mpsim/format/bulk.cpp make_params: p.f16c).
+  const bool fp16_rne =
+      fmt == fp16() && r.mode == RoundingMode::nearest_even && r.input_subnormals == InputSubnormals::keep;
   const float scale = std::ldexp(1.0f, std::clamp(log2_scale, -126, 127));
   for (std::size_t b = 0; b < g.size(); b += kChunk) {
     const std::size_t n = std::min(kChunk, g.size() - b);
     const auto chunk = g.subspan(b, n);
     bool exact = float_path && log2_scale >= -126 && log2_scale <= 127;
     if (exact && log2_scale == 0) {  // no scaling: round the caller's values themselves
-      qf.resize(n);
-      round_array(chunk, std::span<float>(qf), fmt, r, nullptr, one_thread(index0 + b));
-      into.add(chunk, std::span<const float>(qf));
+      // fp16 nearest-even (the monitor's default): the rounding made inside the sums' loop for whole block pairs
+      // (chunks are whole blocks, so the blocks are add()'s), the rest rounded and added as below.
+      const std::size_t done = fp16_rne ? into.add_fp16_rne_pairs(chunk) : 0;
+      const auto rest = chunk.subspan(done);
+      qf.resize(rest.size());
+      round_array(rest, std::span<float>(qf), fmt, r, nullptr, one_thread(index0 + b + done));
+      into.add(rest, std::span<const float>(qf));
       continue;
     }
     if (exact) {

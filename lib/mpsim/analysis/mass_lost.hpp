@@ -32,6 +32,7 @@
 #include <nlohmann/json.hpp>
 #include <span>
 
+#include "mpsim/format/bulk.hpp"
 #include "mpsim/format/format.hpp"
 #include "mpsim/format/round.hpp"
 
@@ -52,9 +53,16 @@ class MassLost {
  public:
   static constexpr std::size_t kBlock = 4096;
 
-  // Adds the elements of g (before rounding) and q (after): the same length, else mpsim::Error.
-  void add(std::span<const float> g, std::span<const float> q);
+  // Adds the elements of g (before rounding) and q (after): the same length, else mpsim::Error. For float
+  // input, `path` avx2 sums two blocks at a time (detail/mass_lost_kernel.hpp) and scalar one (SSE2 where the
+  // build has it): the same bits (tests compare both); automatic takes avx2 where the CPU has it.
+  void add(std::span<const float> g, std::span<const float> q, Path path = Path::automatic);
   void add(std::span<const double> g, std::span<const double> q);
+  // Adds the whole pairs of blocks at g's start with q = g rounded to fp16 nearest-even inside the loop (AVX2 and
+  // F16C, under the default MXCSR); returns how many values it took (a multiple of 2 kBlock: the rest is the
+  // caller's; 0 without AVX2). What add(g, round_array(g, fp16)) adds for them, bit for bit: add_rounded's fp16
+  // path, which then spares the rounding pass.
+  std::size_t add_fp16_rne_pairs(std::span<const float> g);
   // The union of the two tensors' elements (a concatenation): every sum adds.
   MassLost& operator+=(const MassLost& other);
 
@@ -71,7 +79,9 @@ class MassLost {
 
  private:
   template <class T>
-  void add_impl(std::span<const T> g, std::span<const T> q);
+  void add_impl(std::span<const T> g, std::span<const T> q, bool avx2);
+  template <class Sums>
+  void add_block(const Sums& s);
 
   std::uint64_t nonzero_ = 0, flushed_ = 0, overflowed_ = 0;
   double sum_abs_ = 0, sum_sq_ = 0;          // over the finite g

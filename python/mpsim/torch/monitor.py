@@ -549,8 +549,8 @@ class GradientMonitor:
                 if kind not in detail_kinds:
                     per_kind[kind] = entry
                     continue
-                rec = total.recommend_scale(margin=self.margin)
-                entry["recommended_log2_scale"] = None if rec is None else rec["log2_scale"] + log2_s
+                rec = total.recommended_log2_scale(self.margin)
+                entry["recommended_log2_scale"] = None if rec is None else rec + log2_s
                 # Over the absolute loss scales 2^-128 .. 2^128, whatever the scale the values carry; no window
                 # without a non-zero finite value (an all-NaN or all-zero step: no scale is known to be safe).
                 shift = round(log2_s)
@@ -559,13 +559,11 @@ class GradientMonitor:
                 entry["window"] = None if window is None else [window[0] + log2_s, window[1] + log2_s]
                 per_kind[kind] = entry
             out["formats"][f] = per_kind
-        wg = counts.get("weight_grad", {})
+        wg = out["formats"][self.formats[0]].get("weight_grad")
         if wg:
-            nonfinite = 0
-            for c in wg.values():
-                h = c.hist
-                nonfinite += h.nan + h.pos_inf + h.neg_inf
-            out["skipped"] = nonfinite > 0  # GradScaler skips a step whose gradients hold inf or NaN
+            # GradScaler skips a step whose gradients hold inf or NaN: the total's counts of them (those of the
+            # values as given, whatever the format), not a histogram per site.
+            out["skipped"] = wg["total"]["nan_num"] + wg["total"]["inf_num"] > 0
         else:
             out["skipped"] = None
         return out
