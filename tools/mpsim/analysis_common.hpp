@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "command.hpp"
+#include "mpsim/analysis/detail/report_text.hpp"
 #include "mpsim/analysis/inputs.hpp"
 #include "mpsim/analysis/report.hpp"
-#include "mpsim/analysis/report_text.hpp"
 #include "mpsim/analysis/tensor_passes.hpp"  // row_length
 #include "mpsim/error.hpp"
 #include "mpsim/format/block.hpp"

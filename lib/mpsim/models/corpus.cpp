@@ -9,7 +9,8 @@
 #include <map>
 
 #include "mpsim/error.hpp"
-#include "mpsim/models/rng.hpp"
+#include "mpsim/field_error.hpp"
+#include "mpsim/models/detail/rng.hpp"
 
 namespace mpsim::models {
 

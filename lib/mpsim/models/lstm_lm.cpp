@@ -5,8 +5,8 @@
 
 #include "mpsim/error.hpp"
 #include "mpsim/models/corpus.hpp"
-#include "mpsim/models/rng.hpp"
-#include "mpsim/models/sites.hpp"
+#include "mpsim/models/detail/rng.hpp"
+#include "mpsim/models/detail/sites.hpp"
 #include "mpsim/nn/embedding.hpp"
 #include "mpsim/nn/linear.hpp"
 #include "mpsim/nn/loss.hpp"

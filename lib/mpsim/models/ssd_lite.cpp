@@ -6,9 +6,10 @@
 
 #include "mpsim/error.hpp"
 #include "mpsim/models/detection_map.hpp"
-#include "mpsim/models/rng.hpp"
+#include "mpsim/field_error.hpp"
+#include "mpsim/models/detail/rng.hpp"
+#include "mpsim/models/detail/sites.hpp"
 #include "mpsim/models/shapes.hpp"
-#include "mpsim/models/sites.hpp"
 #include "mpsim/nn/activation.hpp"
 #include "mpsim/nn/conv2d.hpp"
 #include "mpsim/nn/multibox.hpp"
