@@ -185,7 +185,11 @@ NB_MODULE(_core, m) {
       std::rethrow_exception(p);
     } catch (const mpsim::FieldError& e) {
       // The library names the field (block_scale); Python names the keyword (block_scale='x').
-      PyErr_SetString(PyExc_ValueError, mpsim::FieldError::spelled(e.field, "=", e.value, e.problem).c_str());
+      PyErr_SetString(PyExc_ValueError, e.message([](std::string_view f) { return std::string(f); }, "=").c_str());
+    } catch (const mpsim::BlockFormatNameError& e) {
+      // Where Python takes a block format; the command line names its own options (tools/mpsim/main.cpp).
+      PyErr_SetString(PyExc_ValueError,
+                      (std::string(e.what()) + "; mpsim.round, mpsim.encode and mpsim.decode_blocks take it").c_str());
     } catch (const mpsim::Error& e) {
       PyErr_SetString(PyExc_ValueError, e.what());
     } catch (const nlohmann::json::exception& e) {

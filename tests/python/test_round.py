@@ -375,3 +375,18 @@ def test_option_errors_name_the_keyword():
         print(f"mpsim.round(x, {kw}): {e.value}")
         assert str(e.value).startswith(want), str(e.value)
         assert "--" not in str(e.value)
+
+
+def test_block_format_name_where_an_element_format_is_needed():
+    """The library says a block format is not an element format (mpsim::BlockFormatNameError); Python adds where
+    it takes one, in its own words, where the command line names `mpsim round --to`."""
+    with pytest.raises(ValueError) as e:
+        mpsim.Format("mxfp8_e4m3")
+    msg = str(e.value)
+    print(f"Format('mxfp8_e4m3'): {msg}")
+    assert msg.startswith("format 'mxfp8_e4m3' is a block format (element codes sharing a scale per block); this "
+                          "needs an element format (")
+    assert msg.endswith("; mpsim.round, mpsim.encode and mpsim.decode_blocks take it")
+    assert "--" not in msg and "mpsim round" not in msg
+
+

@@ -30,10 +30,10 @@ DType safetensors_dtype(const std::string& s, const std::string& label) {
   if (s == "F8_E5M2FNUZ") return DType::fp8_e5m2fnuz_bits;
   if (s == "F8_E8M0") return DType::float8_e8m0fnu_bits;
   if (s == "F4" || s == "F6_E2M3" || s == "F6_E3M2")
-    fail(
+    fail_advising_dtype(
         fmt::format("{}: dtype '{}' packs its elements below a byte (safetensors' sub-byte layout); mpsim reads "
                     "one element per byte: unpack it to uint8 (as ml_dtypes stores float4/float6) and read it "
-                    "with --dtype {}",
+                    "with {{dtype}} {}",
                     label, s,
                     s == "F4"        ? "float4_e2m1fn"
                     : s == "F6_E2M3" ? "float6_e2m3fn"
