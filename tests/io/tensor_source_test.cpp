@@ -491,6 +491,16 @@ TEST_CASE("bad safetensors files: JSON, sizes, dtypes, offsets, duplicates", "[t
                           R"("b": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})",
                           four));
   });
+  // A zero-element tensor's empty range [0, 0) where another begins overlaps nothing, whichever comes first by
+  // name (the safetensors library writes such files: tests/python/test_inputs.py).
+  for (const char* empty : {"a0", "z0"}) {
+    const auto src = open(safetensors_file(std::string(R"({")") + empty +
+                                               R"(": {"dtype": "F64", "shape": [0, 3], "data_offsets": [0, 0]}, )"
+                                               R"("m": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})",
+                                           four));
+    CHECK(src.tensors().size() == 2);
+    for (const auto& t : src.tensors()) CHECK(t.count == (t.name == "m" ? 4u : 0u));
+  }
   expect_error("nested too deeply",
                [&] { open(safetensors_file("{\"a\": " + std::string(40, '[') + std::string(40, ']') + "}", four)); });
   // An absurd header length: caught before anything is read or allocated.

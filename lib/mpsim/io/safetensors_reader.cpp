@@ -5,6 +5,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <tuple>
 
 #include <fmt/core.h>
 
@@ -127,8 +128,13 @@ std::vector<TensorRef> read_safetensors_directory(std::span<const std::byte> b, 
   std::vector<TensorRef> tensors;
   for (const auto& [name, v] : header.items())
     if (name != "__metadata__") tensors.push_back(safetensors_tensor(file, name, v, base, data_size, o));
-  std::sort(tensors.begin(), tensors.end(),
-            [](const TensorRef& a, const TensorRef& c) { return a.data_offset < c.data_offset; });
+  // In data order as the safetensors library orders them, by (begin, end) (safetensors/src/tensor.rs,
+  // Metadata::new: `data_offsets.cmp`), names last so that the order is one: a zero-element tensor's empty
+  // range [b, b) then comes before a tensor that begins at b, and overlaps nothing. Its validate() then wants
+  // each range to begin where the previous ended; mpsim accepts gaps and refuses only overlaps.
+  std::sort(tensors.begin(), tensors.end(), [](const TensorRef& a, const TensorRef& c) {
+    return std::tie(a.data_offset, a.data_bytes, a.name) < std::tie(c.data_offset, c.data_bytes, c.name);
+  });
   for (std::size_t i = 1; i < tensors.size(); ++i)
     if (tensors[i].data_offset < tensors[i - 1].data_offset + tensors[i - 1].data_bytes)
       fail(fmt::format("{}: tensors '{}' and '{}' overlap in the data", file, tensors[i - 1].name, tensors[i].name));
