@@ -1,5 +1,5 @@
 // The emulation, compiled for the host AND the device: the rounding specification of
-// lib/mpsim/format/round_spec.hpp (which the library's round_bits() is too), a device profile's NaN
+// lib/mpsim/format/hd/round_spec.hpp (which the library's round_bits() is too), a device profile's NaN
 // rules around it (lib/mpsim/format/hd/nan_rules.hpp) and correctly rounded fp16/bf16 arithmetic
 // (lib/mpsim/format/hd/arith.hpp): the very functions the library's profile.cpp and arith.cpp call, so
 // nothing here is a second implementation. The GPU runs it next to the hardware intrinsics so that an
@@ -14,9 +14,9 @@
 #include <cstdint>
 
 #include "mpsim/format/hd/arith.hpp"
+#include "mpsim/format/hd/host_device.hpp"
 #include "mpsim/format/hd/nan_rules.hpp"
-#include "mpsim/format/host_device.hpp"
-#include "mpsim/format/round_spec.hpp"
+#include "mpsim/format/hd/round_spec.hpp"
 
 namespace mpsim::emu {
 

@@ -211,7 +211,7 @@ def _row_len(shape):
 
 
 def _check_no_element_options(fmt, subnormals, overflow, like, flip=0.0):
-    if subnormals != "keep" or overflow != "inf" or like != "ieee":
+    if subnormals not in (None, "keep") or overflow not in (None, "inf") or like != "ieee":
         raise ValueError(f"subnormals, overflow and like do not apply to {fmt}: its elements keep subnormals "
                          "and saturate (OCP MX v1.0)")
     if flip != 0:
@@ -219,7 +219,7 @@ def _check_no_element_options(fmt, subnormals, overflow, like, flip=0.0):
                          "would need a rule of their own")
 
 
-def round(x, fmt, mode="rne", *, seed=0, sr_bits=32, subnormals="keep", overflow="inf", like="ieee", daz=False,
+def round(x, fmt, mode="rne", *, seed=0, sr_bits=32, subnormals=None, overflow=None, like="ieee", daz=False,
           out=None, stats=False, block=0, block_scale="floor", index0=0, threads=0, flip=0.0, flip_seed=0,
           flip_bits="fraction"):
     """The values of x rounded to fmt, in x's dtype (simulate mode), as `mpsim round` computes them.
@@ -228,7 +228,8 @@ def round(x, fmt, mode="rne", *, seed=0, sr_bits=32, subnormals="keep", overflow
     command line takes: fp16, bf16, tf32, fp8_e4m3, ml_dtypes names, eXmY), a Format, or a block format
     (mxfp8_e4m3 ... nvfp4; float32 only: the dequantized values, blocks along the last axis).
     mode: rne, rtz, ru, rd, rna, rto, sr. seed / sr_bits: stochastic rounding (element i of the array uses
-    generator index index0 + i). subnormals: keep | flush; overflow: inf | saturate; like: ieee | x86 |
+    generator index index0 + i). subnormals: keep | flush; overflow: inf | saturate (not given: fmt's own, keep
+    and inf for a name, what with_options set for a Format); like: ieee | x86 |
     cuda-sm90 (the device's flushing rules); daz: subnormal inputs read as zero.
     out: an array to write into (out=x rounds in place). stats=True returns (values, stats dict) with the
     names of `mpsim round --stats-json`.
@@ -304,7 +305,7 @@ def _round_half(x, half, fmt, mode, out, stats, **options):
     return (result, st) if stats else result
 
 
-def encode(x, fmt, mode="rne", *, seed=0, sr_bits=32, subnormals="keep", overflow="inf", like="ieee", daz=False,
+def encode(x, fmt, mode="rne", *, seed=0, sr_bits=32, subnormals=None, overflow=None, like="ieee", daz=False,
            out=None, stats=False, block=0, block_scale="floor", index0=0, threads=0, flip=0.0, flip_seed=0,
            flip_bits="fraction"):
     """The encodings of x rounded to fmt: uint8 / uint16 / uint32 by the format's storage, x's shape

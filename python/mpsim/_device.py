@@ -145,8 +145,8 @@ def round_tensor(x, fmt, mode, out, stats, options):
     x = x.detach()
     f = None
     if not (isinstance(fmt, str) and mpsim.is_block_format(fmt)):
-        f = mpsim.Format(fmt).with_options(subnormals=options.get("subnormals", "keep"),
-                                           overflow=options.get("overflow", "inf"))
+        # Not given (None): the format's own (Format.with_options keeps it).
+        f = mpsim.Format(fmt).with_options(subnormals=options.get("subnormals"), overflow=options.get("overflow"))
     plan = cast_plan(f, mode, like=options.get("like", "ieee"), daz=options.get("daz", False),
                      flip=options.get("flip", 0.0), dtype=x.dtype)
     if plan is not None:

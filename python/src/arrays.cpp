@@ -1,6 +1,7 @@
 // mpsim._core's array functions: rounding, encoding and decoding numpy arrays and CPU torch tensors in
 // place, through the bulk engine (lib/mpsim/format/bulk.hpp) and the block quantizer (block.hpp). The
 // Python layer (python/mpsim/__init__.py) allocates the outputs and calls these with the GIL released.
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 
@@ -61,11 +62,15 @@ nb::dict block_stats_dict(const BlockStats& s, const BlockFormat& bf, float tens
 }
 
 // The device a `like` profile names, resolved for this format, rounding and input type: its flushing rules
-// adjust the pair, and its NaN rule fixes encodings afterwards (what `mpsim round --like` does).
-DeviceRounding resolve(const Format& fmt, const std::string& subnormals, const std::string& overflow,
-                       const std::string& mode, int sr_bits, std::uint64_t seed, bool daz, const std::string& like,
-                       bool double_input) {
-  const Format requested = format_with_kwargs(fmt, subnormals, overflow);
+// adjust the pair, and its NaN rule fixes encodings afterwards (what `mpsim round --like` does). subnormals /
+// overflow not given (None in Python): the format's own, so that a Format made with with_options(overflow=
+// "saturate") keeps saturating.
+DeviceRounding resolve(const Format& fmt, const std::optional<std::string>& subnormals,
+                       const std::optional<std::string>& overflow, const std::string& mode, int sr_bits,
+                       std::uint64_t seed, bool daz, const std::string& like, bool double_input) {
+  const Format requested =
+      format_with_kwargs(fmt, subnormals ? std::string_view(*subnormals) : to_string(fmt.subnormals),
+                         overflow ? std::string_view(*overflow) : to_string(fmt.overflow));
   const Rounding r = rounding_with_kwargs(mode, sr_bits, seed, daz);
   return resolve_profile(find_profile(like), requested, r, Operation::convert,
                          double_input ? InputType::float64 : InputType::float32);
@@ -117,9 +122,10 @@ std::uint64_t round_values_with(const DeviceRounding& device, const AnyArray& x,
 
 // out[i] = round(x[i]) in x's dtype.
 nb::object round_values(const AnyArray& x, const WritableArray& out, const Format& fmt, const std::string& mode,
-                        std::uint64_t seed, int sr_bits, const std::string& subnormals, const std::string& overflow,
-                        const std::string& like, bool daz, bool want_stats, std::uint64_t index0, int threads,
-                        double flip, std::uint64_t flip_seed, const std::string& flip_bits_word) {
+                        std::uint64_t seed, int sr_bits, const std::optional<std::string>& subnormals,
+                        const std::optional<std::string>& overflow, const std::string& like, bool daz, bool want_stats,
+                        std::uint64_t index0, int threads, double flip, std::uint64_t flip_seed,
+                        const std::string& flip_bits_word) {
   check_float_input(x);
   const DeviceRounding device = resolve(fmt, subnormals, overflow, mode, sr_bits, seed, daz, like, is_f64(x));
   const SoftErrors se = soft_errors_with_kwargs(flip, flip_seed, flip_bits_word);
@@ -229,9 +235,10 @@ class PreparedRounding {
 
 // out[i] = the encoding of round(x[i]) in the format's storage (uint8 / uint16 / uint32).
 nb::object encode_values(const AnyArray& x, const WritableArray& out, const Format& fmt, const std::string& mode,
-                         std::uint64_t seed, int sr_bits, const std::string& subnormals, const std::string& overflow,
-                         const std::string& like, bool daz, bool want_stats, std::uint64_t index0, int threads,
-                         double flip, std::uint64_t flip_seed, const std::string& flip_bits_word) {
+                         std::uint64_t seed, int sr_bits, const std::optional<std::string>& subnormals,
+                         const std::optional<std::string>& overflow, const std::string& like, bool daz, bool want_stats,
+                         std::uint64_t index0, int threads, double flip, std::uint64_t flip_seed,
+                         const std::string& flip_bits_word) {
   check_float_input(x);
   const DeviceRounding device = resolve(fmt, subnormals, overflow, mode, sr_bits, seed, daz, like, is_f64(x));
   const SoftErrors se = soft_errors_with_kwargs(flip, flip_seed, flip_bits_word);

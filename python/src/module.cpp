@@ -1,4 +1,5 @@
 // mpsim._core: the module, its exceptions and the format descriptors (mpsim.Format, mpsim.formats()).
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -115,11 +116,16 @@ void bind_formats(nb::module_& m) {
       .def_prop_ro("storage_bytes", &Format::storage_bytes)
       .def(
           "with_options",
-          [](const Format& f, std::string_view subnormals, std::string_view overflow) {
-            return format_with_kwargs(f, subnormals, overflow);
+          [](const Format& f, const std::optional<std::string>& subnormals,
+             const std::optional<std::string>& overflow) {
+            // A keyword not given keeps the format's own setting: a default of "keep" / "inf" would undo an
+            // earlier with_options (f.with_options(overflow="saturate").with_options(subnormals="flush")).
+            return format_with_kwargs(f, subnormals ? std::string_view(*subnormals) : to_string(f.subnormals),
+                                      overflow ? std::string_view(*overflow) : to_string(f.overflow));
           },
-          nb::arg("subnormals") = "keep", nb::arg("overflow") = "inf",
-          "The same format with subnormal results kept or flushed and overflow to inf or saturating.")
+          nb::arg("subnormals").none() = nb::none(), nb::arg("overflow").none() = nb::none(),
+          "The same format with subnormal results kept or flushed and overflow to inf or saturating; a keyword not "
+          "given keeps the format's own setting.")
       .def(
           "__eq__", [](const Format& a, const Format& b) { return a == b; }, nb::is_operator())
       .def("__hash__",
@@ -185,7 +191,11 @@ NB_MODULE(_core, m) {
       std::rethrow_exception(p);
     } catch (const mpsim::FieldError& e) {
       // The library names the field (block_scale); Python names the keyword (block_scale='x').
-      PyErr_SetString(PyExc_ValueError, mpsim::FieldError::spelled(e.field, "=", e.value, e.problem).c_str());
+      PyErr_SetString(PyExc_ValueError, e.message([](std::string_view f) { return std::string(f); }, "=").c_str());
+    } catch (const mpsim::BlockFormatNameError& e) {
+      // Where Python takes a block format; the command line names its own options (tools/mpsim/main.cpp).
+      PyErr_SetString(PyExc_ValueError,
+                      (std::string(e.what()) + "; mpsim.round, mpsim.encode and mpsim.decode_blocks take it").c_str());
     } catch (const mpsim::Error& e) {
       PyErr_SetString(PyExc_ValueError, e.what());
     } catch (const nlohmann::json::exception& e) {

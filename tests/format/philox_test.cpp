@@ -1,4 +1,4 @@
-// Tests of lib/mpsim/format/philox.hpp, the generator of stochastic rounding, and of the streams the
+// Tests of lib/mpsim/format/hd/philox.hpp, the generator of stochastic rounding, and of the streams the
 // bulk engine draws from it: the generator against Random123 (the authors' implementation, Debian
 // librandom123-dev) and its published known-answer vectors; independence of the streams of different
 // seeds (no window of 64 consecutive rounding decisions repeats between them); unbiasedness per element
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "mpsim/format/bulk.hpp"
-#include "mpsim/format/philox.hpp"
+#include "mpsim/format/hd/philox.hpp"
 #include "mpsim/format/round.hpp"
 
 using namespace mpsim;
@@ -130,7 +130,7 @@ TEST_CASE("streams of different seeds share no window of 64 consecutive rounding
   std::vector<Window> windows;
   windows.reserve(seeds.size() * (kLen - 63));
   std::uint64_t ups = 0;
-  // Both streams (philox.hpp): 32 random bits, and 16 (two elements per word: the decision of element
+  // Both streams (hd/philox.hpp): 32 random bits, and 16 (two elements per word: the decision of element
   // 8q + 4 + k is bit 15 of the word whose bit 31 decides element 8q + k).
   const int bits = GENERATE(32, 16);
   for (std::size_t k = 0; k < seeds.size(); ++k) {
@@ -191,7 +191,7 @@ TEST_CASE("stochastic rounding is unbiased per element over seeds", "[philox]") 
   }
   std::vector<double> sum(x.size(), 0.0);
   std::vector<float> out(x.size());
-  const int bits = GENERATE(32, 16);  // the two streams (philox.hpp)
+  const int bits = GENERATE(32, 16);  // the two streams (hd/philox.hpp)
   for (int s = 0; s < kSeeds; ++s) {
     BulkOptions opt;
     opt.index0 = 1000003;  // not a multiple of 4 (nor of 8)
@@ -259,7 +259,7 @@ TEST_CASE("the vector paths draw the specification's words at every alignment an
 }
 
 TEST_CASE("the 16-bit stream: two elements per word of Random123's philox4x32_R, used by round_bits", "[philox]") {
-  // philox.hpp: with sr_bits <= 16 element i takes word i % 4 of the block at counter (i / 8, 0) under
+  // hd/philox.hpp: with sr_bits <= 16 element i takes word i % 4 of the block at counter (i / 8, 0) under
   // key = seed, its high half for i % 8 < 4 and its low half otherwise, at the top of the word.
   std::mt19937_64 rng(16);
   std::uint64_t checked = 0, bad = 0, same_as_32 = 0;

@@ -1,4 +1,4 @@
-// Tests of kernels/emu.hpp, the device emulation (the host/device specification round_spec.hpp under a
+// Tests of kernels/emu.hpp, the device emulation (the host/device specification hd/round_spec.hpp under a
 // device profile) and the correctly rounded fp16/bf16 arithmetic the GPU comparisons run on the device.
 // Compiled here for the host: the emulation must give the library's round_bits() bits for every format,
 // mode and input (all 2^32 floats in the [exhaustive] cases), and the arithmetic must match exact

@@ -375,3 +375,46 @@ def test_option_errors_name_the_keyword():
         print(f"mpsim.round(x, {kw}): {e.value}")
         assert str(e.value).startswith(want), str(e.value)
         assert "--" not in str(e.value)
+
+
+def test_block_format_name_where_an_element_format_is_needed():
+    """The library says a block format is not an element format (mpsim::BlockFormatNameError); Python adds where
+    it takes one, in its own words, where the command line names `mpsim round --to`."""
+    with pytest.raises(ValueError) as e:
+        mpsim.Format("mxfp8_e4m3")
+    msg = str(e.value)
+    print(f"Format('mxfp8_e4m3'): {msg}")
+    assert msg.startswith("format 'mxfp8_e4m3' is a block format (element codes sharing a scale per block); this "
+                          "needs an element format (")
+    assert msg.endswith("; mpsim.round, mpsim.encode and mpsim.decode_blocks take it")
+    assert "--" not in msg and "mpsim round" not in msg
+
+
+def test_format_options_hold_where_no_keyword_sets_them():
+    """Format.with_options and mpsim.round / encode keep a Format's subnormals and overflow where no keyword
+    is given (they were reset to keep / inf by the keywords' defaults); a keyword given still sets them. The
+    expected values are numpy's: float16 casts (inf beyond the range), clipped to +-65504 for saturation (which
+    takes +-inf to +-max_finite too: Overflow::saturate, lib/mpsim/format/format.hpp), and subnormal results
+    flushed to a zero of the input's sign."""
+    sat = mpsim.Format("fp16").with_options(overflow="saturate")
+    both = sat.with_options(subnormals="flush")
+    print(f"with_options(overflow='saturate'): {sat!r}; then with_options(subnormals='flush'): {both!r}")
+    assert (sat.subnormals, sat.overflow) == ("keep", "saturate")
+    assert (both.subnormals, both.overflow) == ("flush", "saturate")
+    assert both.with_options(overflow="inf").overflow == "inf"
+    assert both.with_options().overflow == "saturate"
+
+    x = np.array([1e5, -7e4, 65504, 65520, 1.0, 3e-6, -1e-7, 6.2e-5, 0.0, np.inf, -np.inf], dtype=np.float32)
+    with np.errstate(over="ignore"):
+        f16 = x.astype(np.float16).astype(np.float32)
+    saturated = np.clip(f16, -65504, 65504)
+    flushed = np.where(np.abs(f16) < 2.0 ** -14, np.float32(0) * np.sign(x), saturated)
+    cases = [("Format fp16, saturate", mpsim.round(x, sat), saturated),
+             ("Format fp16, saturate, flush", mpsim.round(x, both), flushed),
+             ("Format fp16, saturate; overflow='inf' given", mpsim.round(x, sat, overflow="inf"), f16),
+             ("'fp16'", mpsim.round(x, "fp16"), f16),
+             ("encode, saturate", mpsim.decode(mpsim.encode(x, sat), "fp16"), saturated)]
+    for name, got, want in cases:
+        mismatches = int(np.sum(got.view(np.uint32) != want.astype(np.float32).view(np.uint32)))
+        print(f"{name}: {x.size} values, {mismatches} mismatches against numpy")
+        assert mismatches == 0, (name, got, want)

@@ -97,7 +97,7 @@ TEST_CASE("reference: NaN payloads and input subnormals", "[reference]") {
 TEST_CASE("reference: stochastic rounding follows the documented rule", "[reference]") {
   // x = 1 + 2^-12 in fp16 is a quarter of an ulp above 1: with b random bits, floor(frac * 2^b) = 2^(b-2),
   // so it rounds up iff (rnd >> (32 - b)) >= 3 * 2^(b-2).
-  // The random bits of element i are the documented streams (lib/mpsim/format/philox.hpp), restated here
+  // The random bits of element i are the documented streams (lib/mpsim/format/hd/philox.hpp), restated here
   // from 32-bit words: for b > 16 element i's word; for b <= 16 the high (i % 8 < 4) or low half of word
   // i % 4 of block i / 8, i.e. of the 32-bit stream's element 4 (i / 8) + i % 4.
   const auto rnd = [](std::uint64_t i, int b) -> std::uint32_t {

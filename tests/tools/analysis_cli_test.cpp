@@ -445,6 +445,7 @@ TEST_CASE("an error about one option names it as the command line spells it", "[
   const auto a = gradients(64, 5);
   io::write_npy(dir / "a.npy", io::make_npy(std::span<const float>(a)));
   const std::string in = quote((dir / "a.npy").string());
+  std::ofstream(dir / "junk.bin") << "no tensor file";
   const std::pair<std::string, std::string> cases[] = {
       {"hist " + in + " --format mxfp8_e4m3 --block-scale sideways",
        "mpsim: error: --block-scale 'sideways': unknown rule (known: floor, rceil)"},
@@ -455,6 +456,19 @@ TEST_CASE("an error about one option names it as the command line spells it", "[
        "mpsim: error: --clip-norm -1: must be finite and >= 0"},
       {"train --model ssd --steps 1 --scaler static:0 --out " + quote((dir / "run").string()),
        "mpsim: error: --scaler 'static:0': the scale must be finite and > 0"},
+      // Fields the library names otherwise than the flag (ModelConfig::corpus_path is --corpus), the models'
+      // and the study's fields, a length list, and advice naming a field (raw data: --dtype).
+      {"train --model ssd --steps 1 --corpus c.txt --out " + quote((dir / "run").string()),
+       "mpsim: error: --corpus c.txt: for the lstm model only, not ssd"},
+      {"train --model lstm --steps 1 --vocab 7 --out " + quote((dir / "run").string()),
+       "mpsim: error: --vocab 7: the generated language takes"},
+      {"study loss-scaling --model ssd --tolerance-pct -1 --out " + quote((dir / "study").string()),
+       "mpsim: error: --tolerance-pct -1: must be finite and >= 0"},
+      {"accumulation-error --model h100-fp8 --k 64..32", "mpsim: error: --k '64..32': the range is empty"},
+      {"underflow " + quote((dir / "junk.bin").string()) + " --format fp16",
+       "(unknown magic); pass --dtype to read it as raw data"},
+      {"updates " + in + " " + in + " --format mxfp8_e4m3",
+       "); `mpsim round --to` and the --format of underflow, hist and rounding-error take it"},
   };
   int named = 0;
   for (const auto& [args, want] : cases) {
@@ -462,7 +476,9 @@ TEST_CASE("an error about one option names it as the command line spells it", "[
     CHECK(r.status == 2);
     CHECK(r.output.find(want) != std::string::npos);
     named += r.status == 2 && r.output.find(want) != std::string::npos;
+    if (r.output.find(want) == std::string::npos) std::printf("%s: %s", args.c_str(), r.output.c_str());
   }
   CHECK_FALSE(std::filesystem::exists(dir / "run"));
+  CHECK_FALSE(std::filesystem::exists(dir / "study"));
   WARN(named << " of " << std::size(cases) << " errors named their flag as the command line spells it");
 }

@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "mpsim/error.hpp"
+#include "mpsim/field_error.hpp"
 #include "mpsim/format/round.hpp"
 #include "mpsim/train/checkpoint.hpp"
 #include "mpsim/train/trainer.hpp"
@@ -436,6 +437,37 @@ TEST_CASE("bad configs are refused before anything is written", "[trainer]") {
     CHECK_THROWS_AS(run_training(t, tiny::make), Error);
     CHECK_FALSE(fs::exists(t.out));
   }
+}
+
+TEST_CASE("an error names the field and the fields it advises; each front end spells them its way", "[trainer]") {
+  // lib/mpsim/field_error.hpp: what() is the library's spelling; message(spell, sep) a front end's (the command
+  // line's flags are checked in tests/tools/analysis_cli_test.cpp, Python's keywords in tests/python/test_round.py).
+  auto c = base("field_error", "fp32", "none", 1);
+  fs::create_directories(c.out);
+  std::ofstream(c.out / "run.json") << "{}";
+  c.previous_run = TrainConfig::PreviousRun::refuse;
+  const auto flag = [](std::string_view f) {
+    return f == "previous_run" ? std::string("--force") : "--" + std::string(f);
+  };
+  const auto keyword = [](std::string_view f) { return std::string(f); };
+  try {
+    validate(c);
+    FAIL("a previous run was not refused");
+  } catch (const FieldError& e) {
+    const std::string lib = e.what(), cli = e.message(flag, " "), py = e.message(keyword, "=");
+    std::printf("what(): %s\ncommand line: %s\nkeywords: %s\n", lib.c_str(), cli.c_str(), py.c_str());
+    const std::string tail = ": holds a previous run (run.json); choose another folder, or replace that run's files (";
+    CHECK(lib == "out " + c.out.string() + tail + "previous_run)");
+    CHECK(cli == "--out " + c.out.string() + tail + "--force)");
+    CHECK(py == "out=" + c.out.string() + tail + "previous_run)");
+  }
+  // Only the fields the error lists are replaced: a brace in the problem's own text stays.
+  const FieldError odd("k", "'{x}'", "'{k}' and {y}: {x}", {"x"});
+  CHECK(odd.message(flag, " ") == "--k '{x}': '{k}' and {y}: --x");
+  // An error about an input, not a field: the problem alone, its advice spelled.
+  const FieldError input("", "", "a.bin: raw data needs a dtype ({dtype})", {"dtype"});
+  CHECK(std::string(input.what()) == "a.bin: raw data needs a dtype (dtype)");
+  CHECK(input.message(flag, " ") == "a.bin: raw data needs a dtype (--dtype)");
 }
 
 namespace {

@@ -147,7 +147,7 @@ void register_all() {
   const RoundingMode others[] = {RoundingMode::toward_zero, RoundingMode::up, RoundingMode::down,
                                  RoundingMode::nearest_away, RoundingMode::to_odd};
   const Rounding sr = Rounding::stochastic(1, 32);
-  // 16 random bits: the 16-bit stream, two elements per Philox word (philox.hpp, sr_word).
+  // 16 random bits: the 16-bit stream, two elements per Philox word (hd/philox.hpp, sr_word).
   const Rounding sr16 = Rounding::stochastic(1, 16);
   for (int set = 0; set < 2; ++set) {
     const float* in = input(set).data();

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "command.hpp"
+#include "mpsim/analysis/detail/report_text.hpp"
 #include "mpsim/analysis/inputs.hpp"
 #include "mpsim/analysis/report.hpp"
-#include "mpsim/analysis/report_text.hpp"
 #include "mpsim/analysis/tensor_passes.hpp"  // row_length
 #include "mpsim/error.hpp"
 #include "mpsim/format/block.hpp"
@@ -114,11 +114,13 @@ inline void check_failures(const std::vector<analysis::InputFailure>& failures, 
   exit_status() = 1;
 }
 
-// The end of a pass over the inputs (analysis/tensor_passes.hpp): the progress line closed, then the failures
-// checked as above. Returns the pass.
+// The end of a pass over the inputs (analysis/tensor_passes.hpp): the progress line closed, the failures
+// worded with the command line's flags (an unknown file's "pass --dtype") and checked as above. Returns the pass.
 template <class Pass>
-const Pass& finish_pass(const Pass& pass, io::ProgressBar& progress) {
+const Pass& finish_pass(Pass& pass, io::ProgressBar& progress) {
   progress.finish();
+  for (auto& f : pass.failures)
+    if (f.field_error) f.message = f.field_error->message(flag_of_field, " ");
   check_failures(pass.failures, pass.tensors.size());
   return pass;
 }

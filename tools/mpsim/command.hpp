@@ -25,6 +25,8 @@ std::vector<Command>& commands();
 
 // Exit status the callback wants main to return (0 unless it sets it, e.g. `verify` on a mismatch).
 int& exit_status();
+// The flag that names a config's field (mpsim::FieldError): --block-scale for block_scale (main.cpp).
+std::string flag_of_field(std::string_view field);
 
 // Writes a report (--json, --csv, --stats-json) to `path` atomically, or to standard output when `path` is
 // "-". main() sees a "-" among those options before the command runs and sends everything else the command

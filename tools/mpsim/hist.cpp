@@ -33,7 +33,7 @@ void run_block(const CommonOptions& o, const BlockFormat& bf, bool per_tensor) {
   const auto progress = input_progress("hist", files, bf.two_level ? 2 : 1);
   analysis::RangeCounter total_values(fp32());
   BlockStats total_stats;
-  const auto pass = analysis::count_dequantized(files, input_options(o, progress.get()), bf);
+  auto pass = analysis::count_dequantized(files, input_options(o, progress.get()), bf);
   const auto& results = finish_pass(pass, *progress).tensors;
   const auto& failures = pass.failures;
 
@@ -99,7 +99,7 @@ void run(const Options& opts) {
   const auto files = analysis::expand_inputs(o.inputs);
   const auto progress = input_progress("hist", files);
   analysis::RangeCounter total(f);
-  const auto pass = analysis::count_ranges(files, input_options(o, progress.get()), f);
+  auto pass = analysis::count_ranges(files, input_options(o, progress.get()), f);
   const auto& results = finish_pass(pass, *progress).tensors;
   const auto& failures = pass.failures;
 

@@ -11,6 +11,7 @@
 #include <iostream>
 #include <string_view>
 #include <system_error>
+#include <utility>
 
 #include "build_options.hpp"
 #include "command.hpp"
@@ -34,6 +35,19 @@ bool register_command(std::string name, Setup setup) {
 int& exit_status() {
   static int status = 0;
   return status;
+}
+
+// The flag of a config's field (mpsim::FieldError): --block-scale for block_scale, and the fields whose flag is
+// named otherwise (ModelConfig::corpus_path is --corpus: tools/mpsim/train.cpp; TrainConfig::previous_run,
+// refuse or replace, is --force).
+std::string flag_of_field(std::string_view field) {
+  static constexpr std::pair<std::string_view, std::string_view> renamed[] = {{"corpus_path", "--corpus"},
+                                                                              {"previous_run", "--force"}};
+  for (const auto& [name, flag] : renamed)
+    if (field == name) return std::string(flag);
+  std::string flag = "--" + std::string(field);
+  std::replace(flag.begin(), flag.end(), '_', '-');
+  return flag;
 }
 
 namespace {
@@ -126,10 +140,16 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   } catch (const mpsim::FieldError& e) {
     // The library names the field (block_scale); the command line names its flag (--block-scale).
-    std::string flag = "--" + e.field;
-    std::replace(flag.begin(), flag.end(), '_', '-');
     std::fflush(stdout);
-    fmt::print(stderr, "mpsim: error: {}\n", mpsim::FieldError::spelled(flag, " ", e.value, e.problem));
+    fmt::print(stderr, "mpsim: error: {}\n", e.message(flag_of_field, " "));
+    return 2;
+  } catch (const mpsim::BlockFormatNameError& e) {
+    // The library says an element format is needed; where a block format is taken is the command line's to say.
+    std::fflush(stdout);
+    fmt::print(stderr,
+               "mpsim: error: {}; `mpsim round --to` and the --format of underflow, hist and rounding-error "
+               "take it\n",
+               e.what());
     return 2;
   } catch (const mpsim::Error& e) {
     std::fflush(stdout);

@@ -58,7 +58,7 @@ void run(const Options& opts) {
   const auto progress = input_progress("rounding", files, bf && bf->two_level ? 2 : 1);
   std::vector<analysis::RoundingError> total;
   for (const auto& r : rs) total.emplace_back(f, r, k);
-  const auto pass = analysis::measure_rounding_errors(files, input_options(o, progress.get()), f, rs, k, bf);
+  auto pass = analysis::measure_rounding_errors(files, input_options(o, progress.get()), f, rs, k, bf);
   const auto& results = finish_pass(pass, *progress).tensors;
   const auto& failures = pass.failures;
 

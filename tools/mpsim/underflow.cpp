@@ -50,7 +50,7 @@ void run_block_comparison(const CommonOptions& o, const std::string& mode, const
   }
   const auto files = analysis::expand_inputs(o.inputs);
   const auto progress = input_progress("underflow", files, analysis::telemetry_reads(targets));
-  const auto pass = analysis::scaling_pass(files, input_options(o, progress.get()), targets, o.scale, r);
+  auto pass = analysis::scaling_pass(files, input_options(o, progress.get()), targets, o.scale, r);
   const auto& results = finish_pass(pass, *progress).tensors;
   const auto& failures = pass.failures;
 
@@ -126,7 +126,7 @@ void run(const Options& opts) {
   const auto files = analysis::expand_inputs(o.inputs);
   const auto progress = input_progress("underflow", files);
   analysis::RangeCounter total(f, r);  // also validates format and mode before any input is read
-  const auto pass = analysis::count_underflow(files, input_options(o, progress.get()), f, r, uo.log2_scale);
+  auto pass = analysis::count_underflow(files, input_options(o, progress.get()), f, r, uo.log2_scale);
   const auto& results = finish_pass(pass, *progress).tensors;
   const auto& failures = pass.failures;
 

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "mpsim/error.hpp"
+#include "mpsim/field_error.hpp"
 #include "mpsim/format/bulk.hpp"
 #include "mpsim/io/tensor_source.hpp"
 
@@ -45,9 +46,11 @@ void source_file(const std::string& file, const InputOptions& o,
   for (const io::TensorRef& t : all) {
     if (!io::is_float(t.dtype)) {
       if (all.size() > 1) continue;
-      throw Error(
-          t.label + ": holds " + std::string(io::to_string(t.dtype)) +
-          " values, not floating point (pass --dtype bf16, fp16, fp8_e4m3 or fp8_e5m2 if they are the bits of one)");
+      throw FieldError("", "",
+                       t.label + ": holds " + std::string(io::to_string(t.dtype)) +
+                           " values, not floating point (pass {dtype} bf16, fp16, fp8_e4m3 or fp8_e5m2 if they are "
+                           "the bits of one)",
+                       {"dtype"});
     }
     TensorInfo info{t.file, t.name, t.label, t.shape, t.count, t.dtype};
     const std::size_t chunk = std::max<std::size_t>(1, o.chunk_elements);
@@ -75,8 +78,10 @@ std::vector<InputFailure> for_each_tensor(const std::vector<std::string>& files,
   for (const std::string& file : files) {
     try {
       source_file(file, options, fn);
+    } catch (const FieldError& e) {
+      failures.push_back({file, e.what(), e});
     } catch (const Error& e) {
-      failures.push_back({file, e.what()});
+      failures.push_back({file, e.what(), std::nullopt});
     }
   }
   return failures;

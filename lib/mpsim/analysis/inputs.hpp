@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "mpsim/field_error.hpp"
 #include "mpsim/io/npy.hpp"
 #include "mpsim/io/progress.hpp"
 
@@ -43,6 +44,9 @@ struct InputOptions {
 struct InputFailure {
   std::string input;    // the file
   std::string message;  // mpsim::Error's message (it names the file and what is wrong)
+  // The error, where its message advises a field (a dtype for raw data): a front end words `message` again
+  // with its own name for it (FieldError::message; the command line's --dtype, tools/mpsim/analysis_common.hpp).
+  std::optional<FieldError> field_error;
 };
 
 // The files the inputs name: files as given, directories expanded to their regular files (sorted).

@@ -1,4 +1,4 @@
-#include "mpsim/analysis/report_text.hpp"
+#include "mpsim/analysis/detail/report_text.hpp"
 
 #include <fmt/core.h>
 

@@ -18,7 +18,7 @@
 
 #include "mpsim/detail/cpu_features.hpp"
 #include "mpsim/error.hpp"
-#include "mpsim/format/bulk_params.hpp"
+#include "mpsim/format/detail/bulk_params.hpp"
 #include "mpsim/parallel.hpp"
 
 namespace mpsim {

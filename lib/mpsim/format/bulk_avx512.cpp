@@ -2,7 +2,7 @@
 // mask registers. Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512cd (meson.build); bulk.cpp
 // calls it only after __builtin_cpu_supports says the CPU has them. Where the compiler cannot build it,
 // meson compiles this file with MPSIM_NO_AVX512 and the path reports itself unavailable.
-#include "mpsim/format/bulk_params.hpp"
+#include "mpsim/format/detail/bulk_params.hpp"
 
 #ifndef MPSIM_NO_AVX512
 #include <immintrin.h>

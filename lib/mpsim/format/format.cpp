@@ -6,6 +6,7 @@
 #include <string>
 
 #include "mpsim/error.hpp"
+#include "mpsim/field_error.hpp"
 #include "mpsim/format/block.hpp"
 
 namespace mpsim {
@@ -253,10 +254,10 @@ Format parse_format(std::string_view name) {
     }
   }
   if (is_block_format_name(name))
-    throw Error("format '" + std::string(name) +
-                "' is a block format: `mpsim round --to` and `mpsim underflow --format` "
-                "take it; this option needs an element format (" +
-                known_format_names() + ")");
+    throw BlockFormatNameError("format '" + std::string(name) +
+                               "' is a block format (element codes sharing a scale per block); this needs an "
+                               "element format (" +
+                               known_format_names() + ")");
   throw Error("unknown format '" + std::string(name) + "' (known: " + known_format_names() +
               ", or a custom IEEE-style eXmY such as e6m9)");
 }

@@ -1,4 +1,4 @@
-// The scalar specification of rounding on a Format: round_spec.hpp's host/device functions (which the
+// The scalar specification of rounding on a Format: hd/round_spec.hpp's host/device functions (which the
 // CUDA emulation calls too), plus the names, checks and exact encodings the host needs. The bulk engine
 // is the fast path and is tested bit for bit against this file.
 #include "mpsim/format/round.hpp"

@@ -1,15 +1,15 @@
 // The one rounding function (docs/design.md). Everything that rounds — the bulk engine, the value types,
 // the training simulator, the analysis reports, the CLI — calls round_bits()/round() here or a path
 // that is tested bit for bit against them. round_bits() and decode() are the host/device specification
-// of round_spec.hpp applied to a Format; the CUDA emulation (kernels/emu.hpp) calls the same functions.
+// of hd/round_spec.hpp applied to a Format; the CUDA emulation (kernels/emu.hpp) calls the same functions.
 #pragma once
 
 #include <cstdint>
 #include <string_view>
 
 #include "mpsim/format/format.hpp"
-#include "mpsim/format/philox.hpp"
-#include "mpsim/format/round_spec.hpp"
+#include "mpsim/format/hd/philox.hpp"
+#include "mpsim/format/hd/round_spec.hpp"
 
 namespace mpsim {
 
@@ -63,7 +63,7 @@ std::string_view ieee_name(RoundingMode);
 RoundingMode parse_rounding_mode(std::string_view);
 
 // ---- the counter-based generator for stochastic rounding -------------------------------------------
-// 32 random bits for element `index` under `seed`: Philox4x32-10 (philox.hpp) keyed by the seed, counter
+// 32 random bits for element `index` under `seed`: Philox4x32-10 (hd/philox.hpp) keyed by the seed, counter
 // (index / 4, 0), word index % 4. Every seed is its own stream of 2^64 words (docs/formats.md).
 constexpr std::uint32_t sr_random(std::uint64_t seed, std::uint64_t index) { return philox::sr_random(seed, index); }
 
@@ -76,7 +76,7 @@ constexpr std::uint64_t splitmix64(std::uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// The plain structs of the host/device specification (round_spec.hpp) for a Format / Rounding.
+// The plain structs of the host/device specification (hd/round_spec.hpp) for a Format / Rounding.
 inline spec::FormatSpec format_spec(const Format& f) {
   spec::FormatSpec s;
   s.man_bits = f.man_bits;

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "mpsim/error.hpp"
-#include "mpsim/format/bulk_params.hpp"
+#include "mpsim/format/detail/bulk_params.hpp"
 #include "mpsim/format/options.hpp"
 #include "mpsim/format/round.hpp"
 #include "mpsim/parallel.hpp"

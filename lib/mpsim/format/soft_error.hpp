@@ -19,7 +19,7 @@
 // turns +inf into a NaN, a zero into a subnormal; in fp8_e4m3 it can turn 448 into the NaN 0x7F).
 //
 // The draws (deterministic; independent of thread count and chunking): element i (index0 + its position,
-// as stochastic rounding numbers elements) evaluates Philox4x32-10 (philox.hpp) once, at counter
+// as stochastic rounding numbers elements) evaluates Philox4x32-10 (hd/philox.hpp) once, at counter
 // (lo32(i), hi32(i), 0, 0) under the key seed ^ kSoftErrorKeySalt (low word first). Words 0 and 1 give
 // u = (w1 * 2^32 + w0) / 2^64 truncated to 53 bits, in [0, 1): the element is hit when u < p, so p = 0
 // never flips and p = 1 always does. Word 2 gives the bit: floor(w2 * m / 2^32) for m eligible bits, m =
@@ -37,7 +37,7 @@
 
 #include "mpsim/format/bulk.hpp"
 #include "mpsim/format/format.hpp"
-#include "mpsim/format/philox.hpp"
+#include "mpsim/format/hd/philox.hpp"
 
 namespace mpsim {
 

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "mpsim/error.hpp"
+#include "mpsim/field_error.hpp"
 #include "mpsim/format/bulk.hpp"
 #include "mpsim/io/atomic_file.hpp"
 
@@ -138,9 +139,11 @@ DescrInfo parse_descr(const std::string& d, std::string_view name) {
   else if (code == "V2") t = DType::void16;
   else if (code == "V4") t = DType::void32;
   else
-    fail(name, fmt::format("unsupported dtype '{}' (supported: float16/32/64, uint8/16/32, int32/64, and the "
-                           "opaque types |V1 <f1 <V2 <V4 of ml_dtypes arrays read with --dtype)",
-                           d));
+    throw FieldError("", "",
+                     fmt::format("{}: unsupported dtype '{}' (supported: float16/32/64, uint8/16/32, int32/64, and "
+                                 "the opaque types |V1 <f1 <V2 <V4 of ml_dtypes arrays read with {{dtype}})",
+                                 name, d),
+                     {"dtype"});
   if (is_opaque(t)) {
     // numpy writes '|V2' for a plain void and ml_dtypes '<V2' (its types are stored little-endian here).
     if (order == '>')
@@ -232,7 +235,7 @@ std::vector<Out> convert(const NpyArray& a) {
     if constexpr (std::is_same_v<Out, float>) return out;
     else return std::vector<Out>(out.begin(), out.end());
   };
-  if (is_opaque(a.dtype)) throw Error("the array " + opaque_message(a.dtype));
+  if (is_opaque(a.dtype)) throw FieldError("", "", "the array " + opaque_message(a.dtype), {"dtype"});
   if (const Format* f = bits_format(a.dtype)) {
     if (dtype_size(a.dtype) == 2) return decode_all(std::uint16_t{}, *f);
     return decode_all(std::uint8_t{}, *f);
@@ -324,7 +327,7 @@ std::string opaque_message(DType t) {
                                              : "float32 or uint32";
   return fmt::format(
       "holds '{}' elements (opaque {}-byte values: how np.save writes an ml_dtypes array); say "
-      "which type they are with --dtype ({})",
+      "which type they are with {{dtype}} ({})",
       t == DType::void8    ? "V1' or 'f1"
       : t == DType::void16 ? "V2"
                            : "V4",

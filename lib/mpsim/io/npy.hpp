@@ -59,7 +59,7 @@ enum class DType : std::uint8_t {
 std::size_t dtype_size(DType);
 bool is_float(DType);   // f16, f32, f64 and the *_bits formats: values with a binade
 bool is_opaque(DType);  // void8 / void16 / void32
-// The error text for reading opaque elements without a type: names the header and the fix.
+// The error text for opaque elements without a type: names the header and the fix ({dtype}: a FieldError's mark).
 std::string opaque_message(DType);
 // The format whose encodings a *_bits dtype (or f16) holds; nullptr for the others.
 const Format* bits_format(DType);

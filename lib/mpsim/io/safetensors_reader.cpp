@@ -5,6 +5,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <tuple>
 
 #include <fmt/core.h>
 
@@ -30,10 +31,10 @@ DType safetensors_dtype(const std::string& s, const std::string& label) {
   if (s == "F8_E5M2FNUZ") return DType::fp8_e5m2fnuz_bits;
   if (s == "F8_E8M0") return DType::float8_e8m0fnu_bits;
   if (s == "F4" || s == "F6_E2M3" || s == "F6_E3M2")
-    fail(
+    fail_advising_dtype(
         fmt::format("{}: dtype '{}' packs its elements below a byte (safetensors' sub-byte layout); mpsim reads "
                     "one element per byte: unpack it to uint8 (as ml_dtypes stores float4/float6) and read it "
-                    "with --dtype {}",
+                    "with {{dtype}} {}",
                     label, s,
                     s == "F4"        ? "float4_e2m1fn"
                     : s == "F6_E2M3" ? "float6_e2m3fn"
@@ -127,8 +128,13 @@ std::vector<TensorRef> read_safetensors_directory(std::span<const std::byte> b, 
   std::vector<TensorRef> tensors;
   for (const auto& [name, v] : header.items())
     if (name != "__metadata__") tensors.push_back(safetensors_tensor(file, name, v, base, data_size, o));
-  std::sort(tensors.begin(), tensors.end(),
-            [](const TensorRef& a, const TensorRef& c) { return a.data_offset < c.data_offset; });
+  // In data order as the safetensors library orders them, by (begin, end) (safetensors/src/tensor.rs,
+  // Metadata::new: `data_offsets.cmp`), names last so that the order is one: a zero-element tensor's empty
+  // range [b, b) then comes before a tensor that begins at b, and overlaps nothing. Its validate() then wants
+  // each range to begin where the previous ended; mpsim accepts gaps and refuses only overlaps.
+  std::sort(tensors.begin(), tensors.end(), [](const TensorRef& a, const TensorRef& c) {
+    return std::tie(a.data_offset, a.data_bytes, a.name) < std::tie(c.data_offset, c.data_bytes, c.name);
+  });
   for (std::size_t i = 1; i < tensors.size(); ++i)
     if (tensors[i].data_offset < tensors[i - 1].data_offset + tensors[i - 1].data_bytes)
       fail(fmt::format("{}: tensors '{}' and '{}' overlap in the data", file, tensors[i - 1].name, tensors[i].name));

@@ -16,6 +16,7 @@
 #include <set>
 
 #include "mpsim/error.hpp"
+#include "mpsim/field_error.hpp"
 #include "mpsim/format/bulk.hpp"
 #include "mpsim/io/detail/safetensors_reader.hpp"
 #include "mpsim/io/detail/tensor_reader.hpp"
@@ -155,6 +156,7 @@ void convert(const std::byte* raw, std::size_t n, DType dt, std::vector<T>& out,
 namespace detail {
 
 [[noreturn]] void fail(const std::string& what) { throw Error(what); }
+[[noreturn]] void fail_advising_dtype(const std::string& what) { throw FieldError("", "", what, {"dtype"}); }
 
 std::uint64_t le(std::span<const std::byte> b, std::size_t at, int n) {
   std::uint64_t v = 0;
@@ -172,9 +174,9 @@ std::string label_of(const std::string& file, const std::string& name) {
 DType effective(DType stored, const SourceOptions& o, bool single, const std::string& label) {
   if (is_opaque(stored) && (!o.dtype || dtype_size(*o.dtype) != dtype_size(stored))) {
     if (o.dtype)
-      fail(fmt::format("{}: {}; {} is {} bytes wide", label, opaque_message(stored), to_string(*o.dtype),
-                       dtype_size(*o.dtype)));
-    fail(fmt::format("{}: {}", label, opaque_message(stored)));
+      fail_advising_dtype(fmt::format("{}: {}; {} is {} bytes wide", label, opaque_message(stored), to_string(*o.dtype),
+                                      dtype_size(*o.dtype)));
+    fail_advising_dtype(fmt::format("{}: {}", label, opaque_message(stored)));
   }
   if (!o.dtype || *o.dtype == stored) return stored;
   const DType want = *o.dtype;
@@ -268,8 +270,8 @@ FileKind detect_kind(std::span<const std::byte> b, const SourceOptions& o, const
   if (b.size() >= 9 && static_cast<char>(b[8]) == '{' && (!o.dtype || le(b, 0, 8) <= b.size() - 8))
     return FileKind::safetensors;
   if (o.dtype) return FileKind::raw;
-  fail(
-      fmt::format("{}: not a .npy, .npz or safetensors file (unknown magic); pass --dtype to read it as raw "
+  fail_advising_dtype(
+      fmt::format("{}: not a .npy, .npz or safetensors file (unknown magic); pass {{dtype}} to read it as raw "
                   "data (a 1-D array)",
                   file));
 }
@@ -281,7 +283,7 @@ std::vector<TensorRef> read_npy_directory(std::span<const std::byte> b, const st
 
 std::vector<TensorRef> read_raw_directory(std::span<const std::byte> b, const std::string& file,
                                           const SourceOptions& o) {
-  if (!o.dtype) fail(file + ": raw data needs a dtype (--dtype)");
+  if (!o.dtype) fail_advising_dtype(file + ": raw data needs a dtype ({dtype})");
   const std::size_t elem = dtype_size(*o.dtype);
   TensorRef t;
   t.file = file;

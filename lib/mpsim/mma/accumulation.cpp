@@ -8,6 +8,7 @@
 #include <random>
 
 #include "mpsim/error.hpp"
+#include "mpsim/field_error.hpp"
 #include "mpsim/format/round.hpp"
 #include "mpsim/mma/dot.hpp"
 #include "mpsim/reference/reference.hpp"
@@ -87,14 +88,14 @@ std::vector<std::size_t> parse_k_range(const std::string& text) {
       pos = 0;
     }
     if (pos != s.size() || v == 0 || v > (1ull << 26))
-      throw Error(fmt::format("--k '{}': '{}' is not a length in 1..2^26", text, s));
+      throw FieldError("k", "'" + text + "'", fmt::format("'{}' is not a length in 1..2^26", s));
     return static_cast<std::size_t>(v);
   };
   std::vector<std::size_t> ks;
   const auto dots = text.find("..");
   if (dots != std::string::npos) {
     const std::size_t lo = number(text.substr(0, dots)), hi = number(text.substr(dots + 2));
-    if (lo > hi) throw Error(fmt::format("--k '{}': the range is empty", text));
+    if (lo > hi) throw FieldError("k", "'" + text + "'", "the range is empty");
     for (std::size_t k = lo; k <= hi; k *= 2) ks.push_back(k);
     return ks;
   }

@@ -9,7 +9,8 @@
 #include <map>
 
 #include "mpsim/error.hpp"
-#include "mpsim/models/rng.hpp"
+#include "mpsim/field_error.hpp"
+#include "mpsim/models/detail/rng.hpp"
 
 namespace mpsim::models {
 
@@ -34,11 +35,11 @@ GeneratedLanguage::GeneratedLanguage() {
 
 GeneratedLanguage::GeneratedLanguage(int v, double s) : GeneratedLanguage() {
   if (v < min_vocab || v > max_vocab)
-    throw Error(
-        fmt::format("--vocab {}: the generated language takes {} to {} tokens (17 of them brackets and the "
-                    "separator)",
-                    v, min_vocab, max_vocab));
-  if (!(std::isfinite(s) && s >= 0)) throw Error(fmt::format("--zipf {}: must be finite and >= 0", s));
+    throw FieldError("vocab", std::to_string(v),
+                     fmt::format("the generated language takes {} to {} tokens (17 of them brackets and the "
+                                 "separator)",
+                                 min_vocab, max_vocab));
+  if (!(std::isfinite(s) && s >= 0)) throw FieldError("zipf", fmt::format("{}", s), "must be finite and >= 0");
   zipf = s;
   if (v == default_vocab) return;  // the language above, whatever s (it has no Zipf law)
   vocab = v;

@@ -1,5 +1,7 @@
 #include "mpsim/models/layer_dump.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -7,6 +9,7 @@
 #include <vector>
 
 #include "mpsim/error.hpp"
+#include "mpsim/field_error.hpp"
 #include "mpsim/format/stats_fields.hpp"
 #include "mpsim/io/safetensors_writer.hpp"
 #include "mpsim/models/corpus.hpp"
@@ -52,9 +55,13 @@ void write_layer_dump(const std::filesystem::path& path, const LayerDumpOptions&
   const bool lstm = o.model == "lstm" || o.model == "lstm_lm";
   if (!ssd && !lstm) throw Error("layer dump: unknown model '" + o.model + "' (expected ssd or lstm)");
   if (lstm && !o.config.corpus_path.empty())
-    throw Error("layer dump: the lstm is dumped on the generated corpus only (no --corpus)");
-  if (lstm && (o.config.vocab != 0 || !std::isnan(o.config.zipf)))
-    throw Error("layer dump: the lstm is dumped on the default generated language only (no --vocab, --zipf)");
+    throw FieldError("corpus_path", o.config.corpus_path, "the layer dump runs the lstm on the generated corpus only");
+  if (lstm && o.config.vocab != 0)
+    throw FieldError("vocab", std::to_string(o.config.vocab),
+                     "the layer dump runs the lstm on the default generated language only");
+  if (lstm && !std::isnan(o.config.zipf))
+    throw FieldError("zipf", fmt::format("{}", o.config.zipf),
+                     "the layer dump runs the lstm on the default generated language only");
   if (!(std::isfinite(o.loss_scale) && o.loss_scale > 0))
     throw Error("layer dump: the loss scale must be a positive finite number, got " + std::to_string(o.loss_scale));
   const int batch = o.config.batch > 0 ? o.config.batch : (ssd ? kSsdDefaultBatch : kLstmDefaultBatch);

@@ -4,9 +4,10 @@
 #include <optional>
 
 #include "mpsim/error.hpp"
+#include "mpsim/field_error.hpp"
 #include "mpsim/models/corpus.hpp"
-#include "mpsim/models/rng.hpp"
-#include "mpsim/models/sites.hpp"
+#include "mpsim/models/detail/rng.hpp"
+#include "mpsim/models/detail/sites.hpp"
 #include "mpsim/nn/embedding.hpp"
 #include "mpsim/nn/linear.hpp"
 #include "mpsim/nn/loss.hpp"
@@ -32,7 +33,9 @@ class LstmLm final : public nn::Model {
     H_ = cfg.size > 0 ? cfg.size : 64;
     const bool language_set = cfg.vocab != 0 || !std::isnan(cfg.zipf);
     if (!cfg.corpus_path.empty()) {
-      if (language_set) throw Error("lstm: --vocab and --zipf shape the generated language; --corpus brings its own");
+      if (language_set)
+        throw FieldError("corpus_path", cfg.corpus_path,
+                         "brings its own language; {vocab} and {zipf} shape the generated one", {"vocab", "zipf"});
       text_ = load_text_corpus(cfg.corpus_path, kSteps + 1);
       V_ = static_cast<int>(text_->vocab.size());
     } else {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "mpsim/models/rng.hpp"
+#include "mpsim/models/detail/rng.hpp"
 
 namespace mpsim::models {
 

@@ -1,14 +1,17 @@
 #include "mpsim/models/ssd_lite.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "mpsim/error.hpp"
+#include "mpsim/field_error.hpp"
+#include "mpsim/models/detail/rng.hpp"
+#include "mpsim/models/detail/sites.hpp"
 #include "mpsim/models/detection_map.hpp"
-#include "mpsim/models/rng.hpp"
 #include "mpsim/models/shapes.hpp"
-#include "mpsim/models/sites.hpp"
 #include "mpsim/nn/activation.hpp"
 #include "mpsim/nn/conv2d.hpp"
 #include "mpsim/nn/multibox.hpp"
@@ -49,8 +52,10 @@ class SsdLite final : public nn::Model {
     batch_ = cfg.batch > 0 ? cfg.batch : 8;
     const int width = cfg.size > 0 ? cfg.size : 16;
     if (cfg.batch < 0 || cfg.size < 0) throw Error("ssd: batch and size must be positive");
-    if (!cfg.corpus_path.empty()) throw Error("ssd: --corpus is for the lstm model only");
-    if (cfg.vocab != 0 || !std::isnan(cfg.zipf)) throw Error("ssd: --vocab and --zipf are for the lstm model only");
+    if (!cfg.corpus_path.empty()) throw FieldError("corpus_path", cfg.corpus_path, "for the lstm model only, not ssd");
+    if (cfg.vocab != 0) throw FieldError("vocab", std::to_string(cfg.vocab), "for the lstm model only, not ssd");
+    if (!std::isnan(cfg.zipf))
+      throw FieldError("zipf", fmt::format("{}", cfg.zipf), "for the lstm model only, not ssd");
     auto add = [&](const std::string& name, int C, int OC) {
       Conv c;
       c.name = name;

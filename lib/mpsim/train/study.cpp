@@ -12,6 +12,7 @@
 #include <numeric>
 
 #include "mpsim/error.hpp"
+#include "mpsim/field_error.hpp"
 #include "mpsim/io/atomic_file.hpp"
 #include "mpsim/parallel.hpp"
 #include "mpsim/version.hpp"
@@ -194,7 +195,7 @@ std::vector<StudyEntry> select_grid(const std::vector<StudyEntry>& grid, const s
     for (const auto& e : grid) known += (known.empty() ? "" : ", ") + study_run_folder(e);
     std::string names;
     for (const auto& u : unknown) names += (names.empty() ? "'" : ", '") + u + "'";
-    throw Error(fmt::format("--only: unknown configuration {}; the grid's are: {}", names, known));
+    throw FieldError("only", "", fmt::format("unknown configuration {}; the grid's are: {}", names, known));
   }
   std::vector<StudyEntry> out;
   for (const auto& e : grid)
@@ -203,11 +204,11 @@ std::vector<StudyEntry> select_grid(const std::vector<StudyEntry>& grid, const s
 }
 
 StudyPlan plan_study(const StudyConfig& config, const ModelFactory& factory) {
-  if (config.seeds < 1) throw Error(fmt::format("--seeds {}: must be >= 1", config.seeds));
-  if (config.jobs < 1) throw Error(fmt::format("--jobs {}: must be >= 1", config.jobs));
-  if (config.out.empty()) throw Error("--out: an output folder is required");
+  if (config.seeds < 1) throw FieldError("seeds", std::to_string(config.seeds), "must be >= 1");
+  if (config.jobs < 1) throw FieldError("jobs", std::to_string(config.jobs), "must be >= 1");
+  if (config.out.empty()) throw FieldError("out", "", "an output folder is required");
   if (std::filesystem::exists(config.out) && !std::filesystem::is_directory(config.out))
-    throw Error(fmt::format("--out {}: exists and is not a folder", config.out.string()));
+    throw FieldError("out", config.out.string(), "exists and is not a folder");
   if (!config.force) {
     // As `mpsim train --out` (trainer.cpp, validate): an earlier study's runs would mix with this one's.
     std::string found;
@@ -215,17 +216,19 @@ StudyPlan plan_study(const StudyConfig& config, const ModelFactory& factory) {
       if (std::error_code ec; std::filesystem::exists(config.out / name, ec))
         found += (found.empty() ? "" : ", ") + std::string(name);
     if (!found.empty())
-      throw Error(
-          fmt::format("--out {}: holds a previous study ({}); choose another folder, or pass --force to "
-                      "replace that study's files",
-                      config.out.string(), found));
+      throw FieldError("out", config.out.string(),
+                       fmt::format("holds a previous study ({}); choose another folder, or replace that study's "
+                                   "files ({{force}})",
+                                   found),
+                       {"force"});
   }
   for (double s : config.static_scales)
-    if (!(std::isfinite(s) && s > 0)) throw Error(fmt::format("static scale {}: must be finite and > 0", s));
-  if (config.steps < 0) throw Error(fmt::format("--steps {}: must be >= 1", config.steps));
-  if (config.accumulate < 1) throw Error(fmt::format("--accumulate {}: must be >= 1", config.accumulate));
+    if (!(std::isfinite(s) && s > 0))
+      throw FieldError("static_scales", fmt::format("{}", s), "a static scale must be finite and > 0");
+  if (config.steps < 0) throw FieldError("steps", std::to_string(config.steps), "must be >= 1");
+  if (config.accumulate < 1) throw FieldError("accumulate", std::to_string(config.accumulate), "must be >= 1");
   if (!(std::isfinite(config.tolerance_pct) && config.tolerance_pct >= 0))
-    throw Error(fmt::format("--tolerance-pct {}: must be finite and >= 0", config.tolerance_pct));
+    throw FieldError("tolerance_pct", fmt::format("{}", config.tolerance_pct), "must be finite and >= 0");
   // The model is built once first: a bad name or corpus fails here, before anything is written, and
   // its hints give the default run length.
   const nn::TrainHints hints = factory(config.model, config.model_config, 1)->hints();
@@ -257,8 +260,8 @@ std::vector<TrainSummary> run_plan(const StudyConfig& config, const StudyPlan& p
   if (config.force)
     for (const char* name : kPreviousStudyFiles)
       if (std::error_code ec; std::filesystem::remove_all(config.out / name, ec) == static_cast<std::uintmax_t>(-1))
-        throw Error(fmt::format("--out {}: cannot remove the previous study's {}: {}", config.out.string(), name,
-                                ec.message()));
+        throw FieldError("out", config.out.string(),
+                         fmt::format("cannot remove the previous study's {}: {}", name, ec.message()));
   const auto& runs = plan.runs;
   std::vector<TrainSummary> results(runs.size());
   std::vector<std::string> errors(runs.size());

@@ -189,9 +189,10 @@ void validate(const TrainConfig& c) {
         found += (found.empty() ? "" : ", ") + std::string(name);
     if (!found.empty())
       throw FieldError("out", c.out.string(),
-                       fmt::format("holds a previous run ({}); choose another folder, or pass --force to replace "
-                                   "that run's files",
-                                   found));
+                       fmt::format("holds a previous run ({}); choose another folder, or replace that run's files "
+                                   "({{previous_run}})",
+                                   found),
+                       {"previous_run"});
   }
 }
 

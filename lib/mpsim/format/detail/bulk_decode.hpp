@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "mpsim/format/bulk_params.hpp"
+#include "mpsim/format/detail/bulk_params.hpp"
 
 namespace mpsim::bulk_detail {
 namespace {

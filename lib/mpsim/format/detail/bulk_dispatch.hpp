@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <cstring>
 
-#include "mpsim/format/bulk_params.hpp"
 #include "mpsim/format/detail/bulk_f16c.hpp"
 #include "mpsim/format/detail/bulk_float_layout.hpp"
+#include "mpsim/format/detail/bulk_params.hpp"
 #include "mpsim/format/detail/bulk_round.hpp"
 
 namespace mpsim::bulk_detail {

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "mpsim/format/bulk_params.hpp"
 #include "mpsim/format/detail/bulk_counters.hpp"
+#include "mpsim/format/detail/bulk_params.hpp"
 #include "mpsim/format/detail/bulk_store.hpp"
 
 namespace mpsim::bulk_detail {

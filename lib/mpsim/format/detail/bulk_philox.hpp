@@ -6,13 +6,13 @@
 #include <cstdint>
 #include <cstring>
 
-#include "mpsim/format/bulk_params.hpp"
-#include "mpsim/format/philox.hpp"
+#include "mpsim/format/detail/bulk_params.hpp"
+#include "mpsim/format/hd/philox.hpp"
 
 namespace mpsim::bulk_detail {
 namespace {
 
-// Stochastic rounding's random words, W lanes at a time: Philox4x32-10 (philox.hpp) with element e of
+// Stochastic rounding's random words, W lanes at a time: Philox4x32-10 (hd/philox.hpp) with element e of
 // the stream taking word e % 4 of block e / 4. One vector evaluates W / 4 blocks, block b's counter and
 // state in lanes 4b .. 4b + 3, so a round is one 32x32->64 multiply of the even lanes (words 0 and 2 by
 // M0 and M1), one in-lane word reversal of the products, and one three-way xor with the odd words
@@ -20,10 +20,10 @@ namespace {
 //   out = (hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0)   (Random123's _philox4x32round)
 // A call whose first element index0 is not a multiple of 4 (r = index0 % 4) takes lanes r .. r + W - 1
 // of two consecutive block vectors; the second is kept for the next vector of the call, so a call in
-// order still evaluates one block vector per vector. Only philox.hpp's constants are used here (see the
+// order still evaluates one block vector per vector. Only hd/philox.hpp's constants are used here (see the
 // top of bulk_kernel.hpp).
 //
-// The 16-bit stream (sr_bits <= 16, KernelParams::sr_half; philox.hpp sr_word): element e takes word e % 4
+// The 16-bit stream (sr_bits <= 16, KernelParams::sr_half; hd/philox.hpp sr_word): element e takes word e % 4
 // of block e / 8, its high half where e % 8 < 4, its low half moved to the top otherwise. One block vector
 // then serves two element vectors: the first takes quarters 0 .. W / 8 - 1 of it, lane j from lane
 // 4 (j / 8) + j % 4 shifted left by 16 where j % 8 >= 4 (one vpermd and one vpsllvd), the second the

@@ -7,10 +7,10 @@
 #include <cstdint>
 #include <cstring>
 
-#include "mpsim/format/bulk_params.hpp"
 #include "mpsim/format/detail/bulk_counters.hpp"
 #include "mpsim/format/detail/bulk_decode.hpp"
 #include "mpsim/format/detail/bulk_f16c.hpp"
+#include "mpsim/format/detail/bulk_params.hpp"
 #include "mpsim/format/detail/bulk_philox.hpp"
 #include "mpsim/format/detail/bulk_store.hpp"
 

@@ -14,8 +14,8 @@
 #include <cmath>
 #include <cstdint>
 
-#include "mpsim/format/host_device.hpp"
-#include "mpsim/format/round_spec.hpp"
+#include "mpsim/format/hd/host_device.hpp"
+#include "mpsim/format/hd/round_spec.hpp"
 
 namespace mpsim::hd {
 

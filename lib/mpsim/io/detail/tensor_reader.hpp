@@ -15,6 +15,9 @@ namespace mpsim::io::detail {
 
 // Throws mpsim::Error with the message (every reader's errors name the file or member first).
 [[noreturn]] void fail(const std::string& what);
+// The same for a message that advises the dtype override (SourceOptions::dtype), marked "{dtype}" in it: a
+// FieldError, so that each front end names it its own way (the command line: --dtype).
+[[noreturn]] void fail_advising_dtype(const std::string& what);
 // The little-endian unsigned integer of n bytes at b[at].
 std::uint64_t le(std::span<const std::byte> b, std::size_t at, int n);
 bool is_integer(DType t);

@@ -20,7 +20,7 @@
 
 #include <cstdint>
 
-#include "mpsim/format/host_device.hpp"
+#include "mpsim/format/hd/host_device.hpp"
 
 namespace mpsim::philox {
 

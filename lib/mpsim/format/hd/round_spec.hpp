@@ -11,8 +11,8 @@
 
 #include <cstdint>
 
-#include "mpsim/format/host_device.hpp"
-#include "mpsim/format/philox.hpp"
+#include "mpsim/format/hd/host_device.hpp"
+#include "mpsim/format/hd/philox.hpp"
 
 namespace mpsim::spec {
 

@@ -47,8 +47,8 @@ struct KernelParams {
   std::int32_t ovf_pos_counts = 0, ovf_neg_counts = 0;  // -1 where an overflowed result is inf/NaN (Stats)
   // stochastic rounding
   std::uint32_t sr_mask = 0xffffffffu;           // keeps the top sr_bits bits of the fraction and the random number
-  std::uint32_t sr_seed_lo = 0, sr_seed_hi = 0;  // the Philox4x32-10 key (philox.hpp): the seed's two words
-  bool sr_half = false;  // sr_bits <= 16: the 16-bit stream (philox.hpp, sr_word), two elements per word
+  std::uint32_t sr_seed_lo = 0, sr_seed_hi = 0;  // the Philox4x32-10 key (hd/philox.hpp): the seed's two words
+  bool sr_half = false;  // sr_bits <= 16: the 16-bit stream (hd/philox.hpp, sr_word), two elements per word
   // decoding to float (simulate mode, decode_array)
   std::int32_t dec_add = 0;                   // (127 - bias) << 23
   bool sub_by_shift = false;                  // emin == -126: a format subnormal is the float subnormal man << (23 - m)
@@ -95,7 +95,7 @@ struct StatsAcc {
 
 // Rounds n floats; element i uses stochastic index index0 + i. The caller splits ranges so that
 // index0 .. index0 + n - 1 share their bits from 34 up (the high word of the Philox block counter
-// index / 4, philox.hpp). acc == nullptr: no statistics.
+// index / 4, hd/philox.hpp). acc == nullptr: no statistics.
 void round_f32_avx2(const float* in, void* out, OutKind kind, std::size_t n, std::uint64_t index0,
                     const KernelParams& p, StatsAcc* acc);
 void round_f32_avx512(const float* in, void* out, OutKind kind, std::size_t n, std::uint64_t index0,
