@@ -428,12 +428,12 @@ std::string summary_csv(const StudyPlan& plan, const nlohmann::json& summary) {
     const std::string log2_scale =
         plan.grid[g].static_scale > 0 ? csv_number(std::log2(plan.grid[g].static_scale)) : std::string();
     csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
-                       csv_text(plan.grid[g].label), plan.grid[g].policy, csv_text(plan.grid[g].scaler), log2_scale,
-                       r["metric"].get<std::string>(), r["higher_is_better"].get<bool>() ? 1 : 0, r["seeds"].get<int>(),
-                       n(r["metric_mean"]), n(r["metric_sd"]), n(r["metric_ci95"][0]), n(r["metric_ci95"][1]),
-                       n(r["delta_vs_fp32"]), n(r["paired_delta_sd"]), n(r["paired_ci95"][0]), n(r["paired_ci95"][1]),
-                       n(r["paired_ci_level"]), n(r["paired_ci"][0]), n(r["paired_ci"][1]), n(r["tolerance"]),
-                       r["diverged_seeds"].get<int>(), n(r["activation_grad_lost_pct_mean"]),
+                       csv_text(plan.grid[g].label), csv_text(plan.grid[g].policy), csv_text(plan.grid[g].scaler),
+                       log2_scale, r["metric"].get<std::string>(), r["higher_is_better"].get<bool>() ? 1 : 0,
+                       r["seeds"].get<int>(), n(r["metric_mean"]), n(r["metric_sd"]), n(r["metric_ci95"][0]),
+                       n(r["metric_ci95"][1]), n(r["delta_vs_fp32"]), n(r["paired_delta_sd"]), n(r["paired_ci95"][0]),
+                       n(r["paired_ci95"][1]), n(r["paired_ci_level"]), n(r["paired_ci"][0]), n(r["paired_ci"][1]),
+                       n(r["tolerance"]), r["diverged_seeds"].get<int>(), n(r["activation_grad_lost_pct_mean"]),
                        n(r["activation_grad_l1_lost_pct_mean"]), n(r["activation_grad_l2sq_lost_pct_mean"]),
                        n(r["updates_swallowed_pct_mean"]), n(r["skipped_steps_mean"]), r["verdict"].get<std::string>(),
                        r["runs"].get<std::string>(), n(r["activation_grad_push_down_mean"]),
