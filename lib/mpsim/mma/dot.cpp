@@ -336,7 +336,7 @@ double block_pairwise(const BlockFma& p, const Operand* a, const Operand* b, int
   // pws_fma: d = sum(first half); d = d + sum(second half), each addition one fp32 rounding (MATLAB's fma(d, 1, x)).
   for (int width = 1; width < p.products; width *= 2)
     for (int k = 0; k + width < p.products; k += 2 * width) v[k] = flush(v[k] + v[k + width]);
-  const float cc = flush(static_cast<float>(to_double(c)));  // c: an fp32 value; flushed first (line 67)
+  const float cc = flush(static_cast<float>(to_double(c)));  // c: an fp32 value; flushed first (lines 69-71)
   return flush(cc + v[0]);
 }
 
@@ -347,7 +347,7 @@ double block_pairwise(const BlockFma& p, const Operand* a, const Operand* b, int
 std::int64_t add_two(int E1, std::int64_t S1, int E2, std::int64_t S2, int eab1, bool exp_check, int& E, int& neab) {
   E = std::max(E1, E2);
   int shift = std::abs(E1 - E2);
-  if (shift > 532) shift = 0;  // line 530: one side is an empty group (exponent -1024)
+  if (shift > 532) shift = 0;  // line 526: one side is an empty group (exponent -1024)
   const bool n1 = S1 < 0, n2 = S2 < 0;
   std::uint64_t m1 = n1 ? 0 - static_cast<std::uint64_t>(S1) : static_cast<std::uint64_t>(S1);
   std::uint64_t m2 = n2 ? 0 - static_cast<std::uint64_t>(S2) : static_cast<std::uint64_t>(S2);
@@ -371,7 +371,7 @@ std::int64_t add_two(int E1, std::int64_t S1, int E2, std::int64_t S2, int eab1,
 // GlobalAlignmentSum over products k = first, first + step, ... < n (AlignSignficand, lines 1040-1127): each
 // product's significand (in [0, 4): products are not normalised, denorm_prd = 1) with align_bits - 23 extra bits,
 // shifted right to the largest exponent (shifts beyond 31 leave nothing), the signed sum. `zeros_count`: zero
-// products take part with exponent -1024 (odd_even_grouping, line 138); otherwise they drop out, and a group of
+// products take part with exponent -1024 (odd_even_grouping, line 135); otherwise they drop out, and a group of
 // none returns false.
 bool group_sum(const BlockFma& p, const Operand* a, const Operand* b, int n, int in_frac, int first, int step,
                bool zeros_count, int& E, std::int64_t& S) {
@@ -412,7 +412,7 @@ double block_late(const BlockFma& p, const Operand* a, const Operand* b, int n, 
   } else if (!group_sum(p, a, b, n, in_frac, 0, 1, false, E, S)) {
     return c.kind == Kind::finite ? to_double(c) : 0.0;  // no non-zero product: d = c (exactly; 0 when c is)
   }
-  // c as AddTwoNonNormSums takes it (lines 191-204): its fp32 significand with 23 + neab fraction bits, its
+  // c as AddTwoNonNormSums takes it (lines 189-205): its fp32 significand with 23 + neab fraction bits, its
   // exponent clamped at -126; c = 0 sits at exponent -126 (c_min_exp_limit = 1).
   std::int64_t Sc = 0;
   int Ec = kAccumulatorEmin;
