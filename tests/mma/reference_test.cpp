@@ -382,6 +382,11 @@ TEST_CASE("unknown models and unsupported formats are errors naming them", "[mma
   CHECK_THROWS_WITH(mma::matrix_unit("a100", fp8_e4m3(), fp32()), Catch::Contains("a100"));
   CHECK_THROWS_WITH(mma::matrix_unit("h100", bf16(), fp16()), Catch::Contains("fp16 out only"));
   CHECK_THROWS(mma::matrix_unit("h100", fp32(), fp32()));
+  CHECK_THROWS_WITH(mma::matrix_unit("mi300x", fp8_e4m3(), fp32()), Catch::Contains("fp8_e4m3fnuz"));
+  CHECK_THROWS_WITH(mma::matrix_unit("mi250", fp16(), fp16()), Catch::Contains("fp32 out only"));
+  mma::MatrixUnit pw = mma::matrix_unit("mi250", fp16(), fp32());
+  pw.block.products = 6;
+  CHECK_THROWS_WITH(mma::validate(pw), Catch::Contains("power of two"));
   // Values outside the input format are refused by dot and gemm (the CLI and Python round them first).
   const mma::MatrixUnit u = mma::matrix_unit("h100", fp8_e4m3(), fp32());
   const std::vector<double> one{1.0};

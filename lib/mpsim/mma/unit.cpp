@@ -238,6 +238,11 @@ void validate(const MatrixUnit& u) {
   if (u.instruction.k != 0 && (u.instruction.interleave < 1 || u.instruction.groups < 1)) fail("bad instruction split");
   if (b.structure != BlockStructure::aligned && (!(u.output == fp32()) || u.instruction.k != 0))
     fail("the CDNA block structures need fp32 output and no instruction split");
+  if (b.structure == BlockStructure::pairwise_fp32 && (b.products & (b.products - 1)) != 0)
+    fail("a pairwise block halves its products: products must be a power of two");
+  if ((b.structure == BlockStructure::late_accumulator || b.structure == BlockStructure::odd_even) &&
+      b.align_bits < 2 * u.input.man_bits)
+    fail("align_bits must keep every product's fraction bits (at least twice the input's mantissa bits)");
   if (u.promote_every < 0 || (u.promote_every > 0 && (u.promote_every % b.products != 0 || !(u.output == fp32()))))
     fail("promote_every must be a multiple of the block and needs fp32 output");
 }
