@@ -92,14 +92,12 @@ MatrixUnit matrix_unit(std::string_view model, const Format& input, const Format
   const bool out16 = output == fp16();
   if (!(output == fp32()) && !out16)
     throw Error(fmt::format("mma: output format {} is not one a matrix unit writes (fp32, fp16)", output.name));
+  const bool cdna = found->gen == Gen::cdna1 || found->gen == Gen::cdna2 || found->gen == Gen::cdna3;
   MatrixUnit u;
-  u.gpu = (found->recorded[0] || found->gen == Gen::cdna1 || found->gen == Gen::cdna2 || found->gen == Gen::cdna3)
-              ? found->name
-              : "";
+  u.gpu = (found->recorded[0] || cdna) ? found->name : "";
   u.input = input;
   u.output = output;
   const In in = input_kind(input);
-  const bool cdna = found->gen == Gen::cdna1 || found->gen == Gen::cdna2 || found->gen == Gen::cdna3;
   if (in == In::fp8_fnuz && found->gen != Gen::cdna3)
     unsupported(model, input, output, "no fnuz fp8 input; those are mi300x's");
   if (cdna && out16) unsupported(model, input, output, "fp32 out only: the CDNA models write binary32");
