@@ -9,9 +9,16 @@ data/mma/recorded/<gpu>_<format>.npz, one compressed archive per GPU and input f
                         __float2half before an fp16-output run: model_validation/CUDA/*.cu)
   d_fp32, d_fp16 (cases,) float32: the GPU's result for that output format, as recorded
 
+It also carries the published AMD CDNA models' printed errors (experiments/data/
+matmul_test_<in>_binary32_words_<p>_model_<mi100|mi250|mi300x>.dat: MODEL outputs of experiments/
+matmul_test_CDNA.m, not hardware results) into <output dir>/../cdna_model_errors.csv, one row per file and n:
+input,model,words,n,error,bound, the numbers as printed (%e), checked to be the 20 values of n the script runs.
+
 Usage: mma_recorded_convert.py <git dir of the MATLAB-tensor-core snapshot> <output dir>
 Every value is checked to round-trip exactly through its stored encoding.
 """
+import math
+import re
 import subprocess
 import sys
 import pathlib
@@ -35,6 +42,31 @@ def hex_rows(text):
 
 def bit_rows(text):
     return np.array([int(line, 2) for line in text.split()], dtype=np.uint32).view(np.float32)
+
+
+def convert_cdna(git_dir, csv_path):
+    files = subprocess.run(['git', '--git-dir', git_dir, 'ls-tree', '-r', '--name-only', 'HEAD', 'experiments/data'],
+                           check=True, capture_output=True, text=True).stdout.split()
+    pattern = re.compile(r'experiments/data/matmul_test_(.+)_binary32_words_(\d+)_model_(mi100|mi250|mi300x)\.dat$')
+    n_list = [math.floor(10 ** (1 + 5 * i / 19)) for i in range(20)]  # floor(logspace(1, 6, 20))
+    rows = []
+    for f in files:
+        m = pattern.match(f)
+        if not m:
+            continue
+        lines = show(git_dir, f).splitlines()
+        assert lines[0].split() == ['n', 'error', 'bound'], (f, lines[0])
+        body = [line.split() for line in lines[1:] if line.strip()]
+        assert [int(r[0]) for r in body] == n_list, f
+        for n, err, bound in body:
+            float(err), float(bound)
+            rows.append((m.group(1), m.group(3), int(m.group(2)), int(n), err, bound))
+    rows.sort(key=lambda r: (r[0], r[1], r[2], r[3]))
+    with open(csv_path, 'w') as out:
+        out.write('input,model,words,n,error,bound\n')
+        for r in rows:
+            out.write(','.join(str(x) for x in r) + '\n')
+    print(f'{len(rows) // 20} CDNA model files, {len(rows)} rows -> {csv_path}')
 
 
 def main():
@@ -61,6 +93,7 @@ def main():
         np.savez_compressed(out_dir / f'{gpu.lower()}_{fmt.lower()}.npz', **arrays)
         print(gpu, fmt, {k: v.shape for k, v in arrays.items()})
     print(f'{len(sets)} sets, {total} recorded result files')
+    convert_cdna(git_dir, out_dir.parent / 'cdna_model_errors.csv')
 
 
 if __name__ == '__main__':

@@ -10,8 +10,10 @@ def matmul(a, b, model, c=None, *, input="fp16", output="fp32", promote_every=0,
     a (M, K), b (K, N) and c (M, N, optional) are numpy arrays, CPU torch tensors or anything numpy.asarray
     takes. Values that are not in the formats are rounded first, to nearest-even: a and b to ``input``, c to
     ``output`` (as ``mpsim gemm`` does). model: one of mpsim.matmul_models() ("v100", "a100", "a2", "ada",
-    "l40s", "h100", "h200", "b200", "exact-fp32", "fp16-acc"). promote_every: add the unit's partial sums
-    into an fp32 accumulator every N elements of K (split accumulation). Returns a float32 numpy array;
+    "l40s", "h100", "h200", "b200", "mi100", "mi250", "mi300x" (AMD, from the published CDNA models; fp32
+    output; mi300x's fp8 is "fp8_e4m3fnuz" / "fp8_e5m2fnuz"), "exact-fp32", "fp16-acc"). promote_every: add
+    the unit's partial sums into an fp32 accumulator every N elements of K (split accumulation). Returns a
+    float32 numpy array;
     ValueError for an unknown model, formats the model does not take, or shapes that do not multiply.
     """
     a2 = _as_matrix(a, "a")

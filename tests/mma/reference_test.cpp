@@ -50,6 +50,98 @@ double ref_round(const Rational& x, int result_bits, const Format& out, mma::Fin
   return x < 0 ? -v : v;
 }
 
+// floor(x / unit) for a signed rational (round toward minus infinity), or toward zero.
+BigInt floor_div(const Rational& x, const Rational& unit, bool toward_zero) {
+  const Rational q = x / unit;
+  BigInt t = numerator(q) / denominator(q);  // truncates toward zero
+  if (!toward_zero && q < 0 && Rational(t) != q) t -= 1;
+  return t;
+}
+
+// The CDNA structures of unit.hpp (BlockStructure), written from Generic_BFMA_TC.m's rules in rationals: the
+// exact sum rounded once; fp32 roundings of products and pairwise sums; aligned groups and a late c whose
+// alignment rounds toward minus infinity. Operands finite (specials handled by the caller).
+double ref_cdna_block(const mma::MatrixUnit& u, const mma::BlockFma& p, std::vector<double> a, std::vector<double> b,
+                      double c) {
+  const double tiny_in = std::ldexp(1.0, u.input.emin), tiny_out = std::ldexp(1.0, -126);
+  if (!u.input_subnormals)
+    for (auto* v : {&a, &b})
+      for (double& x : *v)
+        if (std::fabs(x) < tiny_in) x = 0;
+  if (p.structure == mma::BlockStructure::exact) {
+    Rational sum = exact_value(c);
+    for (std::size_t k = 0; k < a.size(); ++k) sum += exact_value(a[k]) * exact_value(b[k]);
+    return ref_round(sum, 23, fp32(), p.rounding);
+  }
+  bool pos = false, neg = false;  // prd_limit: a product of 2^128 or more
+  for (std::size_t k = 0; k < a.size(); ++k) {
+    const Rational v = exact_value(a[k]) * exact_value(b[k]);
+    pos = pos || v >= pow2(128);
+    neg = neg || v <= -pow2(128);
+  }
+  if (pos && neg) return kNaN;
+  if (pos || neg) return pos ? kInf : -kInf;
+  if (p.structure == mma::BlockStructure::pairwise_fp32) {
+    auto flush = [&](double x) { return (!u.output_subnormals && std::fabs(x) < tiny_out) ? 0.0 * x : x; };
+    auto f32 = [&](const Rational& x) { return ref_round(x, 23, fp32(), mma::FinalRounding::nearest_even); };
+    std::vector<double> v(static_cast<std::size_t>(p.products), 0.0);
+    for (std::size_t k = 0; k < a.size(); ++k) v[k] = flush(f32(exact_value(a[k]) * exact_value(b[k])));
+    while (v.size() > 1) {  // (v0 + v1) + (v2 + v3), ...
+      std::vector<double> w;
+      for (std::size_t k = 0; k < v.size(); k += 2) w.push_back(flush(f32(exact_value(v[k]) + exact_value(v[k + 1]))));
+      v = w;
+    }
+    return flush(f32(exact_value(flush(c)) + exact_value(v[0])));
+  }
+  // late_accumulator / odd_even: groups of products aligned to their largest exponent, truncated to align_bits.
+  struct Part {
+    int E;
+    Rational value;  // a multiple of 2^(E - align_bits)
+  };
+  auto group = [&](std::size_t first, std::size_t step, bool zeros_count, Part& out) {
+    int E = std::numeric_limits<int>::min();
+    for (std::size_t k = first; k < static_cast<std::size_t>(p.products); k += step) {
+      if (k < a.size() && a[k] != 0 && b[k] != 0)
+        E = std::max(E, exponent_of(a[k], u.input.emin) + exponent_of(b[k], u.input.emin));
+      else if (zeros_count) E = std::max(E, -1024);
+    }
+    if (E == std::numeric_limits<int>::min()) return false;
+    E = std::max(E, p.exponent_floor);
+    Rational sum = 0;
+    for (std::size_t k = first; k < a.size(); k += step) {
+      const Rational v = exact_value(a[k]) * exact_value(b[k]);
+      sum += Rational(floor_div(v, pow2(E - p.align_bits), true)) * pow2(E - p.align_bits);
+    }
+    out = {E, sum};
+    return true;
+  };
+  // AddTwoNonNormSums: the smaller-exponent part floored onto the larger's grid (with `extra` more bits when
+  // the first is the smaller; truncated instead with `exp_check` beyond 25 binades).
+  auto add_two = [&](const Part& x, const Part& y, int bits, int extra, bool exp_check) {
+    if (x.E < y.E) {
+      const Rational unit = pow2(y.E - bits - extra);
+      return Part{y.E, Rational(floor_div(x.value, unit, false)) * unit + y.value};
+    }
+    if (y.E < x.E) {
+      const Rational unit = pow2(x.E - bits);
+      return Part{x.E, x.value + Rational(floor_div(y.value, unit, exp_check && y.E < x.E - 25)) * unit};
+    }
+    return Part{x.E, x.value + y.value};
+  };
+  Part prod{0, 0};
+  if (p.structure == mma::BlockStructure::odd_even) {
+    Part even{0, 0}, odd{0, 0};
+    group(0, 2, true, even);
+    group(1, 2, true, odd);
+    prod = add_two(even, odd, p.align_bits, 0, false);
+  } else if (!group(0, 1, false, prod)) {
+    return c;  // no non-zero product: c
+  }
+  const Part cp{c != 0 ? exponent_of(c, -126) : -126, exact_value(c)};
+  const Part d = add_two(prod, cp, p.align_bits, 7, p.structure == mma::BlockStructure::odd_even);
+  return ref_round(d.value, 23, fp32(), mma::FinalRounding::nearest_even);
+}
+
 // One block: the rule of unit.hpp, in rationals.
 double ref_block(const mma::MatrixUnit& u, const mma::BlockFma& p, const std::vector<double>& a,
                  const std::vector<double>& b, double c, const Format& out) {
@@ -68,6 +160,7 @@ double ref_block(const mma::MatrixUnit& u, const mma::BlockFma& p, const std::ve
   if (nan || (pinf && ninf)) return kNaN;
   if (pinf) return kInf;
   if (ninf) return -kInf;
+  if (p.structure != mma::BlockStructure::aligned) return ref_cdna_block(u, p, a, b, c);
   std::vector<std::pair<Rational, int>> terms;  // (exact value, alignment exponent)
   for (std::size_t k = 0; k < a.size(); ++k) {
     if (a[k] == 0 || b[k] == 0) continue;
@@ -172,13 +265,36 @@ struct UnitCase {
   int promote;
 };
 const UnitCase kUnits[] = {
-    {"v100", &fp16(), &fp32(), 0},       {"v100", &fp16(), &fp16(), 0},     {"a100", &bf16(), &fp32(), 0},
-    {"a100", &tf32(), &fp32(), 0},       {"ada", &fp8_e4m3(), &fp32(), 0},  {"ada", &fp8_e5m2(), &fp16(), 0},
-    {"l40s", &fp8_e5m2(), &fp32(), 0},   {"h100", &fp16(), &fp32(), 0},     {"h100", &fp16(), &fp16(), 0},
-    {"h100", &bf16(), &fp32(), 64},      {"h100", &fp8_e4m3(), &fp32(), 0}, {"h100", &fp8_e4m3(), &fp32(), 128},
-    {"h100", &fp8_e5m2(), &fp16(), 0},   {"h200", &fp8_e5m2(), &fp16(), 0}, {"b200", &fp8_e4m3(), &fp32(), 0},
-    {"b200", &bf16(), &fp32(), 0},       {"b200", &tf32(), &fp32(), 0},     {"exact-fp32", &bf16(), &fp32(), 0},
-    {"exact-fp32", &fp16(), &fp32(), 0}, {"fp16-acc", &fp16(), &fp16(), 0},
+    {"v100", &fp16(), &fp32(), 0},
+    {"v100", &fp16(), &fp16(), 0},
+    {"a100", &bf16(), &fp32(), 0},
+    {"a100", &tf32(), &fp32(), 0},
+    {"ada", &fp8_e4m3(), &fp32(), 0},
+    {"ada", &fp8_e5m2(), &fp16(), 0},
+    {"l40s", &fp8_e5m2(), &fp32(), 0},
+    {"h100", &fp16(), &fp32(), 0},
+    {"h100", &fp16(), &fp16(), 0},
+    {"h100", &bf16(), &fp32(), 64},
+    {"h100", &fp8_e4m3(), &fp32(), 0},
+    {"h100", &fp8_e4m3(), &fp32(), 128},
+    {"h100", &fp8_e5m2(), &fp16(), 0},
+    {"h200", &fp8_e5m2(), &fp16(), 0},
+    {"b200", &fp8_e4m3(), &fp32(), 0},
+    {"b200", &bf16(), &fp32(), 0},
+    {"b200", &tf32(), &fp32(), 0},
+    {"exact-fp32", &bf16(), &fp32(), 0},
+    {"exact-fp32", &fp16(), &fp32(), 0},
+    {"fp16-acc", &fp16(), &fp16(), 0},
+    // AMD CDNA (the published models' structures): every structure and input format.
+    {"mi100", &fp16(), &fp32(), 0},
+    {"mi100", &bf16(), &fp32(), 0},
+    {"mi250", &fp16(), &fp32(), 0},
+    {"mi250", &bf16(), &fp32(), 0},
+    {"mi300x", &fp16(), &fp32(), 0},
+    {"mi300x", &bf16(), &fp32(), 64},
+    {"mi300x", &tf32(), &fp32(), 0},
+    {"mi300x", &fp8_e4m3fnuz(), &fp32(), 0},
+    {"mi300x", &fp8_e5m2fnuz(), &fp32(), 0},
 };
 
 }  // namespace
@@ -266,6 +382,11 @@ TEST_CASE("unknown models and unsupported formats are errors naming them", "[mma
   CHECK_THROWS_WITH(mma::matrix_unit("a100", fp8_e4m3(), fp32()), Catch::Contains("a100"));
   CHECK_THROWS_WITH(mma::matrix_unit("h100", bf16(), fp16()), Catch::Contains("fp16 out only"));
   CHECK_THROWS(mma::matrix_unit("h100", fp32(), fp32()));
+  CHECK_THROWS_WITH(mma::matrix_unit("mi300x", fp8_e4m3(), fp32()), Catch::Contains("fp8_e4m3fnuz"));
+  CHECK_THROWS_WITH(mma::matrix_unit("mi250", fp16(), fp16()), Catch::Contains("fp32 out only"));
+  mma::MatrixUnit pw = mma::matrix_unit("mi250", fp16(), fp32());
+  pw.block.products = 6;
+  CHECK_THROWS_WITH(mma::validate(pw), Catch::Contains("power of two"));
   // Values outside the input format are refused by dot and gemm (the CLI and Python round them first).
   const mma::MatrixUnit u = mma::matrix_unit("h100", fp8_e4m3(), fp32());
   const std::vector<double> one{1.0};

@@ -126,7 +126,8 @@ TEST_CASE("linear GEMMs under mma=h100 equal mma::gemm bit for bit", "[mma_polic
   const int N = 24, C = 200, OC = 40;  // K = 200, 24 and 200: blocks of 16 with ragged ends
   const auto inp = random_in(fp16(), N * C, 1), weight = random_in(fp16(), OC * C, 2),
              dout = random_in(fp16(), N * OC, 3);
-  for (const char* spec : {"mixed-fp16:mma=h100", "mixed-fp16:mma=h100,mma_promote=32", "mixed-fp16:mma=v100"}) {
+  for (const char* spec :
+       {"mixed-fp16:mma=h100", "mixed-fp16:mma=h100,mma_promote=32", "mixed-fp16:mma=v100", "mixed-fp16:mma=mi300x"}) {
     Precision prec(parse_policy(spec));
     const MmaOptions& o = *prec.policy().mma;
     mma::MatrixUnit fprop = mma::matrix_unit(o.model, fp16(), fp32()), grad = fprop;

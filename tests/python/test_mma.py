@@ -70,3 +70,36 @@ def test_errors_name_the_problem():
     with pytest.raises(ValueError, match="fp16 out only"):
         mpsim.matmul(a, np.ones((3, 2)), "h100", input="bf16", output="fp16")
     assert "h100" in mpsim.matmul_models()
+
+
+def test_mi250_equals_a_float32_pairwise_sum():
+    # The mi250 profile (MI210MC.m: subnormal inputs read as zero, each product rounded to fp32, blocks of 4
+    # summed as (p0 + p1) + (p2 + p3) in fp32, then c + that, fp32 results below 2^-126 flushed) written
+    # again here in numpy float32 arithmetic, on fp16 values spanning subnormals to 2^15.
+    rng = np.random.default_rng(5)
+    M, K, N = 6, 37, 5
+    a = (rng.standard_normal((M, K)) * np.exp2(rng.integers(-26, 8, (M, K)))).astype(np.float16).astype(np.float64)
+    b = (rng.standard_normal((K, N)) * np.exp2(rng.integers(-26, 8, (K, N)))).astype(np.float16).astype(np.float64)
+    got = mpsim.matmul(a, b, model="mi250", input="fp16")
+    tiny = np.float32(2.0 ** -126)
+
+    def flush(x):
+        return np.where(np.abs(x) < tiny, x * np.float32(0), x)
+
+    A = np.where(np.abs(a) < 2.0 ** -14, 0.0, a)
+    B = np.where(np.abs(b) < 2.0 ** -14, 0.0, b)
+    pad = (-K) % 4
+    A = np.pad(A, ((0, 0), (0, pad)))
+    B = np.pad(B, ((0, pad), (0, 0)))
+    acc = np.zeros((M, N), dtype=np.float32)
+    for k0 in range(0, K + pad, 4):
+        p = [flush((A[:, k0 + i, None] * B[None, k0 + i, :]).astype(np.float32)) for i in range(4)]
+        acc = flush(acc + flush(flush(p[0] + p[1]) + flush(p[2] + p[3])))
+    mismatches = int(np.count_nonzero(got.view(np.uint32) != acc.view(np.uint32)))
+    exact = mpsim.matmul(a, b, model="mi100", input="fp16")  # one rounding per block: what the test must tell apart
+    differ = int(np.count_nonzero(exact.view(np.uint32) != acc.view(np.uint32)))
+    print(f"mi250 fp16: {M * N} outputs of K={K} against a numpy float32 pairwise sum, {mismatches} mismatches "
+          f"(mi100's exact blocks differ from that sum in {differ})")
+    assert mismatches == 0 and differ > 0
+    with pytest.raises(ValueError, match="mi300x"):
+        mpsim.matmul(a, b, model="mi300x", input="fp8_e4m3")

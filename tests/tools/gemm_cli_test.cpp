@@ -10,6 +10,7 @@
 #include "catch_compat.hpp"
 #include "mpsim/io/npy.hpp"
 #include "mpsim/io/tensor_source.hpp"
+#include "mpsim/mma/dot.hpp"
 #include "run_mpsim.hpp"
 
 using namespace mpsim;
@@ -86,6 +87,8 @@ TEST_CASE("mpsim gemm rounds inputs to the formats first, and rejects bad input 
       {"--model h100 --in bf16 --out fp16 A.npy B.npy E.npy", "fp16 out only"},
       {"--model h100 --in fp16 --out bf16 A.npy B.npy E.npy", "not one a matrix unit writes"},
       {"--model h100 A.npy B.npy B2.npy E.npy", "C has shape"},
+      {"--model mi300x --in fp8_e4m3 A.npy B.npy E.npy", "model mi300x has no fp8_e4m3"},
+      {"--model mi250 --out fp16 A.npy B.npy E.npy", "fp32 out only"},
       {"--model h100 missing.npy B.npy E.npy", "missing.npy"},
   };
   for (const auto& b : bad) {
@@ -135,4 +138,29 @@ TEST_CASE("mpsim accumulation-error writes JSON and CSV; a bad --k exits 2", "[g
   res = run_mpsim(dir, "accumulation-error --model h900-fp8");
   CHECK(res.status == 2);
   CHECK(res.output.find("known: v100") != std::string::npos);
+}
+
+TEST_CASE("mpsim gemm takes the AMD CDNA profiles: D equals mma::gemm under the named unit", "[gemm_cli]") {
+  ScratchDir dir("gemm-cli-cdna");
+  // fp16 values from 2^-20 to 2^9 with both signs, K = 12 (blocks of 8 on mi300x: one padded).
+  std::vector<double> A(3 * 12), B(12 * 2);
+  for (std::size_t i = 0; i < A.size(); ++i)
+    A[i] = std::ldexp((i % 2 ? -1.0 : 1.0) * (1 + 0.125 * (i % 7)), static_cast<int>(i % 30) - 20);
+  for (std::size_t i = 0; i < B.size(); ++i) B[i] = std::ldexp(1.0 + 0.25 * (i % 3), static_cast<int>(i % 11) - 5);
+  write_matrix(dir / "A.npy", A, 3, 12);
+  write_matrix(dir / "B.npy", B, 12, 2);
+  for (const char* model : {"mi100", "mi250", "mi300x"}) {
+    auto res = run_mpsim(dir, std::string("gemm --model ") + model + " " + quote((dir / "A.npy").string()) + " " +
+                                  quote((dir / "B.npy").string()) + " " + quote((dir / "D.npy").string()));
+    INFO(res.output);
+    REQUIRE(res.status == 0);
+    CHECK(res.output.find("no AMD hardware data") != std::string::npos);
+    std::vector<double> want(6);
+    mma::gemm(mma::matrix_unit(model, fp16(), fp32()), 3, 2, 12, A.data(), B.data(), nullptr, want.data());
+    const auto got = io::to_float(io::read_npy(dir / "D.npy"));
+    std::size_t miss = 0;
+    for (std::size_t i = 0; i < 6; ++i) miss += got[i] != static_cast<float>(want[i]);
+    WARN("mpsim gemm --model " << model << ": 6 outputs, " << miss << " differ from mma::gemm");
+    CHECK(miss == 0);
+  }
 }

@@ -47,7 +47,8 @@ void setup(CLI::App& app) {
   std::string models;
   for (const auto& m : mpsim::mma::model_names()) models += (models.empty() ? "" : ", ") + m;
   cmd->add_option("--model", o->model, "The matrix unit: " + models)->required();
-  cmd->add_option("--in", o->in, "Format of A and B (fp16, bf16, tf32, fp8_e4m3, fp8_e5m2)");
+  cmd->add_option("--in", o->in,
+                  "Format of A and B (fp16, bf16, tf32, fp8_e4m3, fp8_e5m2; mi300x: fp8_e4m3fnuz, fp8_e5m2fnuz)");
   cmd->add_option("--out", o->out, "Format of C and D (fp32, fp16)");
   cmd->add_option("--promote-every", o->promote,
                   "Add the unit's partial sums into an fp32 accumulator every N elements of K (split accumulation)");

@@ -210,6 +210,235 @@ double add_rounded(double x, double y, const Format& out, FinalRounding mode, bo
   return round_sum(S, E - align_bits, out.man_bits, out, mode, out_subnormals);
 }
 
+// ---- the CDNA block structures (unit.hpp, BlockStructure; Generic_BFMA_TC.m at commit 0d3049f) -------------
+
+// A product's exact value as a double: |a b| < 2^(2 emax + 2) and its bits lie above 2^(2 emin - 2 frac), both
+// inside double's range for every input format (bf16: 2^-266 .. 2^256).
+double product_value(const Operand& a, const Operand& b, int in_frac) {
+  if (a.kind != Kind::finite || b.kind != Kind::finite) return 0.0;
+  const double v = std::ldexp(static_cast<double>(a.mag * b.mag), a.exp + b.exp - 2 * in_frac);
+  return a.neg != b.neg ? -v : v;
+}
+
+// prd_limit (Generic_BFMA_TC.m lines 92-104): a product of magnitude 2^128 or more makes the block ±inf, NaN
+// when such products of both signs meet. Returns 0 when none does.
+double product_limit(const Operand* a, const Operand* b, int n, int in_frac) {
+  bool pos = false, neg = false;
+  for (int k = 0; k < n; ++k) {
+    const double p = product_value(a[k], b[k], in_frac);
+    if (p >= 0x1p128) pos = true;
+    if (p <= -0x1p128) neg = true;
+  }
+  if (pos && neg) return std::numeric_limits<double>::quiet_NaN();
+  if (pos || neg) return pos ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity();
+  return 0.0;
+}
+
+// A nonoverlapping expansion (Shewchuk, "Adaptive precision floating-point arithmetic and fast robust geometric
+// predicates", DCG 18, 1997: Grow-Expansion with zero elimination, Fig. 6): its components sum exactly to the
+// value held, smallest first; the sign of the value is the sign of the largest non-zero component.
+struct Expansion {
+  double c[40];
+  int n = 0;
+  void add(double b) {  // exact: Two-Sum of every component (no overflow: every value here is below 2^260)
+    double q = b;
+    int m = 0;
+    for (int i = 0; i < n; ++i) {
+      const double s = q + c[i];
+      const double bv = s - q;
+      const double err = (q - (s - bv)) + (c[i] - bv);
+      if (err != 0) c[m++] = err;
+      q = s;
+    }
+    c[m++] = q;
+    n = m;
+  }
+  int sign() const {
+    for (int i = n - 1; i >= 0; --i)
+      if (c[i] != 0) return c[i] > 0 ? 1 : -1;
+    return 0;
+  }
+};
+
+// The exact value of `e` rounded to fp32 to nearest-even (or toward zero: the nearest-even result, or its
+// neighbour toward zero where that lies beyond the value): start from the float nearest to the components' double
+// sum and step to a neighbour while the exact value lies beyond the midpoint toward it (midpoints of floats are
+// doubles, and comparing with one is the sign of an exact expansion). Beyond fp32's range: ±inf.
+double round_expansion_fp32(const Expansion& e, FinalRounding mode) {
+  double h = 0.0;
+  for (int i = 0; i < e.n; ++i) h += e.c[i];
+  constexpr double kTop = 0x1p128;  // the "float" after FLT_MAX: a tie with FLT_MAX rounds to it (even), i.e. inf
+  constexpr float kMax = std::numeric_limits<float>::max();
+  double f = static_cast<float>(std::clamp(h, -static_cast<double>(kMax), static_cast<double>(kMax)));
+  auto even = [](double x) {
+    return std::fabs(x) == kTop || (std::bit_cast<std::uint32_t>(static_cast<float>(x)) & 1u) == 0;
+  };
+  auto above = [&](double m) {  // sign(value - m)
+    Expansion t = e;
+    t.add(-m);
+    return t.sign();
+  };
+  for (;;) {
+    if (std::fabs(f) == kTop) return std::copysign(std::numeric_limits<double>::infinity(), f);
+    const double up = f == kMax ? kTop : std::nextafter(static_cast<float>(f), std::numeric_limits<float>::infinity());
+    const double down =
+        f == -kMax ? -kTop : std::nextafter(static_cast<float>(f), -std::numeric_limits<float>::infinity());
+    const int hi = above((f + up) / 2);  // exact: two floats' sum and half are doubles
+    if (hi > 0) {
+      f = up;
+      continue;
+    }
+    if (hi == 0) {
+      f = even(f) ? f : up;
+      break;
+    }
+    const int lo = above((down + f) / 2);
+    if (lo < 0) {
+      f = down;
+      continue;
+    }
+    if (lo == 0) f = even(f) ? f : down;
+    break;
+  }
+  if (mode == FinalRounding::toward_zero && f != 0 && above(f) == (f > 0 ? -1 : 1))
+    f = std::fabs(f) == kTop ? std::copysign(static_cast<double>(kMax), f)
+                             : std::nextafter(static_cast<float>(f), 0.0f);
+  if (std::fabs(f) == kTop) return std::copysign(std::numeric_limits<double>::infinity(), f);
+  return f == 0 ? 0.0 : f;  // an exact zero sum is +0
+}
+
+// CDNA1 (MI100MC.m): the block's products and c summed exactly, rounded once (nearest-even; Kulisch_Accumulation).
+double block_exact(const BlockFma& p, const Operand* a, const Operand* b, int n, int in_frac, const Operand& c) {
+  Expansion e;
+  for (int k = 0; k < n; ++k) {
+    const double p = product_value(a[k], b[k], in_frac);
+    if (p != 0) e.add(p);
+  }
+  if (c.kind == Kind::finite) e.add(to_double(c));
+  return round_expansion_fp32(e, p.rounding);
+}
+
+// CDNA2 (MI210MC.m, pws_main): each product rounded to fp32, the block of `products` (a power of two, zero-padded
+// as GEMM.m pads K) summed as a pairwise tree of fp32 additions, then c + that sum; each result below fp32's
+// normal range is flushed (out_subnormals = 0: `d * (abs(d) >= min_out)`, which keeps the sign).
+double block_pairwise(const BlockFma& p, const Operand* a, const Operand* b, int n, int in_frac, const Operand& c,
+                      bool out_subnormals) {
+  const double lim = product_limit(a, b, n, in_frac);
+  if (lim != 0) return lim;
+  constexpr float kMin = std::numeric_limits<float>::min();
+  auto flush = [&](float x) { return (!out_subnormals && std::fabs(x) < kMin) ? x * 0.0f : x; };
+  float v[256];
+  for (int k = 0; k < p.products; ++k) {
+    // single(a .* b): the exact product rounded to fp32, then products below the normal range set to zero.
+    const float q = k < n ? static_cast<float>(product_value(a[k], b[k], in_frac)) : 0.0f;
+    v[k] = (!out_subnormals && std::fabs(q) < kMin) ? 0.0f : q;
+  }
+  // pws_fma: d = sum(first half); d = d + sum(second half), each addition one fp32 rounding (MATLAB's fma(d, 1, x)).
+  for (int width = 1; width < p.products; width *= 2)
+    for (int k = 0; k + width < p.products; k += 2 * width) v[k] = flush(v[k] + v[k + width]);
+  const float cc = flush(static_cast<float>(to_double(c)));  // c: an fp32 value; flushed first (lines 69-71)
+  return flush(cc + v[0]);
+}
+
+// AddTwoNonNormSums (Generic_BFMA_TC.m lines 511-580) on two aligned sums |S| * 2^(E - 23 - neab): the one with
+// the smaller exponent is shifted to the other's with round-toward-minus-infinity (armode 'rd': a negative sum
+// that loses bits grows by one), after both gain `eab1` bits when the first is the smaller; with `exp_check`, a
+// second operand more than 25 binades below is truncated instead. Returns the signed sum; E and neab updated.
+std::int64_t add_two(int E1, std::int64_t S1, int E2, std::int64_t S2, int eab1, bool exp_check, int& E, int& neab) {
+  E = std::max(E1, E2);
+  int shift = std::abs(E1 - E2);
+  if (shift > 532) shift = 0;  // line 526: one side is an empty group (exponent -1024)
+  const bool n1 = S1 < 0, n2 = S2 < 0;
+  std::uint64_t m1 = n1 ? 0 - static_cast<std::uint64_t>(S1) : static_cast<std::uint64_t>(S1);
+  std::uint64_t m2 = n2 ? 0 - static_cast<std::uint64_t>(S2) : static_cast<std::uint64_t>(S2);
+  auto floor_shift = [&](std::uint64_t m, bool neg, bool adjust) {
+    const std::uint64_t kept = shift >= 64 ? 0 : m >> shift;
+    const bool lost = shift >= 64 ? m != 0 : (kept << shift) != m;
+    return kept + ((adjust && lost && neg) ? 1 : 0);
+  };
+  if (E1 < E) {
+    neab += eab1;
+    m1 <<= eab1;
+    m2 <<= eab1;
+    m1 = floor_shift(m1, n1, true);
+  } else if (E2 < E) {
+    m2 = floor_shift(m2, n2, !(exp_check && E2 < E - 25));
+  }
+  return (n1 ? -static_cast<std::int64_t>(m1) : static_cast<std::int64_t>(m1)) +
+         (n2 ? -static_cast<std::int64_t>(m2) : static_cast<std::int64_t>(m2));
+}
+
+// GlobalAlignmentSum over products k = first, first + step, ... < n (AlignSignficand, lines 1040-1127): each
+// product's significand (in [0, 4): products are not normalised, denorm_prd = 1) with align_bits - 23 extra bits,
+// shifted right to the largest exponent (shifts beyond 31 leave nothing), the signed sum. `zeros_count`: zero
+// products take part with exponent -1024 (odd_even_grouping, line 135); otherwise they drop out, and a group of
+// none returns false.
+bool group_sum(const BlockFma& p, const Operand* a, const Operand* b, int n, int in_frac, int first, int step,
+               bool zeros_count, int& E, std::int64_t& S) {
+  E = std::numeric_limits<int>::min();
+  for (int k = first; k < p.products; k += step) {
+    const bool finite = k < n && a[k].kind == Kind::finite && b[k].kind == Kind::finite;
+    if (finite) E = std::max(E, a[k].exp + b[k].exp);
+    else if (zeros_count) E = std::max(E, -1024);
+  }
+  if (E == std::numeric_limits<int>::min()) return false;
+  E = std::max(E, p.exponent_floor);
+  S = 0;
+  const int up = p.align_bits - 2 * in_frac;  // |product| * 2^(align_bits - 2 frac): an integer (align_bits >= 23)
+  for (int k = first; k < n && k < p.products; k += step) {
+    if (a[k].kind != Kind::finite || b[k].kind != Kind::finite) continue;
+    const int shift = E - (a[k].exp + b[k].exp);
+    if (shift > 31) continue;
+    const auto t = static_cast<std::int64_t>((a[k].mag * b[k].mag << up) >> shift);
+    S += a[k].neg != b[k].neg ? -t : t;
+  }
+  return true;
+}
+
+// CDNA3 (MI300MC.m): late_accumulator (fp16, bf16, tf32) and odd_even (fp8) blocks.
+double block_late(const BlockFma& p, const Operand* a, const Operand* b, int n, int in_frac, const Operand& c,
+                  const Format& out, bool out_subnormals) {
+  const double lim = product_limit(a, b, n, in_frac);
+  if (lim != 0) return lim;
+  int neab = p.align_bits - 23;
+  int E = 0;
+  std::int64_t S = 0;
+  if (p.structure == BlockStructure::odd_even) {
+    int Ee = 0, Eo = 0;
+    std::int64_t Se = 0, So = 0;
+    group_sum(p, a, b, n, in_frac, 0, 2, true, Ee, Se);  // MATLAB's prod(1:2:end): positions 0, 2, ...
+    group_sum(p, a, b, n, in_frac, 1, 2, true, Eo, So);
+    S = add_two(Ee, Se, Eo, So, 0, false, E, neab);
+  } else if (!group_sum(p, a, b, n, in_frac, 0, 1, false, E, S)) {
+    return c.kind == Kind::finite ? to_double(c) : 0.0;  // no non-zero product: d = c (exactly; 0 when c is)
+  }
+  // c as AddTwoNonNormSums takes it (lines 189-205): its fp32 significand with 23 + neab fraction bits, its
+  // exponent clamped at -126; c = 0 sits at exponent -126 (c_min_exp_limit = 1).
+  std::int64_t Sc = 0;
+  int Ec = kAccumulatorEmin;
+  if (c.kind == Kind::finite) {
+    Ec = c.exp;
+    Sc = static_cast<std::int64_t>(c.mag << neab);
+    if (c.neg) Sc = -Sc;
+  }
+  int Ed = 0;
+  S = add_two(E, S, Ec, Sc, 7, p.structure == BlockStructure::odd_even, Ed, neab);  // eab_1 = 31 - 24 (line 211)
+  return round_sum(S, Ed - 23 - neab, out.man_bits, out, FinalRounding::nearest_even, out_subnormals);
+}
+
+// One block on finite operands, by the unit's structure.
+double block_sum(const MatrixUnit& u, const Operand* a, const Operand* b, int n, const Operand& c, const Format& out) {
+  const int in_frac = u.input.man_bits;
+  switch (u.block.structure) {
+    case BlockStructure::aligned: return block_fma(u.block, a, b, n, in_frac, c, out, u.output_subnormals);
+    case BlockStructure::exact: return block_exact(u.block, a, b, n, in_frac, c);
+    case BlockStructure::pairwise_fp32: return block_pairwise(u.block, a, b, n, in_frac, c, u.output_subnormals);
+    case BlockStructure::late_accumulator:
+    case BlockStructure::odd_even: return block_late(u.block, a, b, n, in_frac, c, out, u.output_subnormals);
+  }
+  return 0.0;
+}
+
 // One dot product over pre-split operands (a, b: K each; the caller pads nothing).
 double dot_split(const MatrixUnit& u, const Operand* a, const Operand* b, std::size_t K, double c) {
   const int in_frac = u.input.man_bits;
@@ -231,7 +460,10 @@ double dot_split(const MatrixUnit& u, const Operand* a, const Operand* b, std::s
       }
       const Operand oc = split(acc, kAccumulatorEmin, kAccumulatorFrac, true);
       const Special s = block_special(ga, gb, m, oc);
-      acc = s.any ? s.value : block_fma(p, ga, gb, m, in_frac, oc, out, u.output_subnormals);
+      acc = s.any ? s.value
+                  : (p.structure == BlockStructure::aligned
+                         ? block_fma(p, ga, gb, m, in_frac, oc, out, u.output_subnormals)
+                         : block_sum(u, ga, gb, m, oc, out));
     }
     return acc;
   };
@@ -311,6 +543,7 @@ struct Decoded {
 // block's lanes summing inside int32.
 bool fast_path_fits(const MatrixUnit& u) {
   const int lshift = u.block.align_bits - 2 * u.input.man_bits;
+  if (u.block.structure != BlockStructure::aligned) return false;  // the CDNA structures: the scalar path
   if (u.block.sticky || lshift < 0 || (u.promote_every && u.instruction.k)) return false;
   // |product| < 2^(2 * man_bits + 2), shifted: < 2^(align_bits + 2); a block of them must stay below 2^31.
   return static_cast<double>(u.block.products) * std::ldexp(1.0, u.block.align_bits + 2) <= std::ldexp(1.0, 31);
