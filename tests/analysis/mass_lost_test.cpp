@@ -235,9 +235,9 @@ TEST_CASE("mass lost: the AVX2 loop (two blocks at a time) gives the SSE2 loop's
   CHECK(flushed > 0);
 }
 
-TEST_CASE("mass lost: fp16 nearest-even rounded inside the sums gives the rounding pass's bits", "[mass_lost]") {
-  // add_rounded's fp16 path (MassLost::add_fp16_rne_pairs: F16C inside the AVX2 loop for whole block pairs)
-  // against the bulk engine's rounding into a buffer and the SSE2 sums, on tensors crossing add_rounded's 2^16
+TEST_CASE("mass lost: add_rounded in fp16 nearest-even gives the rounding pass's and SSE2 sums' bits", "[mass_lost]") {
+  // add_rounded (its chunks of 2^16 rounded by round_array, summed two blocks at a time on AVX2) against the
+  // bulk engine's rounding of the whole tensor into a buffer and the SSE2 sums, on tensors crossing its 2^16
   // chunks, with fp16's edges (the flush tie 2^-25 and its neighbours, subnormals, 65504, 65520 which rounds
   // to inf, float subnormals, +-0, inf, NaN) among normally distributed values.
   std::mt19937_64 rng(3535);
@@ -273,7 +273,9 @@ TEST_CASE("mass lost: fp16 nearest-even rounded inside the sums gives the roundi
     flushed += reference.stats().flushed;
     compared += n;
   }
-  std::printf("mass lost, fp16 rounded inside the sums: %zu values (%llu flushed), every count and sum equal\n",
-              compared, (unsigned long long)flushed);
+  std::printf(
+      "mass lost, add_rounded in fp16 against round_array + SSE2 sums: %zu values (%llu flushed), every count and sum "
+      "equal\n",
+      compared, (unsigned long long)flushed);
   CHECK(flushed > 0);
 }

@@ -15,7 +15,6 @@
 #include "mpsim/analysis/detail/mass_lost_kernel.hpp"
 #include "mpsim/error.hpp"
 #include "mpsim/format/bulk.hpp"
-#include "mpsim/parallel.hpp"
 
 namespace mpsim::analysis {
 
@@ -157,19 +156,6 @@ void MassLost::add(std::span<const float> g, std::span<const float> q, Path path
 }
 void MassLost::add(std::span<const double> g, std::span<const double> q) { add_impl(g, q, false); }
 
-std::size_t MassLost::add_fp16_rne_pairs(std::span<const float> g) {
-  if (!path_available(Path::avx2)) return 0;  // the bulk engine's check: AVX2 with FMA and F16C
-  const DefaultFpEnv env;                     // F16C reads float subnormals as zero under DAZ
-  std::size_t b = 0;
-  for (; b + 2 * kBlock <= g.size(); b += 2 * kBlock) {
-    mass_detail::BlockSums two[2];
-    mass_detail::block_pair_sums_fp16_rne_avx2(g.data() + b, kBlock, two);
-    add_block(two[0]);
-    add_block(two[1]);
-  }
-  return b;
-}
-
 MassLost& MassLost::operator+=(const MassLost& o) {
   nonzero_ += o.nonzero_;
   flushed_ += o.flushed_;
@@ -296,22 +282,15 @@ void add_rounded(MassLost& into, std::span<const float> g, const Format& fmt, co
   std::vector<float> xf, qf;
   std::vector<double> xd, qd, widened;
   const bool float_path = fits_float(fmt);
-  // round_array's values for these are F16C's (lib/mpsim/format/bulk.cpp make_params: p.f16c).
-  const bool fp16_rne =
-      fmt == fp16() && r.mode == RoundingMode::nearest_even && r.input_subnormals == InputSubnormals::keep;
   const float scale = std::ldexp(1.0f, std::clamp(log2_scale, -126, 127));
   for (std::size_t b = 0; b < g.size(); b += kChunk) {
     const std::size_t n = std::min(kChunk, g.size() - b);
     const auto chunk = g.subspan(b, n);
     bool exact = float_path && log2_scale >= -126 && log2_scale <= 127;
     if (exact && log2_scale == 0) {  // no scaling: round the caller's values themselves
-      // fp16 nearest-even (the monitor's default): the rounding made inside the sums' loop for whole block pairs
-      // (chunks are whole blocks, so the blocks are add()'s), the rest rounded and added as below.
-      const std::size_t done = fp16_rne ? into.add_fp16_rne_pairs(chunk) : 0;
-      const auto rest = chunk.subspan(done);
-      qf.resize(rest.size());
-      round_array(rest, std::span<float>(qf), fmt, r, nullptr, one_thread(index0 + b + done));
-      into.add(rest, std::span<const float>(qf));
+      qf.resize(n);
+      round_array(chunk, std::span<float>(qf), fmt, r, nullptr, one_thread(index0 + b));
+      into.add(chunk, std::span<const float>(qf));
       continue;
     }
     if (exact) {

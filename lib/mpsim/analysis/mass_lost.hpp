@@ -58,11 +58,6 @@ class MassLost {
   // build has it): the same bits (tests compare both); automatic takes avx2 where the CPU has it.
   void add(std::span<const float> g, std::span<const float> q, Path path = Path::automatic);
   void add(std::span<const double> g, std::span<const double> q);
-  // Adds the whole pairs of blocks at g's start with q = g rounded to fp16 nearest-even inside the loop (AVX2 and
-  // F16C, under the default MXCSR); returns how many values it took (a multiple of 2 kBlock: the rest is the
-  // caller's; 0 without AVX2). What add(g, round_array(g, fp16)) adds for them, bit for bit: add_rounded's fp16
-  // path, which then spares the rounding pass.
-  std::size_t add_fp16_rne_pairs(std::span<const float> g);
   // The union of the two tensors' elements (a concatenation): every sum adds.
   MassLost& operator+=(const MassLost& other);
 

@@ -1,6 +1,6 @@
 // MassLost's float blocks two at a time on AVX2 (detail/mass_lost_kernel.hpp says why the bits are those of
-// the SSE2 loop in mass_lost.cpp), q read or made here with F16C. Compiled with -mavx2 -mf16c
-// -ffp-contract=off (lib/mpsim/analysis/meson.build); mass_lost.cpp calls it only when the CPU has AVX2 and F16C.
+// the SSE2 loop in mass_lost.cpp). Compiled with -mavx2 -ffp-contract=off (lib/mpsim/analysis/meson.build);
+// mass_lost.cpp calls it only when the CPU has AVX2.
 #include <immintrin.h>
 
 #include <limits>
@@ -31,9 +31,7 @@ inline void finish(__m256i v, std::uint64_t& lo, std::uint64_t& hi) {
 
 }  // namespace
 
-// kFp16: q is g rounded to fp16 nearest-even here (F16C; q unused), else read from q.
-template <bool kFp16>
-void sums(const float* g, const float* q, std::size_t n, BlockSums out[2]) {
+void block_pair_sums_avx2(const float* g, const float* q, std::size_t n, BlockSums out[2]) {
   const __m256d kAbs = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7fffffffffffffffLL));
   const __m256d kMax = _mm256_set1_pd(std::numeric_limits<double>::max());
   const __m256d zero = _mm256_setzero_pd();
@@ -42,12 +40,7 @@ void sums(const float* g, const float* q, std::size_t n, BlockSums out[2]) {
   for (std::size_t i = 0; i < n; i += 2) {
     const __m128 xf = load(g + i, g + n + i);
     const __m256d x = _mm256_cvtps_pd(xf);
-    __m256d y;
-    if constexpr (kFp16) {
-      y = _mm256_cvtps_pd(_mm_cvtph_ps(_mm_cvtps_ph(xf, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
-    } else {
-      y = _mm256_cvtps_pd(load(q + i, q + n + i));
-    }
+    const __m256d y = _mm256_cvtps_pd(load(q + i, q + n + i));
     // The predicates of Pairs::add (mass_lost.cpp): _mm_cmpneq_pd is NEQ_UQ, _mm_cmple_pd LE_OS, _mm_cmpeq_pd
     // EQ_OQ.
     const __m256d ax_raw = _mm256_and_pd(x, kAbs);
@@ -77,11 +70,5 @@ void sums(const float* g, const float* q, std::size_t n, BlockSums out[2]) {
   finish(dot, out[0].dot, out[1].dot);
   finish(sq_q, out[0].sq_q, out[1].sq_q);
 }
-
-void block_pair_sums_avx2(const float* g, const float* q, std::size_t n, BlockSums out[2]) {
-  sums<false>(g, q, n, out);
-}
-
-void block_pair_sums_fp16_rne_avx2(const float* g, std::size_t n, BlockSums out[2]) { sums<true>(g, nullptr, n, out); }
 
 }  // namespace mpsim::analysis::mass_detail

@@ -10,6 +10,7 @@
 
 #include "mpsim/detail/cpu_features.hpp"
 #include "mpsim/error.hpp"
+#include "mpsim/format/hd/arith.hpp"
 #include "mpsim/format/round.hpp"
 #include "mpsim/mma/detail/block_avx2.hpp"
 #include "mpsim/parallel.hpp"
@@ -260,54 +261,41 @@ struct Expansion {
   }
 };
 
-// The exact value of `e` rounded to fp32 to nearest-even (or toward zero: the nearest-even result, or its
-// neighbour toward zero where that lies beyond the value): start from the float nearest to the components' double
-// sum and step to a neighbour while the exact value lies beyond the midpoint toward it (midpoints of floats are
-// doubles, and comparing with one is the sign of an exact expansion). Beyond fp32's range: ±inf.
-double round_expansion_fp32(const Expansion& e, FinalRounding mode) {
-  double h = 0.0;
-  for (int i = 0; i < e.n; ++i) h += e.c[i];
-  constexpr double kTop = 0x1p128;  // the "float" after FLT_MAX: a tie with FLT_MAX rounds to it (even), i.e. inf
-  constexpr float kMax = std::numeric_limits<float>::max();
-  double f = static_cast<float>(std::clamp(h, -static_cast<double>(kMax), static_cast<double>(kMax)));
-  auto even = [](double x) {
-    return std::fabs(x) == kTop || (std::bit_cast<std::uint32_t>(static_cast<float>(x)) & 1u) == 0;
-  };
-  auto above = [&](double m) {  // sign(value - m)
+// The exact value of `e` as a double rounded to odd (RO53; format/hd/arith.hpp): a double s with the value
+// strictly between s and its neighbour on the value's side (found from the components' double sum, which lies
+// within a few doubles of it, by comparing with neighbours: each comparison is the sign of an exact expansion),
+// then hd::round_to_odd. The values here lie between 2^-300 and 2^260: no double subnormal, no overflow.
+double expansion_ro53(const Expansion& e) {
+  double s = 0.0;
+  for (int i = 0; i < e.n; ++i) s += e.c[i];
+  const auto side = [&](double m) {  // sign(value - m)
     Expansion t = e;
     t.add(-m);
     return t.sign();
   };
-  for (;;) {
-    if (std::fabs(f) == kTop) return std::copysign(std::numeric_limits<double>::infinity(), f);
-    const double up = f == kMax ? kTop : std::nextafter(static_cast<float>(f), std::numeric_limits<float>::infinity());
-    const double down =
-        f == -kMax ? -kTop : std::nextafter(static_cast<float>(f), -std::numeric_limits<float>::infinity());
-    const int hi = above((f + up) / 2);  // exact: two floats' sum and half are doubles
-    if (hi > 0) {
-      f = up;
-      continue;
-    }
-    if (hi == 0) {
-      f = even(f) ? f : up;
-      break;
-    }
-    const int lo = above((down + f) / 2);
-    if (lo < 0) {
-      f = down;
-      continue;
-    }
-    if (lo == 0) f = even(f) ? f : down;
-    break;
+  int d = side(s);
+  while (d != 0) {
+    const double next =
+        std::nextafter(s, d > 0 ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity());
+    const int d_next = side(next);
+    if (d_next == 0) return next;  // the value is that double
+    if (d_next != d) break;        // the value lies strictly between s and next
+    s = next;
   }
-  if (mode == FinalRounding::toward_zero && f != 0 && above(f) == (f > 0 ? -1 : 1))
-    f = std::fabs(f) == kTop ? std::copysign(static_cast<double>(kMax), f)
-                             : std::nextafter(static_cast<float>(f), 0.0f);
-  if (std::fabs(f) == kTop) return std::copysign(std::numeric_limits<double>::infinity(), f);
-  return f == 0 ? 0.0 : f;  // an exact zero sum is +0
+  return hd::round_to_odd(s, d);
 }
 
-// CDNA1 (MI100MC.m): the block's products and c summed exactly, rounded once (nearest-even; Kulisch_Accumulation).
+// The exact value of `e` rounded once to fp32 (RO53, then round_bits: one correct rounding, Boldo & Melquiond
+// 2005), nearest-even or toward zero. Beyond fp32's range as nearest-even rounds it, ±inf in both modes (the
+// published models compute the nearest-even result first, as this did before); an exact zero sum is +0.
+double round_expansion_fp32(const Expansion& e, FinalRounding mode) {
+  const double x = expansion_ro53(e);
+  const double nearest = decode(round_bits(x, fp32()), fp32());
+  if (std::isinf(nearest) || mode == FinalRounding::nearest_even) return nearest == 0 ? 0.0 : nearest;
+  const double f = decode(round_bits(x, fp32(), Rounding::of(RoundingMode::toward_zero)), fp32());
+  return f == 0 ? 0.0 : f;
+}
+
 double block_exact(const BlockFma& p, const Operand* a, const Operand* b, int n, int in_frac, const Operand& c) {
   Expansion e;
   for (int k = 0; k < n; ++k) {

@@ -23,10 +23,5 @@ struct BlockSums {
 // The sums of the two blocks g[0, n), g[n, 2n) (before rounding) and q likewise (after): out[0] and out[1].
 // n even. Only on CPUs with AVX2.
 void block_pair_sums_avx2(const float* g, const float* q, std::size_t n, BlockSums out[2]);
-// The same with q the fp16 nearest-even rounding of g, made in the loop by F16C (vcvtps2ph, then back): the
-// values round_array gives for fp16 under nearest-even with subnormals kept (its own F16C path, and IEEE 754's
-// rounding in its software path), without a pass that writes them out. Under the default MXCSR only (no DAZ,
-// which would read float subnormals as zero: DefaultFpEnv, lib/mpsim/parallel.hpp).
-void block_pair_sums_fp16_rne_avx2(const float* g, std::size_t n, BlockSums out[2]);
 
 }  // namespace mpsim::analysis::mass_detail
