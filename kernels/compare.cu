@@ -85,6 +85,24 @@ __global__ void __launch_bounds__(kThreads) arith_compare_kernel(Counters* c, em
       [&](std::uint32_t b) { return emu::is_nan_enc(b, f); });
 }
 
+// Recording only (the hardware's digests; the emulation is recomputed on the CPU): hw_record<Run>.
+template <int Run>
+__global__ void __launch_bounds__(kThreads) record_convert_kernel(unsigned long long* digests) {
+  const std::uint64_t begin = static_cast<std::uint64_t>(blockIdx.x) * kChunk;
+  unsigned long long hd = 0;
+  for (std::uint64_t k = threadIdx.x; k < kChunk; k += blockDim.x) {
+    const std::uint64_t i = begin + k;
+    hd += hw::digest_term(i, hw_record<Run>(i));
+  }
+  hd = warp_sum(hd);
+  if ((threadIdx.x & 31) == 0) atomicAdd(&digests[begin >> hw::kDigestBlockLog2], hd);
+}
+
+template <int Run>
+void launch_record(unsigned long long* digests, std::uint64_t elements) {
+  record_convert_kernel<Run><<<static_cast<unsigned>(elements / kChunk), kThreads>>>(digests);
+}
+
 using Launcher = void (*)(Counters*, emu::DevFormat, emu::DevRounding);
 
 template <int Run>
@@ -135,6 +153,33 @@ CompareResult compare_convert(int run, const emu::DevFormat& f, const emu::DevRo
                                        launch_convert<8>, launch_convert<9>, launch_convert<10>, launch_convert<11>};
   if (run < 0 || run >= 12) throw Error("compare_convert: no conversion run " + std::to_string(run));
   return run_compare(table[run], f, r, "hw convert");
+}
+
+CompareResult record_convert(int run, std::uint64_t elements) {
+  using RecordLauncher = void (*)(unsigned long long*, std::uint64_t);
+  static constexpr RecordLauncher table[] = {launch_record<12>, launch_record<13>, launch_record<14>,
+                                             launch_record<15>, launch_record<16>, launch_record<17>};
+  if (run < 12 || run >= 18) throw Error("record_convert: no recorded-only conversion run " + std::to_string(run));
+  if (elements == 0 || elements % kChunk != 0 || (elements >> hw::kDigestBlockLog2) > 256)
+    throw Error("record_convert: " + std::to_string(elements) + " elements is not a whole number of chunks");
+  const char* what = "hw convert (record)";
+  require_device(what);
+  const std::uint64_t blocks = elements >> hw::kDigestBlockLog2;
+  DeviceBuffer<unsigned long long> dd(256, what);
+  check(cudaMemset(dd.ptr, 0, 256 * sizeof(unsigned long long)), what);
+  EventTimer t;
+  t.begin();
+  table[run - 12](dd.ptr, elements);
+  check(cudaGetLastError(), what);
+  const float ms = t.end_ms();
+  check_launch(what);
+  std::vector<unsigned long long> d(256);
+  dd.download(d.data(), 256, what);
+  CompareResult out;
+  out.elements = elements;
+  out.hw_digests.assign(d.begin(), d.begin() + static_cast<std::ptrdiff_t>(blocks));
+  out.gpu_ms = ms;
+  return out;
 }
 
 CompareResult compare_arith(int run, const emu::DevFormat& f, const emu::DevRounding& r) {

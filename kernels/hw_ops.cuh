@@ -50,6 +50,24 @@ __device__ __forceinline__ std::uint32_t hw_convert(float x) {
   else return hw_to_fp8<1, true>(x);
 }
 
+// The runs whose emulation does not run on the device (hw::ConvertRun::on_device false): tf32 (PTX cvt; the
+// output is the float pattern, low 13 bits cut) and fp64 -> fp16 / bf16 on the f64_sample stress set. Their
+// outputs are digested on the device and the emulation is recomputed on the CPU (recompute.hpp). PTX ISA:
+// cvt.rna.tf32.f32 needs sm_80; .rn / .rz and .rna.satfinite for tf32 need sm_90 (this build's target).
+template <int Run>
+__device__ __forceinline__ std::uint32_t hw_record(std::uint64_t i) {
+  std::uint32_t d = 0;
+  const float x = __uint_as_float(static_cast<unsigned>(i));
+  if constexpr (Run == 12) asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(d) : "f"(x));
+  else if constexpr (Run == 13) asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(d) : "f"(x));
+  else if constexpr (Run == 14) asm("cvt.rz.tf32.f32 %0, %1;" : "=r"(d) : "f"(x));
+  else if constexpr (Run == 15) asm("cvt.rna.satfinite.tf32.f32 %0, %1;" : "=r"(d) : "f"(x));
+  else if constexpr (Run == 16)
+    d = __half_as_ushort(__double2half(__longlong_as_double(static_cast<long long>(hw::f64_sample(i)))));
+  else d = __bfloat16_as_ushort(__double2bfloat16(__longlong_as_double(static_cast<long long>(hw::f64_sample(i)))));
+  return d;
+}
+
 template <class T>
 __device__ __forceinline__ T from_bits(std::uint32_t b);
 template <>

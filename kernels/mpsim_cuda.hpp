@@ -76,6 +76,10 @@ struct CompareResult {
 // device profile applied, see runs_host.hpp dev_params).
 CompareResult compare_convert(int run, const emu::DevFormat& f, const emu::DevRounding& r);
 CompareResult compare_arith(int run, const emu::DevFormat& f, const emu::DevRounding& r);
+// The conversion runs whose emulation is not ported to the device (tf32, fp64 inputs: run 12..17 of
+// hw::convert_runs()): only the hardware's outputs, digested (hw_digests; no emu_digests, no mismatch
+// counts); the emulation is compared with them on the CPU (recompute.hpp, `mpsim verify --against`).
+CompareResult record_convert(int run, std::uint64_t elements);
 
 // ---- GEMM: C (m x n, row-major, float) = A (m x k, row-major fp16 bits) * B (k x n, row-major fp16) ----
 enum class Gemm : std::uint8_t {

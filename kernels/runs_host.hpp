@@ -23,8 +23,9 @@ struct ConvertRun {
   InputType input = InputType::float32;
   // The output as the hardware writes it: tf32 results are float patterns, the encoding << 13.
   int output_shift = 0;
-  // The CUDA kernels (hw_ops.cuh) implement it, so `mpsim hw convert` can run it; the others are only
-  // recorded (data/hardware/), their recomputation runs on the CPU.
+  // The emulation runs on the device beside the kernel (compare.cu); the others (tf32, fp64 inputs) are
+  // recorded on the device (hw_record in hw_ops.cuh: the hardware's digests only) and the emulation is
+  // recomputed on the CPU (recompute.hpp).
   bool on_device = true;
 
   std::uint64_t elements() const { return input == InputType::float64 ? kF64SampleElements : std::uint64_t{1} << 32; }

@@ -13,6 +13,8 @@
 #include "mpsim/error.hpp"
 #include "mpsim/format/profile.hpp"
 #include "mpsim/format/round.hpp"
+#include "mpsim/mma/dot.hpp"
+#include "mpsim/mma/unit.hpp"
 #include "mpsim_cuda.hpp"
 #include "runs_host.hpp"
 
@@ -35,7 +37,7 @@ TEST_CASE("conversions match the emulation under the cuda-sm90 profile", "[gpu]"
   const auto x = probe_floats(1 << 20);
   std::uint64_t checked = 0, mismatches = 0;
   for (const auto& run : hw::convert_runs()) {
-    if (!run.on_device) continue;  // tf32 and fp64 runs: recorded only, no kernel yet
+    if (!run.on_device) continue;  // tf32 and fp64 runs: recorded on the device, compared on the CPU
     emu::DevFormat f;
     emu::DevRounding r;
     hw::dev_params(run, profile_cuda_sm90(), f, r);
@@ -126,6 +128,47 @@ TEST_CASE("SIMT GEMM equals the in-order fp32 fma emulation bit for bit", "[gpu]
   CHECK_THROWS_AS(
       cu::gemm(cu::Gemm::wmma_f32, m, n, 72, std::vector<std::uint16_t>(m * 72), std::vector<std::uint16_t>(72 * n), c),
       Error);
+}
+
+// The tensor cores against the library's matrix-unit model of this GPU (lib/mpsim/mma; its H100 and H200
+// units are fitted to recorded H100 dot products): the WMMA kernels chain one 16x16x16 mma per 16 of K
+// into their accumulator, as the model chains its instructions, so every element must be equal, fp32 and
+// fp16 accumulators alike. K = 272 chains 17 of them.
+TEST_CASE("WMMA GEMM equals the matrix-unit model of the GPU bit for bit", "[gpu]") {
+  const cu::DeviceInfo info = cu::device_info();
+  const std::string gpu = info.cc_major == 9 && info.cc_minor == 0 ? "h200" : "";
+  if (gpu.empty()) {
+    std::printf("WMMA vs model: compute capability %d.%d has no model here (sm_90 only): skipped\n", info.cc_major,
+                info.cc_minor);
+    return;
+  }
+  const int m = 64, n = 48, k = 272;
+  std::mt19937_64 rng(4);
+  std::normal_distribution<float> d(0.f, 1.f);
+  std::vector<std::uint16_t> a(m * k), b(k * n);
+  for (auto& v : a) v = static_cast<std::uint16_t>(round_bits(d(rng), fp16()));
+  for (auto& v : b) v = static_cast<std::uint16_t>(round_bits(d(rng), fp16()));
+  std::vector<double> ad(a.size()), bd(b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) ad[i] = decode(a[i], fp16());
+  for (std::size_t i = 0; i < b.size(); ++i) bd[i] = decode(b[i], fp16());
+  for (bool half : {false, true}) {
+    const auto unit = mma::matrix_unit(gpu, fp16(), half ? fp16() : fp32());
+    std::vector<double> want(m * n);
+    mma::gemm(unit, m, n, k, ad.data(), bd.data(), nullptr, want.data());
+    std::vector<float> c(m * n);
+    cu::gemm(half ? cu::Gemm::wmma_f16 : cu::Gemm::wmma_f32, m, n, k, a, b, c);
+    int bad = 0, differs_from_fp32_fma = 0;
+    for (int i = 0; i < m * n; ++i) {
+      bad += std::bit_cast<std::uint32_t>(c[i]) != std::bit_cast<std::uint32_t>(static_cast<float>(want[i]));
+      float acc = 0.f;  // the in-order fp32 FMA chain, to show the model is not that
+      for (int p = 0; p < k; ++p)
+        acc = std::fma(static_cast<float>(ad[(i / n) * k + p]), static_cast<float>(bd[p * n + i % n]), acc);
+      differs_from_fp32_fma += acc != c[i];
+    }
+    std::printf("WMMA %s %dx%dx%d vs model %s: %d of %d elements differ (%d differ from an fp32 FMA chain)\n",
+                half ? "fp16 acc" : "fp32 acc", m, n, k, unit.name.c_str(), bad, m * n, differs_from_fp32_fma);
+    CHECK(bad == 0);
+  }
 }
 
 TEST_CASE("exponent histogram matches frexp bins", "[gpu]") {

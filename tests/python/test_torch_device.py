@@ -4,6 +4,8 @@ with the same stats; the counting by torch operations equals the C++ UnderflowCo
 monitor counting through torch operations writes the same reports. No GPU is needed (none is lent to the
 test machine): the same functions run on a CUDA tensor's device, and where torch sees a GPU the tests marked
 `cuda` run them there too, against mpsim's C++ results on the host."""
+import json
+
 import numpy as np
 import pytest
 
@@ -13,6 +15,7 @@ torch = pytest.importorskip("torch")
 import mpsim.torch as mt  # noqa: E402
 from mpsim import _device  # noqa: E402
 from mpsim.torch import _device_counts  # noqa: E402
+from captured import capture_outputs, numpy_bins  # noqa: E402
 from torch import nn  # noqa: E402
 
 
@@ -207,3 +210,76 @@ def test_counting_on_cuda_equals_the_cpp_counter():
             assert np.array_equal(canonical(a), canonical(b)), (name, f)
             assert a.amax == b.amax and a.amin_nonzero == b.amin_nonzero, (name, f)
     print(f"cuda counting: {len(tensors_to_count())} tensors x {len(formats)} formats equal to the C++ counter")
+
+
+@CUDA
+def test_prepared_rounding_on_cuda_equals_round_into():
+    x = torch.from_numpy(float32_patterns(1 << 16).view(np.float32).copy())
+    for fmt, mode in [("bf16", "rne"), ("fp16", "rne"), ("fp8_e4m3", "rne"), ("fp8_e5m2", "rne"), ("fp16", "sr"),
+                      ("e4m3", "rtz")]:
+        a = mpsim._core.PreparedRounding(fmt, mode, 32, "keep", "inf", "ieee", False)
+        b = mpsim._core.PreparedRounding(fmt, mode, 32, "keep", "inf", "ieee", False)
+        want = torch.empty_like(x)
+        a.round_into(x.numpy(), want.numpy(), 9, 0)
+        got = _device.round_prepared(b, x.cuda(), 9)
+        assert got.device.type == "cuda", fmt
+        assert torch.equal(got.cpu().view(torch.int32), want.view(torch.int32)), (fmt, mode)
+        assert a.totals() == b.totals(), (fmt, mode, a.totals(), b.totals())
+    print("PreparedRounding on CUDA tensors: values and totals equal to round_into's on the host (6 cases)")
+
+
+@CUDA
+@pytest.mark.parametrize("fmt", ["fp16", "bf16"])
+def test_emulated_model_and_monitor_on_cuda(tmp_path, fmt):
+    """A model on the GPU under emulate(fmt) with a GradientMonitor: nothing leaves the device that should
+    not, the Linear outputs are representable in fmt (the emulation rounded them), and the monitor's
+    histograms equal numpy's binning of the tensors captured with plain hooks (copied to the host)."""
+    torch.manual_seed(3)
+    model = nn.Sequential(nn.Linear(12, 32), nn.Tanh(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 3)).cuda()
+    emulation = mt.emulate(model, fmt)
+    monitor = mt.GradientMonitor(model, formats=["fp16", "fp8_e5m2"], every=1, activations=True, out=tmp_path,
+                                 emulation=emulation)
+    captured = capture_outputs(model, (0, 2, 4))
+    x, y = torch.randn(16, 12, device="cuda"), torch.randn(16, 3, device="cuda")
+    out = model(x)
+    assert out.device.type == "cuda"
+    torch.nn.functional.mse_loss(out, y).backward()
+    report = monitor.step()
+    cast = {"fp16": torch.float16, "bf16": torch.bfloat16}[fmt]
+    for i in (0, 2, 4):
+        o = captured[f"{i}/out"]
+        assert o.device.type == "cuda" and torch.equal(o, o.to(cast).float()), f"layer {i} output not in {fmt}"
+    snap = json.loads((tmp_path / "hist" / "step_000001.json").read_text())
+    checked = 0
+    for kind, key in (("activation_grad", "out_grad"), ("activation", "out")):
+        for i in (0, 2, 4):
+            got = {n: c for n, c in snap[kind][f"{i}/{key}"]["bins"]}
+            assert got == numpy_bins(captured[f"{i}/{key}"]), f"{kind} {i}/{key}"
+            checked += sum(got.values())
+    for name, p in model.named_parameters():
+        assert p.grad.device.type == "cuda", name
+        mod, _, leaf = name.rpartition(".")
+        got = {n: c for n, c in snap["weight_grad"][f"{mod}/{leaf}_grad"]["bins"]}
+        assert got == numpy_bins(p.grad), name
+        checked += p.grad.numel()
+    monitor.close()
+    emulation.remove()
+    assert report is not None
+    print(f"cuda emulate({fmt}) + monitor: {checked} values binned as numpy bins the captured tensors; "
+          f"3 Linear outputs representable in {fmt}")
+
+
+@CUDA
+def test_quantize_on_cuda_is_the_host_rounding_with_a_straight_through_gradient():
+    x = torch.from_numpy(float32_patterns(1 << 14).view(np.float32).copy())
+    x = x.nan_to_num(0.0, 0.0, 0.0)
+    for fmt in ("fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "e3m2"):
+        xc = x.cuda().requires_grad_(True)
+        q = mt.quantize(xc, fmt)
+        assert q.device.type == "cuda"
+        want = mpsim.round(x, fmt)
+        assert torch.equal(q.detach().cpu().view(torch.int32), want.view(torch.int32)), fmt
+        g = torch.linspace(-1, 1, x.numel(), device="cuda")
+        q.backward(g)
+        assert torch.equal(xc.grad, g), fmt
+    print("quantize on CUDA: 5 formats equal to mpsim.round on the host; straight-through gradients")

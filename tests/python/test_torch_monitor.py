@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import mpsim.torch as mt
+from captured import capture_outputs, numpy_bins
 
 ROOT = Path(__file__).resolve().parents[2]
 TORCH_DTYPE = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8_e4m3": torch.float8_e4m3fn,
@@ -39,15 +40,6 @@ def torch_shares(values, fmt):
     sub = int(((r != 0) & (r.abs() < MIN_NORMAL[fmt])).sum())
     over = int((~torch.isfinite(r)).sum())
     return under / n, sub / n, over / n
-
-
-def numpy_bins(values):
-    """{n: count} of 2^n <= |x| < 2^(n+1) over the non-zero finite values (np.frexp's exponent minus one)."""
-    v = np.asarray(values.detach().double().flatten())
-    v = v[np.isfinite(v) & (v != 0)]
-    _, e = np.frexp(np.abs(v))
-    n, c = np.unique(e - 1, return_counts=True)
-    return {int(a): int(b) for a, b in zip(n, c)}
 
 
 def test_shares_equal_torch_casts_for_every_format():
@@ -84,16 +76,7 @@ def mlp():
 def test_hooks_see_what_autograd_computes(tmp_path):
     model = mlp()
     monitor = mt.GradientMonitor(model, formats=["fp16"], every=1, activations=True, out=tmp_path)
-    captured = {}
-
-    def capture(i):
-        def hook(module, inputs, out):
-            captured[f"{i}/out"] = out.detach().clone()
-            out.register_hook(lambda g: captured.__setitem__(f"{i}/out_grad", g.clone()))
-        return hook
-
-    for i in (0, 2, 4):
-        model[i].register_forward_hook(capture(i))
+    captured = capture_outputs(model, (0, 2, 4))
     x, y = torch.randn(16, 12), torch.randn(16, 3)
     F.mse_loss(model(x), y).backward()
     monitor.step()

@@ -27,6 +27,8 @@
 #include "mpsim/format/profile.hpp"
 #include "mpsim/format/round.hpp"
 #include "mpsim/io/atomic_file.hpp"
+#include "mpsim/mma/dot.hpp"
+#include "mpsim/mma/unit.hpp"
 #include "mpsim/version.hpp"
 #include "mpsim_cuda.hpp"
 #include "runs_host.hpp"
@@ -176,8 +178,19 @@ void convert_cmd(const std::vector<std::string>& runs, const std::string& like, 
     const auto& run = all[k];
     if (!runs.empty() && std::find(runs.begin(), runs.end(), run.name) == runs.end()) continue;
     if (!run.on_device) {
-      fmt::print("{:<20} {:<44} (no kernel yet: recorded externally, recomputed on the CPU by recorded_test)\n",
-                 run.name, run.intrinsic);
+      // tf32 / fp64 inputs: the hardware's digests only; `mpsim verify --against` and recorded_test
+      // recompute the emulation's on the CPU.
+      const cu::CompareResult res = cu::record_convert(static_cast<int>(k), run.elements());
+      fmt::print("{:<20} {:<44} {:>12} {:>10} {:>9.2f}  (recorded: compared on the CPU by verify --against)\n",
+                 run.name, run.intrinsic, "-", "-", res.gpu_ms);
+      json hw = json::array();
+      for (auto d : res.hw_digests) hw.push_back(mpsim::hw::digest_hex(d));
+      doc["runs"].push_back({{"name", run.name},
+                             {"intrinsic", run.intrinsic},
+                             {"elements", res.elements},
+                             {"compared_on_device", false},
+                             {"gpu_ms", res.gpu_ms},
+                             {"hw_digests", hw}});
       continue;
     }
     mpsim::emu::DevFormat f;
@@ -331,6 +344,21 @@ void gemm_cmd(const std::vector<std::string>& shapes, std::uint64_t seed, const 
         ref[std::size_t(i) * n + j] = acc;
       }
     const bool tiles = m % 16 == 0 && n % 16 == 0 && k % 16 == 0;
+    // The matrix-unit models (lib/mpsim/mma) of the Hopper tensor cores, fp32 and fp16 outputs: each kernel's
+    // D compared with them bit for bit (the WMMA kernels chain one mma per 16 of K, as the models chain
+    // their instructions; cuBLAS picks its own kernels, so its column is a finding, not a check).
+    const std::vector<std::string> models = {"h200", "h100"};
+    std::vector<double> ad(a.size()), bd(b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) ad[i] = af[i];
+    for (std::size_t i = 0; i < b.size(); ++i) bd[i] = bf[i];
+    std::vector<std::vector<double>> model_f32, model_f16;
+    for (const auto& name : models)
+      for (bool half : {false, true}) {
+        const auto unit = mpsim::mma::matrix_unit(name, mpsim::fp16(), half ? mpsim::fp16() : mpsim::fp32());
+        std::vector<double> d(std::size_t(m) * n);
+        mpsim::mma::gemm(unit, m, n, k, ad.data(), bd.data(), nullptr, d.data());
+        (half ? model_f16 : model_f32).push_back(std::move(d));
+      }
     double cublas_ms = 0;
     for (auto kind : {cu::Gemm::cublas_32f, cu::Gemm::simt_f32, cu::Gemm::wmma_f32, cu::Gemm::wmma_f16,
                       cu::Gemm::cublas_16f, cu::Gemm::cublas_32f_fast_16f}) {
@@ -353,8 +381,19 @@ void gemm_cmd(const std::vector<std::string>& shapes, std::uint64_t seed, const 
         worst = std::max(worst, e);
       }
       const double tflops = 2.0 * m * n * k / (ms * 1e-3) / 1e12;
-      fmt::print("{:<16} {:<20} {:>10} {:>9} {:>9} {:>9} {:>9.3g} {:>10.4f} {:>9.2f} {:>8.2f}\n", s,
-                 cu::gemm_name(kind), exact, le1, le4, le16, worst, ms, tflops, cublas_ms > 0 ? cublas_ms / ms : 0.0);
+      json equal_to_model = json::object();
+      std::string model_text;
+      for (std::size_t u = 0; u < models.size(); ++u) {
+        const auto& d = half_out ? model_f16[u] : model_f32[u];
+        std::uint64_t same = 0;
+        for (std::size_t i = 0; i < c.size(); ++i)
+          same += std::bit_cast<std::uint32_t>(c[i]) == std::bit_cast<std::uint32_t>(static_cast<float>(d[i]));
+        equal_to_model[models[u]] = same;
+        model_text += fmt::format(" ={}:{}", models[u], same);
+      }
+      fmt::print("{:<16} {:<20} {:>10} {:>9} {:>9} {:>9} {:>9.3g} {:>10.4f} {:>9.2f} {:>8.2f}{}\n", s,
+                 cu::gemm_name(kind), exact, le1, le4, le16, worst, ms, tflops, cublas_ms > 0 ? cublas_ms / ms : 0.0,
+                 model_text);
       doc["results"].push_back({{"shape", s},
                                 {"kernel", cu::gemm_name(kind)},
                                 {"elements", c.size()},
@@ -365,7 +404,8 @@ void gemm_cmd(const std::vector<std::string>& shapes, std::uint64_t seed, const 
                                 {"max_ulp", worst},
                                 {"ms", ms},
                                 {"tflops", tflops},
-                                {"fraction_of_cublas_32f", cublas_ms > 0 ? cublas_ms / ms : 0.0}});
+                                {"fraction_of_cublas_32f", cublas_ms > 0 ? cublas_ms / ms : 0.0},
+                                {"equal_to_model", equal_to_model}});
     }
   }
   write_outputs(doc, json_path, record, "gemm.json");
