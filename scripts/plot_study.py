@@ -254,7 +254,13 @@ def measures_figure(studies, out_dir):
         ax.tick_params(labelsize=7)
         ax.set_title(f"Spearman ρ = {rho:+.2f} over {len(pts)} rows,\n{rho_kept:+.2f} over the {len(kept)} "
                      "that skipped no step", fontsize=8.5)
-    key_text = "   ".join(f"{i + 1} {t[1]}" for i, t in enumerate(table))
+    def short(label):  # the key under the panels: "lstm-v8192: fp8-none" for "study-recipes-lstm-v8192: fp8-none"
+        return label.removeprefix("study-").removeprefix("recipes-")
+
+    key_text = "   ".join(f"{i + 1} {short(t[1])}" for i, t in enumerate(table))
+    # Room under the panels for the key, about 200 characters a line at this size.
+    key_lines = math.ceil(len(key_text) / 200)
+    fig.set_figheight(8.6 + 0.12 * key_lines)
     fig.text(0.5, 0.005, key_text, ha="center", va="bottom", fontsize=6.5, wrap=True)
     names = ", ".join(st["name"] for st in studies)
     fig.suptitle(
@@ -262,7 +268,7 @@ def measures_figure(studies, out_dir):
         "each row: the mean seed-by-seed difference with its 95 % interval; red: rows that skipped steps",
         fontsize=10,
     )
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.tight_layout(rect=(0, min(0.3, 0.015 + 0.016 * key_lines), 1, 1))
     save(fig, out_dir / "study-measures.png")
     write_csv(out_dir / "study-measures.csv",
               ["measure", "summary_key", "rows", "spearman_rho", "rows_without_skipped_steps",

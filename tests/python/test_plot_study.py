@@ -1,4 +1,5 @@
-"""scripts/plot_study.py on the committed recipe study (docs/study-recipes-lstm-v8192), into a temporary folder.
+"""scripts/plot_study.py on the committed recipe studies (docs/study-recipes-lstm-v8192, docs/study-recipes-ssd-300),
+pooled as docs/study.md draws them, into a temporary folder.
 
 What it checks, each against values computed here from the study's own files, not from the script:
 - every seed's difference to fp32 the table figure draws equals final_metric - fp32's final_metric of the same
@@ -8,7 +9,7 @@ What it checks, each against values computed here from the study's own files, no
   ties sharing their mean rank, then statistics.correlation), over all rows and over the rows that skipped
   no step;
 - the committed docs/study-figures/study-measures.csv is what the script gives today (so the README's numbers
-  follow the committed summaries); the PNGs exist, are PNGs, are under 200 kB and are not blank;
+  follow the committed summaries); the PNGs exist, are PNGs, are under 300 kB and are not blank;
 - a study folder without summary.json, and a seeds.csv that lacks a row's seed, exit 2 with a message naming
   the file, writing nothing.
 Each check prints what it compared."""
@@ -26,6 +27,7 @@ import pytest
 ROOT = os.environ.get("MPSIM_SOURCE_ROOT", os.path.join(os.path.dirname(__file__), "..", ".."))
 SCRIPT = os.path.join(ROOT, "scripts", "plot_study.py")
 STUDY = os.path.join(ROOT, "docs", "study-recipes-lstm-v8192")
+STUDIES = [STUDY, os.path.join(ROOT, "docs", "study-recipes-ssd-300")]
 COMMITTED = os.path.join(ROOT, "docs", "study-figures")
 
 matplotlib = pytest.importorskip("matplotlib")
@@ -57,17 +59,18 @@ def spearman_by_counting(x, y):
 @pytest.fixture(scope="module")
 def drawn(tmp_path_factory):
     out = tmp_path_factory.mktemp("plot_study")
-    status, stdout, stderr = plot(out, STUDY)
+    status, stdout, stderr = plot(out, *STUDIES)
     print(stdout, stderr)
     assert status == 0, stderr
     return out
 
 
-def test_seed_differences(drawn):
-    summary = json.load(open(os.path.join(STUDY, "summary.json")))
-    seeds = read_csv(os.path.join(STUDY, "seeds.csv"))
+@pytest.mark.parametrize("study", STUDIES, ids=os.path.basename)
+def test_seed_differences(drawn, study):
+    summary = json.load(open(os.path.join(study, "summary.json")))
+    seeds = read_csv(os.path.join(study, "seeds.csv"))
     metric = {(s["configuration"], int(s["seed"])): float(s["final_metric"]) for s in seeds}
-    drawn_rows = read_csv(drawn / "study-recipes-lstm-v8192-seed-differences.csv")
+    drawn_rows = read_csv(drawn / f"{os.path.basename(study)}-seed-differences.csv")
     rows = [r for r in summary["rows"] if r["verdict"] != "reference"]
     n_seeds = summary["seeds"]
     assert len(drawn_rows) == len(rows) * n_seeds, (len(drawn_rows), len(rows), n_seeds)
@@ -86,15 +89,12 @@ def test_seed_differences(drawn):
 
 
 def test_measures_and_rank_correlations(drawn):
-    summary = json.load(open(os.path.join(STUDY, "summary.json")))
-    ref = next(r for r in summary["rows"] if r["verdict"] == "reference")
-    rows = [r for r in summary["rows"] if r["verdict"] != "reference"]
     nan = float("nan")
 
     def num(v):
         return float(v) if not isinstance(v, str) else nan
 
-    def want_row(r):
+    def want_row(r, summary, ref):
         worse = (-1 if summary["higher_is_better"] else 1) * r["delta_vs_fp32"] * 100 / abs(ref["metric_mean"])
         return {
             "worse_pct": worse,
@@ -107,7 +107,14 @@ def test_measures_and_rank_correlations(drawn):
             "push_down": num(r["activation_grad_push_down_mean"]),
         }
 
-    want = {r["configuration"]: want_row(r) for r in rows}
+    # Pooled over the studies: each row against its own study's fp32, named "<study>: <configuration>".
+    want = {}
+    for study in STUDIES:
+        summary = json.load(open(os.path.join(study, "summary.json")))
+        ref = next(r for r in summary["rows"] if r["verdict"] == "reference")
+        for r in summary["rows"]:
+            if r["verdict"] != "reference":
+                want[f"{os.path.basename(study)}: {r['configuration']}"] = want_row(r, summary, ref)
     got = {g["configuration"]: g for g in read_csv(drawn / "study-measures-rows.csv")}
     assert set(got) == set(want), set(got) ^ set(want)
     compared, worst = 0, 0.0
@@ -146,7 +153,7 @@ def test_committed_figures_follow_the_summaries(drawn):
     fresh = (drawn / "study-measures.csv").read_text()
     print(f"docs/study-figures/study-measures.csv against a fresh run: {'equal' if committed == fresh else 'DIFFERENT'}")
     assert committed == fresh, "docs/study-figures is stale: rerun scripts/plot_study.py (docs/study.md)"
-    for name in ("study-recipes-lstm-v8192-table.png", "study-measures.png"):
+    for name in ("study-recipes-lstm-v8192-table.png", "study-recipes-ssd-300-table.png", "study-measures.png"):
         for folder in (drawn, COMMITTED):
             path = os.path.join(folder, name)
             size = os.path.getsize(path)
@@ -155,7 +162,7 @@ def test_committed_figures_follow_the_summaries(drawn):
             pixels = matplotlib.image.imread(path)
             spread = float(pixels[..., :3].std())
             print(f"  {path}: {size} bytes, {pixels.shape[1]}x{pixels.shape[0]}, pixel sd {spread:.3f}")
-            assert size < 200_000 and spread > 0.05
+            assert size < 300_000 and spread > 0.05  # the pooled measures figure of two studies is ~230 kB
 
 
 def test_bad_input(tmp_path):
