@@ -505,3 +505,39 @@ TEST_CASE("add_each: one pass into several counters equals each counter's own ad
                                          << bad);
   CHECK(bad == 0);
 }
+
+TEST_CASE("clear(): a cleared counter counts as a new one, float and double input, specials included",
+          "[range_counter]") {
+  // The torch monitor reuses a site's counters from one sampled step to the next (RangeCounter::clear): after
+  // clear() and new values, every count, amax and amin_nonzero must be those of a new counter given the new
+  // values only.
+  const float inf = std::numeric_limits<float>::infinity();
+  auto first = log_uniform(5000, 9, -150, 128);
+  first[17] = inf;
+  first[99] = std::bit_cast<float>(0x00000301u);
+  const std::vector<double> doubles = {1e-300, -3.5, 0.0, 7e30};
+  auto second = log_uniform(3000, 10, -40, 10);
+  second[5] = -inf;
+  second[6] = std::numeric_limits<float>::quiet_NaN();
+  std::size_t checks = 0, bad = 0;
+  for (const Format& f : formats())
+    for (const RoundingMode m : {RoundingMode::nearest_even, RoundingMode::up}) {
+      RangeCounter reused(f, Rounding::of(m)), fresh(f, Rounding::of(m));
+      reused.add(first);
+      reused.add(doubles);
+      reused.clear();
+      bad += reused.total() != 0 || reused.amax() != 0 || reused.amin_nonzero() != 0;
+      reused.add(second);
+      fresh.add(second);
+      bad += reused.counts() != fresh.counts() || reused.amax() != fresh.amax() ||
+             reused.amin_nonzero() != fresh.amin_nonzero() || !(reused.histogram() == fresh.histogram());
+      for (int k = -8; k <= 32; k += 5) {
+        const RangeCounts a = reused.at_scale(k), b = fresh.at_scale(k);
+        bad += a.underflow != b.underflow || a.subnormal != b.subnormal || a.normal != b.normal ||
+               a.overflow != b.overflow || a.zero_in != b.zero_in || a.nan_in != b.nan_in || a.inf_in != b.inf_in;
+      }
+      ++checks;
+    }
+  WARN("range counter clear(): " << checks << " (format, mode) counters cleared and refilled, mismatches " << bad);
+  CHECK(bad == 0);
+}

@@ -505,6 +505,12 @@ void RangeCounter::add_counts(RangeCounts& out, const Table& t, int log2_scale) 
   }
 }
 
+void RangeCounter::clear() {
+  for (Table* t : {&float_table_, &double_table_}) std::fill(t->counts.begin(), t->counts.end(), 0u);
+  amax_ = 0;
+  amin_nonzero_ = 0;
+}
+
 RangeCounts RangeCounter::at_scale(int log2_scale) const {
   RangeCounts out;
   out.log2_scale = log2_scale;
