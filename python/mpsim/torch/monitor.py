@@ -223,6 +223,8 @@ def _atomic_write(path, text):
 def _number(x):
     """A CSV cell: empty for a missing value, integers as integers, other numbers as the shortest text
     that reads back exactly (repr)."""
+    if type(x) is float:  # most cells of a row: taken before the checks below (a row has ~100 cells)
+        return repr(x)
     if x is None:
         return ""
     if isinstance(x, bool):
