@@ -24,6 +24,8 @@ import torch
 
 import mpsim
 
+from . import _core
+
 from ._errors import UnsupportedDeviceError, UnsupportedDtypeError
 
 _FLOAT32_BITS = 0x7FFFFFFF
@@ -122,10 +124,18 @@ def stats_of(x, y, f):
                         (counted & (~torch.isfinite(y) | saturated)).sum()]).tolist()
     extremes = torch.stack([amax, amin]).double().tolist()
     nonzero_finite, zero_in, nan, inf_in, exact, underflow, subnormal, overflow = ints
-    return {"count": x.numel(), "zero_in": zero_in, "nan": nan, "inf_in": inf_in, "exact": exact,
-            "rounded": nonzero_finite - exact, "underflow": underflow, "subnormal": subnormal,
-            "overflow_num": overflow, "flipped": 0, "max_abs": extremes[0],
-            "min_abs_nonzero": extremes[1] if math.isfinite(extremes[1]) else 0.0}
+    # What each field of the library's table means (lib/mpsim/format/bulk.hpp, Stats); the keys and their order
+    # are the table's (mpsim._core._stats_fields, from lib/mpsim/format/stats_fields.hpp): a field the table
+    # gains and this function does not compute fails here by name, not as a dict that silently lacks it.
+    values = {"count": x.numel(), "zero_in": zero_in, "nan": nan, "inf_in": inf_in, "exact": exact,
+              "rounded": nonzero_finite - exact, "underflow": underflow, "subnormal": subnormal,
+              "overflow_num": overflow, "flipped": 0, "max_abs": extremes[0],
+              "min_abs_nonzero": extremes[1] if math.isfinite(extremes[1]) else 0.0}
+    missing = [k for k in _core._stats_fields if k not in values]
+    if missing or len(values) != len(_core._stats_fields):
+        raise RuntimeError(f"mpsim._device.stats_of: the library's Stats fields {list(_core._stats_fields)} and "
+                           f"the ones computed here {list(values)} differ (missing {missing})")
+    return {k: values[k] for k in _core._stats_fields}
 
 
 def check_out(out, x, name="out"):

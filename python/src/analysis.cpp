@@ -506,6 +506,17 @@ void bind_analysis(nb::module_& m) {
           "Counts every element of x into each of counters (any formats and modes), reading x once: each ends "
           "as its own add(x) would leave it, count for count.")
       .def(
+          "clear",
+          [](Counter& c) {
+            c.range.clear();
+            if (c.moments) c.moments = Moments();
+            c.arrays = 0;
+            c.shape.clear();
+            c.dtype.clear();
+          },
+          "Forgets every value counted: the counter then holds what a new one of its format, mode and moments "
+          "holds, without finding the format's thresholds again (reused from one step to the next).")
+      .def(
           "merge",
           [](Counter& c, const Counter& o) -> Counter& {
             merge_into(c, o);

@@ -404,6 +404,13 @@ double time_round_array(const AnyArray& x, const WritableArray& out, const Forma
 
 void bind_arrays(nb::module_& m) {
   using namespace nb::literals;
+  // The keys of stats_dict in its order, from the one table (format/stats_fields.hpp): python/mpsim/_device.py
+  // names the stats of a rounding done by torch operations with them.
+  nb::list fields;
+  for (const auto& f : kStatsCountFields) fields.append(nb::str(f.name.data(), f.name.size()));
+  fields.append("flipped");
+  for (const auto& f : kStatsExtremeFields) fields.append(nb::str(f.name.data(), f.name.size()));
+  m.attr("_stats_fields") = nb::tuple(fields);
   m.def("round_into", &round_values, "x"_a, "out"_a, "fmt"_a, "mode"_a, "seed"_a, "sr_bits"_a, "subnormals"_a,
         "overflow"_a, "like"_a, "daz"_a, "stats"_a, "index0"_a = 0, "threads"_a = 0, "flip"_a = 0.0, "flip_seed"_a = 0,
         "flip_bits"_a = "fraction",

@@ -132,6 +132,9 @@ void bind_mass(nb::module_& m) {
           "add", [](MassCounter& c, nb::handle x) { add_values(c, x); }, "x"_a,
           "Rounds 2^log2_scale * x into the format and adds both (float16 / bfloat16 widened exactly).")
       .def(
+          "clear", [](MassCounter& c) { c.mass = MassLost(); },
+          "Forgets every value added: the counts and sums of a new counter (format, mode and log2_scale kept).")
+      .def(
           "merge",
           [](MassCounter& c, const MassCounter& o) -> MassCounter& {
             check_same(c, o);

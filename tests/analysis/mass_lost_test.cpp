@@ -172,7 +172,8 @@ TEST_CASE("mass lost: merging, state, scale invariance, float and double paths",
   std::printf("MassLost::from_state: %d malformed states refused by name\n", refused);
 }
 
-TEST_CASE("mass lost: the AVX2 loop (two blocks at a time) gives the SSE2 loop's bits", "[mass_lost]") {
+TEST_CASE("mass lost: the AVX2 and AVX-512 loops (two, four blocks at a time) give the SSE2 loop's bits",
+          "[mass_lost]") {
   if (!path_available(Path::avx2)) {
     std::printf("mass lost: this CPU lacks AVX2, only the SSE2 loop runs here: nothing to compare\n");
     return;
@@ -205,8 +206,20 @@ TEST_CASE("mass lost: the AVX2 loop (two blocks at a time) gives the SSE2 loop's
                                     std::nanf("")};
   std::size_t compared = 0, tensors = 0;
   std::uint64_t flushed = 0, nonzero = 0;
-  for (const std::size_t n : {std::size_t{0}, std::size_t{1}, MassLost::kBlock, 2 * MassLost::kBlock,
-                              5 * MassLost::kBlock + 17, 8 * MassLost::kBlock}) {
+  // AVX-512 where this CPU and build have it (lib/mpsim/analysis/mass_lost_avx512.cpp).
+  bool wide = true;
+  try {
+    MassLost probe;
+    probe.add(std::span<const float>(), std::span<const float>(), Path::avx512);
+  } catch (const Error&) {
+    wide = false;
+    std::printf("mass lost: no AVX-512 in this CPU or build, the four-block loop is not compared here\n");
+  }
+  std::size_t wide_compared = 0;
+  // Lengths with four-block steps, then a pair, a single block and a partial one left (7 * kBlock + 17).
+  for (const std::size_t n :
+       {std::size_t{0}, std::size_t{1}, MassLost::kBlock, 2 * MassLost::kBlock, 4 * MassLost::kBlock,
+        5 * MassLost::kBlock + 17, 7 * MassLost::kBlock + 17, 8 * MassLost::kBlock}) {
     std::vector<float> g(n);
     for (std::size_t i = 0; i < n; ++i) g[i] = i % 7 == 3 ? edges[(i / 7) % edges.size()] : normal(rng);
     std::vector<std::vector<float>> qs(3, std::vector<float>(n));
@@ -220,7 +233,15 @@ TEST_CASE("mass lost: the AVX2 loop (two blocks at a time) gives the SSE2 loop's
       automatic.add(g, q);
       INFO("n = " << n);
       CHECK(avx2.state() == scalar.state());  // every count and sum, bit for bit (JSON numbers compare as doubles)
-      CHECK(automatic.state() == avx2.state());
+      if (wide) {
+        MassLost avx512;
+        avx512.add(g, q, Path::avx512);
+        CHECK(avx512.state() == scalar.state());
+        CHECK(automatic.state() == avx512.state());
+        wide_compared += n;
+      } else {
+        CHECK(automatic.state() == avx2.state());
+      }
       const MassLostStats s = scalar.stats();
       flushed += s.flushed;
       nonzero += s.nonzero_finite;
@@ -229,9 +250,9 @@ TEST_CASE("mass lost: the AVX2 loop (two blocks at a time) gives the SSE2 loop's
     }
   }
   std::printf(
-      "mass lost, AVX2 against SSE2: %zu tensors (%zu values, %llu non-zero finite, %llu flushed): every count "
-      "and sum equal\n",
-      tensors, compared, (unsigned long long)nonzero, (unsigned long long)flushed);
+      "mass lost, AVX2 and AVX-512 (%zu values) against SSE2: %zu tensors (%zu values, %llu non-zero finite, %llu "
+      "flushed): every count and sum equal\n",
+      wide_compared, tensors, compared, (unsigned long long)nonzero, (unsigned long long)flushed);
   CHECK(flushed > 0);
 }
 

@@ -505,3 +505,89 @@ TEST_CASE("add_each: one pass into several counters equals each counter's own ad
                                          << bad);
   CHECK(bad == 0);
 }
+
+TEST_CASE("clear(): a cleared counter counts as a new one, float and double input, specials included",
+          "[range_counter]") {
+  // The torch monitor reuses a site's counters from one sampled step to the next (RangeCounter::clear): after
+  // clear() and new values, every count, amax and amin_nonzero must be those of a new counter given the new
+  // values only.
+  const float inf = std::numeric_limits<float>::infinity();
+  auto first = log_uniform(5000, 9, -150, 128);
+  first[17] = inf;
+  first[99] = std::bit_cast<float>(0x00000301u);
+  const std::vector<double> doubles = {1e-300, -3.5, 0.0, 7e30};
+  auto second = log_uniform(3000, 10, -40, 10);
+  second[5] = -inf;
+  second[6] = std::numeric_limits<float>::quiet_NaN();
+  std::size_t checks = 0, bad = 0;
+  for (const Format& f : formats())
+    for (const RoundingMode m : {RoundingMode::nearest_even, RoundingMode::up}) {
+      RangeCounter reused(f, Rounding::of(m)), fresh(f, Rounding::of(m));
+      reused.add(first);
+      reused.add(doubles);
+      reused.clear();
+      bad += reused.total() != 0 || reused.amax() != 0 || reused.amin_nonzero() != 0;
+      reused.add(second);
+      fresh.add(second);
+      bad += reused.counts() != fresh.counts() || reused.amax() != fresh.amax() ||
+             reused.amin_nonzero() != fresh.amin_nonzero() || !(reused.histogram() == fresh.histogram());
+      for (int k = -8; k <= 32; k += 5) {
+        const RangeCounts a = reused.at_scale(k), b = fresh.at_scale(k);
+        bad += a.underflow != b.underflow || a.subnormal != b.subnormal || a.normal != b.normal ||
+               a.overflow != b.overflow || a.zero_in != b.zero_in || a.nan_in != b.nan_in || a.inf_in != b.inf_in;
+      }
+      ++checks;
+    }
+  WARN("range counter clear(): " << checks << " (format, mode) counters cleared and refilled, mismatches " << bad);
+  CHECK(bad == 0);
+}
+
+TEST_CASE("the monitor's four formats in one pass: the fast-table loop against scalar and brute force, every mode",
+          "[range_counter]") {
+  // fp16, bf16, fp8_e4m3 and fp8_e5m2 in one add_each: a threshold union whose dominant interval holds too few
+  // significands for the pair loop (e4m3's overflow threshold 1.8125), so the AVX2 path counts through the fast
+  // table (pairs_pay), comparing against the live thresholds only, one set for both signs under nearest and
+  // toward zero, one per sign under up and down. Every counter must hold what the scalar loop and brute force give.
+  if (!path_available(Path::avx2)) {
+    WARN("no AVX2 on this CPU: only the scalar loop exists here");
+    return;
+  }
+  const std::vector<Format> four = {fp16(), bf16(), fp8_e4m3(), fp8_e5m2()};
+  std::vector<float> v = log_uniform(6000, 23, -150, 128);
+  for (const Format& f : four) {
+    const auto b = boundaries(f);
+    v.insert(v.end(), b.begin(), b.end());
+  }
+  // Specials inside the vector loop's blocks (a sixteen holding one is counted value by value).
+  v[40] = std::numeric_limits<float>::infinity();
+  v[41] = -std::numeric_limits<float>::quiet_NaN();
+  v[300] = std::bit_cast<float>(0x80000005u);
+  v[301] = -0.0f;
+  std::size_t checks = 0, bad = 0;
+  for (const RoundingMode m : {RoundingMode::nearest_even, RoundingMode::toward_zero, RoundingMode::up,
+                               RoundingMode::down, RoundingMode::nearest_away}) {
+    std::vector<RangeCounter> scalar, avx2;
+    for (const Format& f : four) {
+      scalar.emplace_back(f, Rounding::of(m), Path::scalar);
+      avx2.emplace_back(f, Rounding::of(m), Path::avx2);
+    }
+    std::vector<RangeCounter*> ps, pa;
+    for (std::size_t i = 0; i < four.size(); ++i) {
+      ps.push_back(&scalar[i]);
+      pa.push_back(&avx2[i]);
+    }
+    RangeCounter::add_each(ps, v, Path::scalar);
+    RangeCounter::add_each(pa, v, Path::avx2);
+    for (std::size_t i = 0; i < four.size(); ++i) {
+      const bool ok = scalar[i].counts() == avx2[i].counts() && scalar[i].amax() == avx2[i].amax() &&
+                      scalar[i].amin_nonzero() == avx2[i].amin_nonzero();
+      if (!ok) UNSCOPED_INFO(four[i].name << " " << ieee_name(m));
+      bad += !ok;
+      for (int k = -8; k <= 32; k += 8) bad += !same(avx2[i].at_scale(k), brute(v, four[i], Rounding::of(m), k));
+      ++checks;
+    }
+  }
+  WARN("four formats in one pass, avx2 vs scalar and brute force: " << checks << " counters over " << v.size()
+                                                                    << " values, mismatches " << bad);
+  CHECK(bad == 0);
+}

@@ -344,3 +344,33 @@ def test_stats_dicts_built_directly_equal_the_json_paths():
     print(f"{compared} dicts built directly and recommended scales equal their JSON path's, keys, order and types "
           f"({nones} None values among the mass lost's)")
     assert nones > 0
+
+
+def test_clear_leaves_counters_as_new_ones():
+    # UnderflowCounter.clear and MassLostCounter.clear (what the torch monitor reuses between sampled steps): after
+    # clear() and new values, the counts, moments, shape, dtype, stats and sums of a new counter given those only.
+    data = list(gradients().values())
+    checked = 0
+    for fmt in ("fp16", "bf16", "fp8_e4m3", "fp8_e5m2"):
+        for moments in (True, False):
+            reused, fresh = mpsim.UnderflowCounter(fmt, moments=moments), mpsim.UnderflowCounter(fmt, moments=moments)
+            reused.add(data[0])
+            reused.add(data[1].astype(np.float64))
+            reused.clear()
+            assert reused.total == 0 and reused.amax == 0 and reused.shape is None
+            reused.add(data[2])
+            fresh.add(data[2])
+            assert reused == fresh and reused.counts_array().tolist() == fresh.counts_array().tolist()
+            assert (reused.shape, reused.dtype, reused.moments()) == (fresh.shape, fresh.dtype, fresh.moments())
+            assert reused.underflow(3) == fresh.underflow(3)
+            checked += 1
+        m_reused, m_fresh = mpsim.MassLostCounter(fmt), mpsim.MassLostCounter(fmt)
+        m_reused.add(data[0])
+        m_reused.clear()
+        assert m_reused.sums()["nonzero"] == 0
+        m_reused.add(data[2])
+        m_fresh.add(data[2])
+        assert m_reused == m_fresh and m_reused.stats() == m_fresh.stats() and m_reused.sums() == m_fresh.sums()
+        checked += 1
+    print(f"clear(): {checked} counters cleared and refilled with {data[2].size} values equal new ones (counts, "
+          f"moments, shape, stats, sums)")

@@ -434,3 +434,63 @@ def test_mass_formats_default_and_bad_names():
     assert measured == {None: ["bf16"], False: [], True: ["bf16", "fp8_e4m3"]}
     with pytest.raises(ValueError, match="fp16, not among formats bf16"):
         mt.GradientMonitor(model, formats=["bf16"], mass=["fp16"])
+
+
+def edge_values(seed, n=3000):
+    """Log-uniform values with every edge of the monitor's formats among them: ±0, float32 subnormals, fp16's
+    flush boundary 2^-25 (a tie: rounds to zero) and its neighbours, fp16's overflow boundary 65520 (rounds to
+    inf) and its neighbours, e4m3's largest finite 448 and 464 (the first value it cannot hold), ±inf, NaN."""
+    edges = torch.tensor([0.0, -0.0, 1e-45, -1e-45, 1e-39, 2.0**-25, -(2.0**-25), 2.0**-25 * (1 + 2.0**-23),
+                          2.0**-25 * (1 - 2.0**-24), 65504.0, 65520.0, -65520.0, 65519.996, 448.0, 464.0, -464.0,
+                          float("inf"), float("-inf"), float("nan")], dtype=torch.float32)
+    v = log_uniform(n, -40, 20, seed)
+    return torch.cat([v[: n // 2], edges, v[n // 2:]])
+
+
+def test_counters_reused_between_sampled_steps_count_as_new_ones(tmp_path, monkeypatch):
+    # step() clears a site's counters after merging them into the totals and the site's next sampled step counts
+    # into them (SiteCounts.clear: UnderflowCounter.clear, MassLostCounter.clear). Tensors with every edge, at
+    # sites that come and go between steps: each step's shares must equal torch's casts, and every report and
+    # file must equal those of a monitor that makes new counters for every step, byte for byte.
+    formats = ["fp16", "bf16", "fp8_e4m3", "fp8_e5m2"]
+    plan = [("a", "b", "w"), ("a", "w"), ("b", "c", "w"), ("a", "b", "c", "w")]
+
+    def run(out):
+        monitor = mt.GradientMonitor(nn.Linear(2, 2), formats=formats, every=1, out=out, hist_every=2, mass=True,
+                                     activation_grads=False, weight_grads=False)
+        reports, compared = [], 0
+        for step, sites in enumerate(plan):
+            for i, site in enumerate(sites):
+                values = edge_values(100 * step + i)
+                monitor.observe(site, values, kind="weight_grad" if site == "w" else "activation_grad")
+            reports.append(monitor.step(loss=float(step)))
+            act = reports[-1]["formats"]
+            for i, site in enumerate(s for s in sites if s != "w"):
+                values = edge_values(100 * step + i)
+                for fmt in formats:
+                    st = act[fmt]["activation_grad"]["sites"][site]
+                    want = list(torch_shares(values, fmt))
+                    if fmt == "fp8_e4m3":  # torch's e4m3fn cast saturates; |x| > 464 rounds past 448 (see above)
+                        finite = values[torch.isfinite(values) & (values != 0)]
+                        want[2] = float((finite.abs() > 464).sum()) / finite.numel()
+                    assert [st["zero"], st["subnormal"], st["overflow"]] == want, (step, site, fmt)
+                    compared += 1
+        monitor.close()
+        files = {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+        return reports, files, compared, monitor
+
+    reused, reused_files, compared, mon = run(tmp_path / "reused")
+    assert mon._spare, "no counters were reused"
+
+    class NoSpare(dict):
+        def __setitem__(self, key, value):  # never keeps a cleared SiteCounts: every step makes new ones
+            pass
+
+    monkeypatch.setattr(mt.GradientMonitor, "_spare", property(lambda self: NoSpare(), lambda self, v: None), raising=False)
+    fresh, fresh_files, _, mon2 = run(tmp_path / "fresh")
+    assert not mon2._spare
+    assert reused == fresh
+    assert sorted(reused_files) == sorted(fresh_files) and reused_files == fresh_files
+    print(f"reused counters: {len(plan)} sampled steps of tensors with every edge ({edge_values(0).numel()} values "
+          f"each), {compared} per-site shares equal to torch's casts; {len(reused)} reports and {len(reused_files)} "
+          f"files equal to those of new counters every step, byte for byte")

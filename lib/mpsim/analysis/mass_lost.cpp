@@ -87,13 +87,22 @@ void MassLost::add_block(const Sums& s) {
 }
 
 template <class T>
-void MassLost::add_impl(std::span<const T> g, std::span<const T> q, bool avx2) {
+void MassLost::add_impl(std::span<const T> g, std::span<const T> q, Path path) {
+  const bool avx2 = path == Path::avx2 || path == Path::avx512;
   if (g.size() != q.size())
     throw Error(fmt::format("MassLost::add: {} values before rounding but {} after", g.size(), q.size()));
   const T* const gp = g.data();
   const T* const qp = q.data();
   std::size_t b = 0;
   if constexpr (std::is_same_v<T, float>) {
+    if (path == Path::avx512) {
+      // Whole blocks four at a time; what is left two at a time, then one at a time below.
+      for (; b + 4 * kBlock <= g.size(); b += 4 * kBlock) {
+        mass_detail::BlockSums four[4];
+        mass_detail::block_quad_sums_avx512(gp + b, qp + b, kBlock, four);
+        for (const auto& s : four) add_block(s);
+      }
+    }
     if (avx2) {
       // Whole blocks two at a time; the rest (an odd block, the partial last one) one at a time below.
       for (; b + 2 * kBlock <= g.size(); b += 2 * kBlock) {
@@ -149,12 +158,17 @@ void MassLost::add_impl(std::span<const T> g, std::span<const T> q, bool avx2) {
 }
 
 void MassLost::add(std::span<const float> g, std::span<const float> q, Path path) {
-  if (path == Path::avx512) throw Error("MassLost::add: there is no AVX-512 path (use automatic, scalar or avx2)");
   if (path == Path::avx2 && !path_available(Path::avx2))
     throw Error("MassLost::add: the avx2 path was asked for and this CPU lacks AVX2");
-  add_impl(g, q, path == Path::avx2 || (path == Path::automatic && path_available(Path::avx2)));
+  if (path == Path::avx512 && !(path_available(Path::avx512) && mass_detail::block_quad_sums_avx512_compiled()))
+    throw Error("MassLost::add: the avx512 path was asked for and this CPU or build lacks AVX-512");
+  if (path == Path::automatic)
+    path = path_available(Path::avx512) && mass_detail::block_quad_sums_avx512_compiled() ? Path::avx512
+           : path_available(Path::avx2)                                                   ? Path::avx2
+                                                                                          : Path::scalar;
+  add_impl(g, q, path);
 }
-void MassLost::add(std::span<const double> g, std::span<const double> q) { add_impl(g, q, false); }
+void MassLost::add(std::span<const double> g, std::span<const double> q) { add_impl(g, q, Path::scalar); }
 
 MassLost& MassLost::operator+=(const MassLost& o) {
   nonzero_ += o.nonzero_;

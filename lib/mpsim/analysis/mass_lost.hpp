@@ -54,8 +54,8 @@ class MassLost {
   static constexpr std::size_t kBlock = 4096;
 
   // Adds the elements of g (before rounding) and q (after): the same length, else mpsim::Error. For float
-  // input, `path` avx2 sums two blocks at a time (detail/mass_lost_kernel.hpp) and scalar one (SSE2 where the
-  // build has it): the same bits (tests compare both); automatic takes avx2 where the CPU has it.
+  // input, `path` avx512 sums four blocks at a time, avx2 two (detail/mass_lost_kernel.hpp) and scalar one (SSE2
+  // where the build has it): the same bits (tests compare them); automatic takes the widest the CPU has.
   void add(std::span<const float> g, std::span<const float> q, Path path = Path::automatic);
   void add(std::span<const double> g, std::span<const double> q);
   // The union of the two tensors' elements (a concatenation): every sum adds.
@@ -74,7 +74,7 @@ class MassLost {
 
  private:
   template <class T>
-  void add_impl(std::span<const T> g, std::span<const T> q, bool avx2);
+  void add_impl(std::span<const T> g, std::span<const T> q, Path path);
   template <class Sums>
   void add_block(const Sums& s);
 

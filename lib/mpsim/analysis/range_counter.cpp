@@ -115,7 +115,9 @@ bool needs_key(std::uint32_t u) {
 // compares cost what they cost before there were several).
 struct ThresholdUnion {
   int count = 0;
-  int code_bits = 0;  // bit_width(count): the bits of a union code in a bin index
+  int code_bits = 0;        // bit_width(count): the bits of a union code in a bin index
+  int live = 0;             // per sign at most this many thresholds below 2^23 (the rest is padding)
+  bool same_signs = false;  // th[0] and th[1] equal
   std::uint32_t th[2][rd::kMaxThresholds] = {};
 };
 
@@ -170,6 +172,8 @@ void count_pairs(const float* p, std::size_t n, const ThresholdUnion& un, std::s
   ps.pairs = scratch.pairs.data();
   ps.corrections = scratch.corrections.data();
   ps.thresholds = un.count;
+  ps.live = un.live;
+  ps.same_signs = un.same_signs;
   ps.code_bits = un.code_bits;
   for (int s = 0; s < 2; ++s) {
     // The code intervals [0, th0), [th0, th1), ..., [th_last, 2^23): the widest is the dominant one.
@@ -249,6 +253,30 @@ void count_pairs(const float* p, std::size_t n, const ThresholdUnion& un, std::s
   ext.min_abs_m1 = std::min(ext.min_abs_m1, pmin_m1);
 }
 
+// Whether the pair loop (range_counter_kernel.hpp) beats the fast table for a union of thresholds. The pair loop
+// makes half an increment per value, plus a sixteen's codes and sixteen increments wherever one of its values is
+// rare (outside its sign's dominant interval); the fast table makes one increment per value and always computes
+// the codes. With significands spread as log-uniform data spreads them (the share of [a, b) is
+// log2((1 + b) / (1 + a)), Benford's law), a sixteen has no rare value with probability P^16, P the dominant
+// interval's share: the pairs when that is at least one half. Measured on the 2-vCPU Xeon (2026-11-28, loaded by
+// other builds, AVX2, ns per value on 2^20 normal values, scripts in docs/performance.md): fp16 alone 0.44 pairs / 0.84
+// fast table, fp16 + bf16 0.58 / 0.95, fp8_e4m3 alone (P = log2(1.8125) = 0.86: its overflow threshold) 1.15 / 0.83,
+// the monitor's four formats 1.35 / 1.07.
+bool pairs_pay(const ThresholdUnion& un) {
+  double worst = 1;
+  for (int s = 0; s < 2; ++s) {
+    std::uint32_t edge[rd::kMaxThresholds + 2] = {0};
+    for (int r = 0; r < un.count; ++r) edge[r + 1] = un.th[s][r];
+    edge[un.count + 1] = 0x800000u;
+    unsigned best = 0;  // the widest interval, as count_pairs picks it
+    for (unsigned c = 1; c <= static_cast<unsigned>(un.count); ++c)
+      if (edge[c + 1] - edge[c] > edge[best + 1] - edge[best]) best = c;
+    const double share = std::log2((0x800000 + double(edge[best + 1])) / (0x800000 + double(edge[best])));
+    worst = std::min(worst, std::pow(share, 16));
+  }
+  return worst >= 0.5;
+}
+
 // Below this many values a call counts straight into the keyed tables: the fast table's setup and
 // fold (2 x 32 KiB for one counter) would cost more than it saves.
 constexpr std::size_t kFastMin = 512;
@@ -296,6 +324,8 @@ Extremes count_floats(const float* p, std::size_t n, const ThresholdUnion& un, s
   std::vector<std::uint32_t> fast;
   rd::FastState st{};
   st.thresholds = thresholds;
+  st.live = un.live;
+  st.same_signs = un.same_signs;
   st.code_bits = code_bits;
   for (int s = 0; s < 2; ++s)
     for (int r = 0; r < thresholds; ++r) st.threshold_minus1[s][r] = static_cast<std::int32_t>(th[s][r]) - 1;
@@ -355,6 +385,13 @@ Extremes count_floats(const float* p, std::size_t n, const ThresholdUnion& un, s
       fold_fast();
       i = stop;
     }
+  } else if (!pairs_pay(un)) {
+    for (std::size_t i = 0; i < n;) {
+      const std::size_t stop = std::min(n, i + (std::size_t{1} << 30));
+      count_fast(i, stop, true);
+      fold_fast();
+      i = stop;
+    }
   } else {
     Extremes pair_ext;
     count_pairs(p, n, un, targets, keyed, count_fast, fold_fast, pair_ext);
@@ -393,6 +430,7 @@ void RangeCounter::add_each(std::span<RangeCounter* const> counters, std::span<c
       std::sort(all.begin(), all.begin() + n);
       n = static_cast<std::size_t>(std::unique(all.begin(), all.begin() + n) - all.begin());
       un.count = std::max(un.count, static_cast<int>(n));
+      un.live = un.count;
       std::copy(all.begin(), all.begin() + n, un.th[s]);
       std::fill(un.th[s] + n, un.th[s] + rd::kMaxThresholds, 0x800000u);
       for (std::size_t g = 0; g < group.size(); ++g) {
@@ -404,6 +442,7 @@ void RangeCounter::add_each(std::span<RangeCounter* const> counters, std::span<c
       }
     }
     un.count = un.count <= 3 ? 3 : un.count <= 7 ? 7 : 15;
+    un.same_signs = std::equal(un.th[0], un.th[0] + rd::kMaxThresholds, un.th[1]);
     un.code_bits = std::bit_width(static_cast<unsigned>(un.count));
     for (std::size_t g = 0; g < group.size(); ++g) targets[g].counts = group[g]->float_table_.counts.data();
     const std::span<const Target> to(targets.data(), group.size());
@@ -503,6 +542,12 @@ void RangeCounter::add_counts(RangeCounts& out, const Table& t, int log2_scale) 
       }
     }
   }
+}
+
+void RangeCounter::clear() {
+  for (Table* t : {&float_table_, &double_table_}) std::fill(t->counts.begin(), t->counts.end(), 0u);
+  amax_ = 0;
+  amin_nonzero_ = 0;
 }
 
 RangeCounts RangeCounter::at_scale(int log2_scale) const {

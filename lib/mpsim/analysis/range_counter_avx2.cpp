@@ -30,7 +30,10 @@ inline void increment(std::uint32_t* counts, __m256i key) {
 
 }  // namespace
 
-std::size_t count_fast_avx2(const float* p, std::size_t n, FastState& st) {
+namespace {
+
+template <bool SameSigns>
+std::size_t count_fast(const float* p, std::size_t n, FastState& st) {
   const __m256i mant = _mm256_set1_epi32(0x7fffff), abs_mask = _mm256_set1_epi32(0x7fffffff);
   const __m256i one = _mm256_set1_epi32(1), sub_limit = _mm256_set1_epi32(0x007fffff);
   const __m256i max_finite = _mm256_set1_epi32(0x7f7fffff), minus1 = _mm256_set1_epi32(-1);
@@ -40,7 +43,7 @@ std::size_t count_fast_avx2(const float* p, std::size_t n, FastState& st) {
   for (int j = 0; j < 8; ++j) offsets[j] = static_cast<std::int32_t>((j % kFastCopies) * copy_stride(st.code_bits));
   const __m256i copy_offset = _mm256_load_si256(reinterpret_cast<const __m256i*>(offsets));
   const __m128i code_shift = _mm_cvtsi32_si128(st.code_bits);
-  const int thresholds = st.thresholds;
+  const int thresholds = st.live;
   __m256i t_pos[kMaxThresholds], t_neg_xor[kMaxThresholds];
   for (int r = 0; r < thresholds; ++r) {
     t_pos[r] = _mm256_set1_epi32(st.threshold_minus1[0][r]);
@@ -62,7 +65,7 @@ std::size_t count_fast_avx2(const float* p, std::size_t n, FastState& st) {
     const __m256i m = _mm256_and_si256(u, mant);
     __m256i key = _mm256_add_epi32(_mm256_sll_epi32(_mm256_srli_epi32(u, 23), code_shift), copy_offset);
     for (int r = 0; r < thresholds; ++r) {
-      const __m256i t = _mm256_xor_si256(t_pos[r], _mm256_and_si256(neg, t_neg_xor[r]));
+      const __m256i t = SameSigns ? t_pos[r] : _mm256_xor_si256(t_pos[r], _mm256_and_si256(neg, t_neg_xor[r]));
       key = _mm256_sub_epi32(key, _mm256_cmpgt_epi32(m, t));  // +1 where m >= threshold
     }
     return key;
@@ -93,6 +96,12 @@ std::size_t count_fast_avx2(const float* p, std::size_t n, FastState& st) {
   return i;
 }
 
+}  // namespace
+
+std::size_t count_fast_avx2(const float* p, std::size_t n, FastState& st) {
+  return st.same_signs ? count_fast<true>(p, n, st) : count_fast<false>(p, n, st);
+}
+
 namespace {
 
 // table[idx[j]] += amount for the eight lanes of idx, in lane order: the lanes are taken out two per 64-bit
@@ -116,7 +125,7 @@ __attribute__((always_inline)) inline void add_at_lanes(T* table, __m256i idx, T
 
 // Symmetric: both signs have the same dominant interval (nearest and toward-zero modes), and the
 // lanes need no per-sign choice.
-template <bool Symmetric>
+template <bool Symmetric, bool SameSigns>
 BlockExtremes count_pairs(const float* p, std::size_t n, const PairState& st, std::int32_t delta) {
   const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), mant = _mm256_set1_epi32(0x7fffff);
   const __m256i one = _mm256_set1_epi32(1), zero = _mm256_setzero_si256();
@@ -131,7 +140,7 @@ BlockExtremes count_pairs(const float* p, std::size_t n, const PairState& st, st
   std::uint32_t* pairs = st.pairs;
   // The codes of rare lanes, as count_fast_avx2 finds them: per threshold, +1 where m > threshold - 1 (the
   // sign's threshold chosen by xor with the sign mask).
-  const int thresholds = st.thresholds;
+  const int thresholds = st.live;
   __m256i t_pos[kMaxThresholds], t_neg_xor[kMaxThresholds];
   for (int r = 0; r < thresholds; ++r) {
     const auto pos = static_cast<std::int32_t>(st.threshold[0][r]) - 1,
@@ -151,7 +160,7 @@ BlockExtremes count_pairs(const float* p, std::size_t n, const PairState& st, st
     const __m256i m = _mm256_and_si256(u, mant);
     __m256i code = zero;
     for (int r = 0; r < thresholds; ++r) {
-      const __m256i t = _mm256_xor_si256(t_pos[r], _mm256_and_si256(neg, t_neg_xor[r]));
+      const __m256i t = SameSigns ? t_pos[r] : _mm256_xor_si256(t_pos[r], _mm256_and_si256(neg, t_neg_xor[r]));
       code = _mm256_sub_epi32(code, _mm256_cmpgt_epi32(m, t));
     }
     const __m256i bin = _mm256_or_si256(_mm256_sll_epi32(_mm256_srli_epi32(u, 23), code_shift), code);
@@ -206,8 +215,10 @@ BlockExtremes count_pairs(const float* p, std::size_t n, const PairState& st, st
 }  // namespace
 
 BlockExtremes count_pairs_avx2(const float* p, std::size_t n, const PairState& st, std::int32_t delta) {
-  if (st.lo[0] == st.lo[1] && st.width[0] == st.width[1]) return count_pairs<true>(p, n, st, delta);
-  return count_pairs<false>(p, n, st, delta);
+  // Equal thresholds per sign give equal dominant intervals (they are found from the thresholds).
+  if (st.same_signs) return count_pairs<true, true>(p, n, st, delta);
+  if (st.lo[0] == st.lo[1] && st.width[0] == st.width[1]) return count_pairs<true, false>(p, n, st, delta);
+  return count_pairs<false, false>(p, n, st, delta);
 }
 
 }  // namespace mpsim::analysis::range_detail

@@ -37,6 +37,11 @@ def values_to_count(t, what, on_device=False):
     numpy view, made once, spares each of the counters its own DLPack exchange (about 20 us per call, what a
     small tensor's count costs). Elsewhere (or with on_device): the detached tensor itself, on its device,
     for the torch-op counting (_device_counts.py)."""
+    if (not on_device and type(t) is torch.Tensor and t.dtype is torch.float32 and t.is_cpu
+            and t.layout is torch.strided):
+        # The monitor's usual tensor (a float32 CPU gradient), which passes every check below: taken without
+        # them (they cost a few us per tensor and sampled step, docs/performance.md).
+        return t.detach().contiguous().numpy()
     check_readable(t, what)
     if t.dtype in _WIDEN_EXACTLY:
         t = t.float()

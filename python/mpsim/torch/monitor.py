@@ -194,6 +194,15 @@ class SiteCounts:
             for m in self.mass.values():
                 m.add(host)
 
+    def clear(self):
+        """Forgets every value counted (the counters as new ones: UnderflowCounter.clear, MassLostCounter.clear),
+        so that the next sampled step reuses them instead of copying four empty counters again."""
+        for c in self.counters.values():
+            c.clear()
+        self._pending = None
+        for m in (self.mass or {}).values():
+            m.clear()
+
     def merge(self, other):
         for f, c in self.counters.items():
             c.merge(other.counters[f])
@@ -214,6 +223,8 @@ def _atomic_write(path, text):
 def _number(x):
     """A CSV cell: empty for a missing value, integers as integers, other numbers as the shortest text
     that reads back exactly (repr)."""
+    if type(x) is float:  # most cells of a row: taken before the checks below (a row has ~100 cells)
+        return repr(x)
     if x is None:
         return ""
     if isinstance(x, bool):
@@ -357,6 +368,7 @@ class GradientMonitor:
         self.totals = {k: {} for k in KINDS}  # every sampled step so far (this rank's with reduce="never")
         self.merged_totals = None  # all_reduce()'s merge of every rank's totals
         self._counts = {k: {} for k in KINDS}
+        self._spare = {}  # (kind, site) -> a cleared SiteCounts for the next sampled step
         self._scale = None
         self._grad_norms = {}
         self._sampling = True
@@ -455,8 +467,12 @@ class GradientMonitor:
         values = values_to_count(tensor, f"{kind} {site}", on_device=self.counting == "torch")
         counts = self._counts[kind].get(site)
         if counts is None:
-            counts = self._counts[kind][site] = SiteCounts(self.formats, self.mode, empty=self._empty,
-                                                           mass=self.mass_formats if kind != "activation" else ())
+            # The site's counters of an earlier sampled step, cleared by step(), else new ones.
+            counts = self._spare.pop((kind, site), None)
+            if counts is None:
+                counts = SiteCounts(self.formats, self.mode, empty=self._empty,
+                                    mass=self.mass_formats if kind != "activation" else ())
+            self._counts[kind][site] = counts
         counts.add(values)
 
     @property
@@ -483,8 +499,13 @@ class GradientMonitor:
             result["grad_norm"] = math.sqrt(sum(n * n for n in norms)) / scale if norms else None
             for kind, sites in self._counts.items():
                 for site, counts in sites.items():
-                    if site in self.totals[kind]:
-                        self.totals[kind][site].merge(counts)
+                    total = self.totals[kind].get(site)
+                    if total is not None:
+                        total.merge(counts)
+                        # Nothing else holds this step's counters now: cleared, the site's next sampled step
+                        # counts into them (a new SiteCounts copies four empty counters, ~15 us).
+                        counts.clear()
+                        self._spare[kind, site] = counts
                     else:
                         self.totals[kind][site] = counts
             if self.reduce == "never":

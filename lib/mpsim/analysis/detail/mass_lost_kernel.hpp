@@ -24,4 +24,9 @@ struct BlockSums {
 // n even. Only on CPUs with AVX2.
 void block_pair_sums_avx2(const float* g, const float* q, std::size_t n, BlockSums out[2]);
 
+// The same for the four blocks g[0, n), ..., g[3n, 4n): out[0..3] (mass_lost_avx512.cpp). Only on CPUs with
+// AVX-512 and in builds that compiled it (block_quad_sums_avx512_compiled()).
+void block_quad_sums_avx512(const float* g, const float* q, std::size_t n, BlockSums out[4]);
+bool block_quad_sums_avx512_compiled();
+
 }  // namespace mpsim::analysis::mass_detail

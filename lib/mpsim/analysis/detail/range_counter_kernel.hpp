@@ -40,6 +40,12 @@ constexpr std::size_t copy_stride(int code_bits) { return (kTopKeys << code_bits
 struct FastState {
   int thresholds;  // per sign: 3, 7 or 15 (padded with 2^23, which no significand reaches)
   int code_bits;   // bits of the code in a bin index: bit_width(thresholds)
+  // The vector loops compare against the first `live` thresholds only (the padding adds nothing to a code),
+  // and against one set for both signs where both signs' are the same (the rounding modes symmetric in the
+  // sign: nearest and toward zero): the compares are most of a value's work when four formats' thresholds
+  // are in the union (docs/performance.md, 2026-11-28).
+  int live;
+  bool same_signs;
   // Per sign, the sorted significand thresholds minus one (so "m >= t" is the signed "m > t-1",
   // and a threshold of 0 is -1: every significand reaches it).
   std::int32_t threshold_minus1[2][kMaxThresholds];
@@ -81,6 +87,8 @@ struct PairState {
   std::uint32_t width[2];
   int thresholds;  // per sign, as FastState's
   int code_bits;
+  int live;                                    // as FastState's
+  bool same_signs;                             // as FastState's
   std::uint32_t threshold[2][kMaxThresholds];  // per sign, the sorted thresholds (the code of a rare lane)
   std::uint32_t dominant[2];                   // per sign, the code of the dominant interval
 };
