@@ -491,6 +491,21 @@ def test_counters_reused_between_sampled_steps_count_as_new_ones(tmp_path, monke
     assert not mon2._spare
     assert reused == fresh
     assert sorted(reused_files) == sorted(fresh_files) and reused_files == fresh_files
+    # Each histogram file holds its own step's values (the counters are cleared only after it is written):
+    # bin for bin numpy's binning of what that step observed.
+    binned = 0
+    for name, text in reused_files.items():
+        if not name.startswith("hist/"):
+            continue
+        snap = json.loads(text)
+        sites = plan[snap["step"] - 1]
+        for i, site in enumerate(sites):
+            kind = "weight_grad" if site == "w" else "activation_grad"
+            got = {n: c for n, c in snap[kind][site]["bins"]}
+            assert got == numpy_bins(edge_values(100 * (snap["step"] - 1) + i)), (name, site)
+            binned += 1
+    assert binned >= 6
     print(f"reused counters: {len(plan)} sampled steps of tensors with every edge ({edge_values(0).numel()} values "
           f"each), {compared} per-site shares equal to torch's casts; {len(reused)} reports and {len(reused_files)} "
-          f"files equal to those of new counters every step, byte for byte")
+          f"files equal to those of new counters every step, byte for byte; {binned} histogram sites binned as numpy "
+          f"bins their step's values")

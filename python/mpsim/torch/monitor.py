@@ -497,15 +497,13 @@ class GradientMonitor:
             # The unscaled global norm, as torch.nn.utils.clip_grad_norm_ after scaler.unscale_ (this rank's).
             norms = _norms_read(self._grad_norms.values())
             result["grad_norm"] = math.sqrt(sum(n * n for n in norms)) / scale if norms else None
+            reusable = []
             for kind, sites in self._counts.items():
                 for site, counts in sites.items():
                     total = self.totals[kind].get(site)
                     if total is not None:
                         total.merge(counts)
-                        # Nothing else holds this step's counters now: cleared, the site's next sampled step
-                        # counts into them (a new SiteCounts copies four empty counters, ~15 us).
-                        counts.clear()
-                        self._spare[kind, site] = counts
+                        reusable.append((kind, site, counts))
                     else:
                         self.totals[kind][site] = counts
             if self.reduce == "never":
@@ -520,7 +518,12 @@ class GradientMonitor:
                         self.recipe_totals[site] = counts
             self.last = result
             if self.out is not None and _dist.rank(self.group) == 0:
-                self._write_step(result)
+                self._write_step(result)  # a histogram step's file is this step's counts: before they are cleared
+            # Nothing holds this step's merged counters now: cleared, the site's next sampled step counts into
+            # them (a new SiteCounts copies four empty counters, ~15 us).
+            for kind, site, counts in reusable:
+                counts.clear()
+                self._spare[kind, site] = counts
         self._counts = {k: {} for k in KINDS}
         self._recipe_counts = {}
         self._scale = None
