@@ -68,9 +68,7 @@ nb::dict block_stats_dict(const BlockStats& s, const BlockFormat& bf, float tens
 DeviceRounding resolve(const Format& fmt, const std::optional<std::string>& subnormals,
                        const std::optional<std::string>& overflow, const std::string& mode, int sr_bits,
                        std::uint64_t seed, bool daz, const std::string& like, bool double_input) {
-  const Format requested =
-      format_with_kwargs(fmt, subnormals ? std::string_view(*subnormals) : to_string(fmt.subnormals),
-                         overflow ? std::string_view(*overflow) : to_string(fmt.overflow));
+  const Format requested = format_with_given_kwargs(fmt, subnormals, overflow);
   const Rounding r = rounding_with_kwargs(mode, sr_bits, seed, daz);
   return resolve_profile(find_profile(like), requested, r, Operation::convert,
                          double_input ? InputType::float64 : InputType::float32);

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -45,6 +46,10 @@ Format format_of(nb::handle fmt);
 // The format, with the subnormals ("keep" | "flush") and overflow ("inf" | "saturate") keyword arguments
 // applied (lib/mpsim/format/options.hpp); ValueError naming the argument for an unknown value.
 Format format_with_kwargs(const Format& base, std::string_view subnormals, std::string_view overflow);
+// The same for keywords that may be left out (None in Python): one not given keeps base's own setting, so that a
+// Format made with with_options(overflow="saturate") keeps saturating where a call names neither.
+Format format_with_given_kwargs(const Format& base, const std::optional<std::string>& subnormals,
+                                const std::optional<std::string>& overflow);
 // The rounding: mode name as the CLI takes it, validated (sr_bits 1..32; sr_bits other than 32 only
 // with stochastic rounding, as the CLI's --sr-bits).
 Rounding rounding_with_kwargs(std::string_view mode, int sr_bits, std::uint64_t seed, bool daz);

@@ -61,6 +61,12 @@ Format format_with_kwargs(const Format& base, std::string_view subnormals, std::
   }
 }
 
+Format format_with_given_kwargs(const Format& base, const std::optional<std::string>& subnormals,
+                                const std::optional<std::string>& overflow) {
+  return format_with_kwargs(base, subnormals ? std::string_view(*subnormals) : to_string(base.subnormals),
+                            overflow ? std::string_view(*overflow) : to_string(base.overflow));
+}
+
 Rounding rounding_with_kwargs(std::string_view mode, int sr_bits, std::uint64_t seed, bool daz) {
   try {
     return rounding_with_options(mode, sr_bits, seed, daz);
@@ -120,8 +126,7 @@ void bind_formats(nb::module_& m) {
              const std::optional<std::string>& overflow) {
             // A keyword not given keeps the format's own setting: a default of "keep" / "inf" would undo an
             // earlier with_options (f.with_options(overflow="saturate").with_options(subnormals="flush")).
-            return format_with_kwargs(f, subnormals ? std::string_view(*subnormals) : to_string(f.subnormals),
-                                      overflow ? std::string_view(*overflow) : to_string(f.overflow));
+            return format_with_given_kwargs(f, subnormals, overflow);
           },
           nb::arg("subnormals").none() = nb::none(), nb::arg("overflow").none() = nb::none(),
           "The same format with subnormal results kept or flushed and overflow to inf or saturating; a keyword not "

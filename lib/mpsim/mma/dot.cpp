@@ -429,7 +429,6 @@ double block_sum(const MatrixUnit& u, const Operand* a, const Operand* b, int n,
 
 // One dot product over pre-split operands (a, b: K each; the caller pads nothing).
 double dot_split(const MatrixUnit& u, const Operand* a, const Operand* b, std::size_t K, double c) {
-  const int in_frac = u.input.man_bits;
   auto run_chain = [&](std::size_t begin, std::size_t end, double acc, const Format& out, const BlockFma& p,
                        const int* order) {
     // Blocks of p.products over [begin, end); with `order`, over one instruction's positions in that order
@@ -448,10 +447,7 @@ double dot_split(const MatrixUnit& u, const Operand* a, const Operand* b, std::s
       }
       const Operand oc = split(acc, kAccumulatorEmin, kAccumulatorFrac, true);
       const Special s = block_special(ga, gb, m, oc);
-      acc = s.any ? s.value
-                  : (p.structure == BlockStructure::aligned
-                         ? block_fma(p, ga, gb, m, in_frac, oc, out, u.output_subnormals)
-                         : block_sum(u, ga, gb, m, oc, out));
+      acc = s.any ? s.value : block_sum(u, ga, gb, m, oc, out);  // p is u.block: block_sum's dispatch
     }
     return acc;
   };
