@@ -5,6 +5,8 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <iterator>
+#include <string>
 #include <vector>
 
 #include "check.cuh"
@@ -41,17 +43,70 @@ __global__ void from_fp8_kernel(const std::uint8_t* in, float* out, std::uint32_
   }
 }
 
-// Bandwidth path: 4 floats (16 bytes) per thread per step, 8 bytes written.
-__global__ void to_fp16_rn_vec4_kernel(const float4* in, uint2* out, std::uint32_t n4) {
-  for (std::uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += gridDim.x * blockDim.x) {
-    const float4 v = in[i];
-    const __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
-    uint2 o;
-    o.x = *reinterpret_cast<const unsigned*>(&lo);
-    o.y = *reinterpret_cast<const unsigned*>(&hi);
-    out[i] = o;
+// Bandwidth paths. Every variant converts with the same __floats2half2_rn; they differ only in how memory is
+// walked (floats per thread per step, grid size, cache hints), which is all the bandwidth depends on.
+// PerThread 4: one 16-byte load, one 8-byte store; 8 (16): two (four) 16-byte loads, one (two) 16-byte stores. Stream
+// uses the evict-first loads and stores (__ldcs / __stcs): the data is touched once.
+template <int PerThread, bool Stream>
+__global__ void to_fp16_rn_bandwidth_kernel(const float4* __restrict__ in, void* __restrict__ out,
+                                            std::uint32_t groups) {
+  for (std::uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < groups; i += gridDim.x * blockDim.x) {
+    if constexpr (PerThread == 4) {
+      const float4 v = Stream ? __ldcs(in + i) : in[i];
+      const __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
+      uint2 o;
+      o.x = *reinterpret_cast<const unsigned*>(&lo);
+      o.y = *reinterpret_cast<const unsigned*>(&hi);
+      if constexpr (Stream) __stcs(static_cast<uint2*>(out) + i, o);
+      else static_cast<uint2*>(out)[i] = o;
+    } else {
+      // All loads first (PerThread / 4 of 16 bytes in flight), then the 16-byte stores.
+      constexpr int kLoads = PerThread / 4;
+      float4 v[kLoads];
+#pragma unroll
+      for (int j = 0; j < kLoads; ++j) v[j] = Stream ? __ldcs(in + kLoads * i + j) : in[kLoads * i + j];
+#pragma unroll
+      for (int j = 0; j < kLoads / 2; ++j) {
+        const float4 a = v[2 * j], b = v[2 * j + 1];
+        const __half2 h0 = __floats2half2_rn(a.x, a.y), h1 = __floats2half2_rn(a.z, a.w);
+        const __half2 h2 = __floats2half2_rn(b.x, b.y), h3 = __floats2half2_rn(b.z, b.w);
+        uint4 o;
+        o.x = *reinterpret_cast<const unsigned*>(&h0);
+        o.y = *reinterpret_cast<const unsigned*>(&h1);
+        o.z = *reinterpret_cast<const unsigned*>(&h2);
+        o.w = *reinterpret_cast<const unsigned*>(&h3);
+        uint4* dst = static_cast<uint4*>(out) + (kLoads / 2) * i + j;
+        if constexpr (Stream) __stcs(dst, o);
+        else *dst = o;
+      }
+    }
   }
 }
+
+// Spread bit patterns (every exponent, both signs, NaNs) so that the variants are checked as well as timed.
+__global__ void fill_patterns_kernel(float* x, std::uint32_t n) {
+  for (std::uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+    x[i] = __uint_as_float(i * 2654435761u);
+}
+
+__global__ void count_differing_kernel(const std::uint16_t* a, const std::uint16_t* b, std::uint32_t n,
+                                       unsigned long long* count) {
+  for (std::uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+    if (a[i] != b[i]) atomicAdd(count, 1ull);
+}
+
+struct BandwidthVariant {
+  const char* name;
+  int per_thread;
+  bool stream;
+  bool capped;  // grid of 16 blocks per SM with a grid-stride loop, else one pass (a thread per group)
+};
+constexpr BandwidthVariant kBandwidthVariants[] = {
+    {"vec4, 16 blocks/SM", 4, false, true},          {"vec4, one pass", 4, false, false},
+    {"vec8, 16 blocks/SM", 8, false, true},          {"vec8, one pass", 8, false, false},
+    {"vec8, one pass, streaming", 8, true, false},   {"vec16, one pass", 16, false, false},
+    {"vec16, one pass, streaming", 16, true, false},
+};
 
 constexpr unsigned kBlock = 256;
 
@@ -143,26 +198,56 @@ void convert_from_fp8(std::span<const std::uint8_t> in, std::span<float> out, Fp
   dout.download(out.data(), n, what);
 }
 
-double convert_bandwidth_gbs(std::uint64_t count, int repeats) {
+std::vector<std::string> convert_bandwidth_variants() {
+  std::vector<std::string> names;
+  for (const auto& v : kBandwidthVariants) names.emplace_back(v.name);
+  return names;
+}
+
+double convert_bandwidth_gbs(std::uint64_t count, int repeats, std::size_t variant, std::uint64_t* differing) {
   const char* what = "convert bandwidth";
   check_size(count, what);
-  count &= ~std::uint64_t{3};
+  if (variant >= std::size(kBandwidthVariants)) throw Error(std::string(what) + ": no such variant");
+  const BandwidthVariant& v = kBandwidthVariants[variant];
+  count &= ~std::uint64_t{15};
   DeviceBuffer<float> din(count, what);
   DeviceBuffer<std::uint16_t> dout(count, what);
-  check(cudaMemset(din.ptr, 0, count * sizeof(float)), what);
-  const auto n4 = static_cast<std::uint32_t>(count / 4);
+  const auto n = static_cast<std::uint32_t>(count);
+  fill_patterns_kernel<<<grid_for(n, kBlock), kBlock>>>(din.ptr, n);
+  check_launch(what);
+  const auto groups = static_cast<std::uint32_t>(count / static_cast<std::uint64_t>(v.per_thread));
   int sms = 0;
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), what);
-  const unsigned g = std::min<unsigned>(grid_for(n4, kBlock), static_cast<unsigned>(sms) * 16);
+  const unsigned full = grid_for(groups, kBlock);
+  const unsigned g = v.capped ? std::min<unsigned>(full, static_cast<unsigned>(sms) * 16) : full;
+  const auto* in = reinterpret_cast<const float4*>(din.ptr);
   std::vector<float> ms;
   EventTimer t;
   for (int i = 0; i <= std::max(1, repeats); ++i) {
     t.begin();
-    to_fp16_rn_vec4_kernel<<<g, kBlock>>>(reinterpret_cast<const float4*>(din.ptr), reinterpret_cast<uint2*>(dout.ptr),
-                                          n4);
+    if (v.per_thread == 4)
+      v.stream ? to_fp16_rn_bandwidth_kernel<4, true><<<g, kBlock>>>(in, dout.ptr, groups)
+               : to_fp16_rn_bandwidth_kernel<4, false><<<g, kBlock>>>(in, dout.ptr, groups);
+    else if (v.per_thread == 8)
+      v.stream ? to_fp16_rn_bandwidth_kernel<8, true><<<g, kBlock>>>(in, dout.ptr, groups)
+               : to_fp16_rn_bandwidth_kernel<8, false><<<g, kBlock>>>(in, dout.ptr, groups);
+    else
+      v.stream ? to_fp16_rn_bandwidth_kernel<16, true><<<g, kBlock>>>(in, dout.ptr, groups)
+               : to_fp16_rn_bandwidth_kernel<16, false><<<g, kBlock>>>(in, dout.ptr, groups);
     check(cudaGetLastError(), what);
     const float e = t.end_ms();
     if (i) ms.push_back(e);  // the first run warms up
+  }
+  if (differing) {  // the output against the scalar kernel the exhaustive comparisons use
+    DeviceBuffer<std::uint16_t> ref(count, what);
+    DeviceBuffer<unsigned long long> c(1, what);
+    check(cudaMemset(c.ptr, 0, sizeof(unsigned long long)), what);
+    to16_kernel<0, 0><<<grid_for(n, kBlock), kBlock>>>(din.ptr, ref.ptr, n);
+    count_differing_kernel<<<grid_for(n, kBlock), kBlock>>>(dout.ptr, ref.ptr, n, c.ptr);
+    check_launch(what);
+    unsigned long long h = 0;
+    c.download(&h, 1, what);
+    *differing = h;
   }
   std::sort(ms.begin(), ms.end());
   return 6.0 * count / (ms[ms.size() / 2] * 1e-3) / 1e9;

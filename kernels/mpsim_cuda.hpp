@@ -96,6 +96,22 @@ const char* gemm_name(Gemm);
 double gemm(Gemm kind, int m, int n, int k, std::span<const std::uint16_t> a, std::span<const std::uint16_t> b,
             std::span<float> c, int repeats = 1);
 
+// Tensor cores with fp32 accumulators and bf16, tf32 or fp8 inputs, given as floats the input format holds
+// exactly (anything else is refused: the kernel must not round). WMMA bf16 16x16x16 and tf32 16x16x8 need m
+// and n multiples of 16; the PTX mma.sync m16n8k8 / m16n8k4 tf32 and m16n8k32 fp8 kernels m of 16 and n of
+// 8; k a multiple of the instruction's K. Returns the kernel time in ms as gemm() does.
+enum class MmaKernel : std::uint8_t {
+  wmma_bf16,
+  wmma_tf32,
+  mma_sync_tf32_k8,
+  mma_sync_tf32_k4,
+  mma_sync_e4m3_k32,
+  mma_sync_e5m2_k32
+};
+const char* mma_kernel_name(MmaKernel);
+double mma_gemm_f32(MmaKernel kernel, int m, int n, int k, std::span<const float> a, std::span<const float> b,
+                    std::span<float> c, int repeats = 1);
+
 // ---- exponent histogram: bins as lib/mpsim/analysis Log2Histogram of float ----
 // bins[n - min_exp] counts 2^n <= |x| < 2^(n+1) for n in [min_exp, max_exp] (min_exp = -149, max_exp = 127
 // for float: 277 bins); zero, NaN, -inf, +inf apart.
@@ -121,8 +137,12 @@ void amp_update_scale(float& scale, int& growth_tracker, float found_inf, double
 // Device-to-device cudaMemcpy of `bytes` bytes; returns GB/s (median of repeats).
 double copy_bandwidth_gbs(std::uint64_t bytes, int repeats = 5);
 // Conversion throughput: float -> fp16 RN over `count` floats in device memory; GB/s of bytes moved
-// (4 read + 2 written per element).
-double convert_bandwidth_gbs(std::uint64_t count, int repeats = 5);
+// (4 read + 2 written per element). `variant` indexes convert_bandwidth_variants(): the same conversion,
+// memory walked differently (vector width, grid size, cache hints). The input holds spread bit patterns;
+// `differing`, when given, receives how many outputs differ from the scalar __float2half_rn kernel's.
+std::vector<std::string> convert_bandwidth_variants();
+double convert_bandwidth_gbs(std::uint64_t count, int repeats = 5, std::size_t variant = 0,
+                             std::uint64_t* differing = nullptr);
 double histogram_bandwidth_gbs(std::uint64_t count, int repeats = 5);
 
 }  // namespace mpsim::cuda

@@ -28,8 +28,14 @@ done
 step "python: tests/python/test_torch_device.py"
 PYTHONPATH=$PWD/python:$G/py PYTHONUNBUFFERED=1 MPSIM_BIN=$G/mpsim timeout 120 python3 -m pytest -q \
   -p no:cacheprovider -rs tests/python/test_torch_device.py 2>&1 | tail -n 40
-step gemm; timeout 120 "$G/mpsim-hw" hw gemm --shape 256x256x256 --shape 1024x1024x1024 --shape 128x128x4096 \
+step gemm; timeout 240 "$G/mpsim-hw" hw gemm --shape 256x256x256 --shape 1024x1024x1024 --shape 128x128x4096 \
   --record "$REC"
+step "gemm outputs of 256x256x256 (raw float32, for the models to be fitted on a CPU)"
+mkdir -p "$OUT/gemm-dump" && timeout 60 "$G/mpsim-hw" hw gemm --shape 256x256x256 --dump "$OUT/gemm-dump" | tail -n 3
+step "SASS of the tensor-core kernels (which instructions WMMA and mma.sync became)"
+CUOBJDUMP=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
+[ -x "$CUOBJDUMP" ] && "$CUOBJDUMP" -sass "$G/test_kernels_gpu" | awk '/Function :/ {fn=$3} /HMMA|QMMA|IMMA/ {
+  match($0, /[HQI]MMA[.A-Z0-9]*/); print fn, substr($0, RSTART, RLENGTH)}' | sort | uniq -c | grep -i 'mma_\|wmma' || echo "no cuobjdump"
 step unary; timeout 60 "$G/mpsim-hw" hw unary --json "${D:-$REC/}unary.json"
 step hist; timeout 60 "$G/mpsim-hw" hw hist
 step bench; timeout 90 "$G/mpsim-hw" hw bench --record "$REC"

@@ -172,6 +172,64 @@ TEST_CASE("WMMA GEMM equals the matrix-unit model of the GPU bit for bit", "[gpu
   }
 }
 
+// bf16, tf32 and fp8 inputs with fp32 accumulators against the model's units, as `mpsim hw gemm` found them
+// on an H200 (docs/hardware.md). bf16 (WMMA 16x16x16, SASS HMMA.16816.F32.BF16): blocks of 16 products. tf32:
+// mma.sync m16n8k8 (HMMA.1688) adds blocks of 8 products, the h200 unit checked against the recorded dot
+// products; m16n8k4 and WMMA's 16x16x8 tf32 shape (both HMMA.1684) blocks of 4. fp8 through mma.sync m16n8k32
+// (two HMMA.16816.F32 per instruction on sm_90): not the h200 fp8 unit, which is wgmma's (one block of 32,
+// 13 result bits), but two fp16-path blocks of 16 products chained from zero and added to C at the end with
+// nearest-even: the structure of the library's b200 fp8 unit. K = 288 chains 9 to 72 instructions.
+TEST_CASE("tensor-core GEMM with bf16, tf32 and fp8 inputs equals the matrix-unit model bit for bit", "[gpu]") {
+  const cu::DeviceInfo info = cu::device_info();
+  if (!(info.cc_major == 9 && info.cc_minor == 0)) {
+    std::printf(
+        "bf16/tf32/fp8 tensor cores vs model: compute capability %d.%d has no model here (sm_90 only): skipped\n",
+        info.cc_major, info.cc_minor);
+    return;
+  }
+  const int m = 64, n = 48, k = 288;
+  struct Case {
+    cu::MmaKernel kernel;
+    const Format& format;
+    const char* model;
+    int block_products;  // the block the kernel must equal (0: the unit's own)
+  };
+  for (const Case& cs :
+       {Case{cu::MmaKernel::wmma_bf16, bf16(), "h200", 0}, Case{cu::MmaKernel::mma_sync_tf32_k8, tf32(), "h200", 0},
+        Case{cu::MmaKernel::mma_sync_tf32_k4, tf32(), "h200", 4}, Case{cu::MmaKernel::wmma_tf32, tf32(), "h200", 4},
+        Case{cu::MmaKernel::mma_sync_e4m3_k32, fp8_e4m3(), "b200", 0},
+        Case{cu::MmaKernel::mma_sync_e5m2_k32, fp8_e5m2(), "b200", 0}}) {
+    const Format& f = cs.format;
+    std::mt19937_64 rng(5);
+    std::normal_distribution<float> d(0.f, 1.f);
+    std::vector<float> a(m * k), b(k * n);
+    for (auto& v : a) v = static_cast<float>(round(static_cast<double>(d(rng)), f));
+    for (auto& v : b) v = static_cast<float>(round(static_cast<double>(d(rng)), f));
+    const std::vector<double> ad(a.begin(), a.end()), bd(b.begin(), b.end());
+    auto unit = mma::matrix_unit(cs.model, f, fp32());
+    if (cs.block_products) unit.block.products = cs.block_products;
+    mma::validate(unit);
+    std::vector<double> want(m * n);
+    mma::gemm(unit, m, n, k, ad.data(), bd.data(), nullptr, want.data());
+    std::vector<float> c(m * n);
+    cu::mma_gemm_f32(cs.kernel, m, n, k, a, b, c);
+    int bad = 0, differs_from_fp32_fma = 0;
+    for (int i = 0; i < m * n; ++i) {
+      bad += std::bit_cast<std::uint32_t>(c[i]) != std::bit_cast<std::uint32_t>(static_cast<float>(want[i]));
+      float acc = 0.f;
+      for (int p = 0; p < k; ++p) acc = std::fma(a[(i / n) * k + p], b[p * n + i % n], acc);
+      differs_from_fp32_fma += acc != c[i];
+    }
+    std::printf("%s %dx%dx%d vs %s (blocks of %d): %d of %d elements differ (%d differ from an fp32 FMA chain)\n",
+                cu::mma_kernel_name(cs.kernel), m, n, k, cs.model, unit.block.products, bad, m * n,
+                differs_from_fp32_fma);
+    CHECK(bad == 0);
+    // An input the format does not hold is refused, not rounded by the kernel.
+    a[7] = std::nextafter(a[7], 10.f);
+    CHECK_THROWS_AS(cu::mma_gemm_f32(cs.kernel, m, n, k, a, b, c), Error);
+  }
+}
+
 TEST_CASE("exponent histogram matches frexp bins", "[gpu]") {
   const auto x = probe_floats(1 << 20);
   const cu::Histogram h = cu::exponent_histogram(x);

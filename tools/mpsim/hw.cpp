@@ -13,6 +13,7 @@
 #include <bit>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <memory>
@@ -316,9 +317,11 @@ void unary_cmd(const std::string& json_path) {
 }
 
 void gemm_cmd(const std::vector<std::string>& shapes, std::uint64_t seed, const std::string& json_path,
-              const std::string& record) {
+              const std::string& record, const std::string& dump_dir) {
   require_cuda("gemm");
 #if defined(MPSIM_WITH_CUDA)
+  if (!dump_dir.empty() && !std::filesystem::is_directory(dump_dir))
+    throw mpsim::Error("--dump '" + dump_dir + "': not an existing folder");
   cu::require_device("mpsim hw gemm");
   json doc = base_doc("gemm", mpsim::profile_cuda_sm90());
   doc["results"] = json::array();
@@ -361,19 +364,23 @@ void gemm_cmd(const std::vector<std::string>& shapes, std::uint64_t seed, const 
         (half ? model_f16 : model_f32).push_back(std::move(d));
       }
     double cublas_ms = 0;
-    for (auto kind : {cu::Gemm::cublas_32f, cu::Gemm::simt_f32, cu::Gemm::wmma_f32, cu::Gemm::wmma_f16,
-                      cu::Gemm::cublas_16f, cu::Gemm::cublas_32f_fast_16f}) {
-      if (!tiles && (kind == cu::Gemm::wmma_f32 || kind == cu::Gemm::wmma_f16)) continue;
-      std::vector<float> c(std::size_t(m) * n);
-      const double ms = cu::gemm(kind, m, n, k, a, b, c, 5);
-      if (kind == cu::Gemm::cublas_32f) cublas_ms = ms;
-      const bool half_out = kind == cu::Gemm::wmma_f16 || kind == cu::Gemm::cublas_16f;
+    // --dump: each kernel's C as raw little-endian float32, row-major (the inputs follow from --seed).
+    auto dump = [&](const char* kernel, const std::vector<float>& c) {
+      if (dump_dir.empty()) return;
+      std::string bytes(c.size() * 4, '\0');
+      std::memcpy(bytes.data(), c.data(), bytes.size());
+      mpsim::io::write_text_file(std::filesystem::path(dump_dir) / fmt::format("{}_{}.f32", s, kernel), bytes);
+    };
+    // One row: a kernel's C against the in-order fp32 reference (ulp columns) and the model (bit equality).
+    auto report = [&](const char* kernel, const std::vector<float>& c, const std::vector<float>& reference,
+                      const std::vector<std::pair<std::string, const std::vector<double>*>>& model_d, bool half_out,
+                      double ms) {
       const mpsim::Format& f = half_out ? mpsim::fp16() : mpsim::fp32();
       std::uint64_t exact = 0, le1 = 0, le4 = 0, le16 = 0;
       double worst = 0;
       for (std::size_t i = 0; i < c.size(); ++i) {
         // Reference in the output's format: the fp32 result, rounded to fp16 for fp16 outputs.
-        const double r = half_out ? mpsim::round(static_cast<double>(ref[i]), f) : ref[i];
+        const double r = half_out ? mpsim::round(static_cast<double>(reference[i]), f) : reference[i];
         const double e = ulp_error(c[i], r, f);
         if (std::bit_cast<std::uint32_t>(c[i]) == std::bit_cast<std::uint32_t>(static_cast<float>(r))) ++exact;
         if (e <= 1) ++le1;
@@ -384,19 +391,17 @@ void gemm_cmd(const std::vector<std::string>& shapes, std::uint64_t seed, const 
       const double tflops = 2.0 * m * n * k / (ms * 1e-3) / 1e12;
       json equal_to_model = json::object();
       std::string model_text;
-      for (std::size_t u = 0; u < models.size(); ++u) {
-        const auto& d = half_out ? model_f16[u] : model_f32[u];
+      for (const auto& [label, d] : model_d) {
         std::uint64_t same = 0;
         for (std::size_t i = 0; i < c.size(); ++i)
-          same += std::bit_cast<std::uint32_t>(c[i]) == std::bit_cast<std::uint32_t>(static_cast<float>(d[i]));
-        equal_to_model[models[u]] = same;
-        model_text += fmt::format(" ={}:{}", models[u], same);
+          same += std::bit_cast<std::uint32_t>(c[i]) == std::bit_cast<std::uint32_t>(static_cast<float>((*d)[i]));
+        equal_to_model[label] = same;
+        model_text += fmt::format(" ={}:{}", label, same);
       }
-      fmt::print("{:<16} {:<20} {:>10} {:>9} {:>9} {:>9} {:>9.3g} {:>10.4f} {:>9.2f} {:>8.2f}{}\n", s,
-                 cu::gemm_name(kind), exact, le1, le4, le16, worst, ms, tflops, cublas_ms > 0 ? cublas_ms / ms : 0.0,
-                 model_text);
+      fmt::print("{:<16} {:<20} {:>10} {:>9} {:>9} {:>9} {:>9.3g} {:>10.4f} {:>9.2f} {:>8.2f}{}\n", s, kernel, exact,
+                 le1, le4, le16, worst, ms, tflops, cublas_ms > 0 ? cublas_ms / ms : 0.0, model_text);
       doc["results"].push_back({{"shape", s},
-                                {"kernel", cu::gemm_name(kind)},
+                                {"kernel", kernel},
                                 {"elements", c.size()},
                                 {"exact", exact},
                                 {"le_1_ulp", le1},
@@ -407,11 +412,81 @@ void gemm_cmd(const std::vector<std::string>& shapes, std::uint64_t seed, const 
                                 {"tflops", tflops},
                                 {"fraction_of_cublas_32f", cublas_ms > 0 ? cublas_ms / ms : 0.0},
                                 {"equal_to_model", equal_to_model}});
+    };
+    for (auto kind : {cu::Gemm::cublas_32f, cu::Gemm::simt_f32, cu::Gemm::wmma_f32, cu::Gemm::wmma_f16,
+                      cu::Gemm::cublas_16f, cu::Gemm::cublas_32f_fast_16f}) {
+      if (!tiles && (kind == cu::Gemm::wmma_f32 || kind == cu::Gemm::wmma_f16)) continue;
+      std::vector<float> c(std::size_t(m) * n);
+      const double ms = cu::gemm(kind, m, n, k, a, b, c, 5);
+      if (kind == cu::Gemm::cublas_32f) cublas_ms = ms;
+      const bool half_out = kind == cu::Gemm::wmma_f16 || kind == cu::Gemm::cublas_16f;
+      std::vector<std::pair<std::string, const std::vector<double>*>> model_d;
+      for (std::size_t u = 0; u < models.size(); ++u)
+        model_d.emplace_back(models[u], half_out ? &model_f16[u] : &model_f32[u]);
+      report(cu::gemm_name(kind), c, ref, model_d, half_out, ms);
+      dump(cu::gemm_name(kind), c);
+    }
+    // bf16, tf32 and fp8 inputs with fp32 accumulators: the same normal(0,1) draws rounded to the input format,
+    // the model's unit for that input (Hopper: 16 products a block for bf16, 8 for tf32, wgmma's 32 for fp8)
+    // and, for tf32, the same unit with blocks of 4 products ("-k4": what a chain of k4 instructions computes),
+    // for fp8 the b200 unit (two fp16-path blocks of 16, added to C at the end).
+    if (!tiles) continue;
+    for (const mpsim::Format* fin : {&mpsim::bf16(), &mpsim::tf32(), &mpsim::fp8_e4m3(), &mpsim::fp8_e5m2()}) {
+      const bool bf = fin == &mpsim::bf16(), tf = fin == &mpsim::tf32();
+      std::mt19937_64 rng_in(seed);
+      std::normal_distribution<float> dist_in(0.f, 1.f);
+      std::vector<float> ai(a.size()), bi(b.size());
+      for (auto& v : ai) v = static_cast<float>(mpsim::round(static_cast<double>(dist_in(rng_in)), *fin));
+      for (auto& v : bi) v = static_cast<float>(mpsim::round(static_cast<double>(dist_in(rng_in)), *fin));
+      std::vector<float> ref_in(std::size_t(m) * n);
+      for (int i = 0; i < m; ++i)
+        for (int j = 0; j < n; ++j) {
+          float acc = 0.f;
+          for (int p = 0; p < k; ++p) acc = std::fma(ai[std::size_t(i) * k + p], bi[std::size_t(p) * n + j], acc);
+          ref_in[std::size_t(i) * n + j] = acc;
+        }
+      const std::vector<double> ain(ai.begin(), ai.end()), bin(bi.begin(), bi.end());
+      std::vector<mpsim::mma::MatrixUnit> units;
+      std::vector<std::string> labels;
+      for (const auto& name : models) {
+        units.push_back(mpsim::mma::matrix_unit(name, *fin, mpsim::fp32()));
+        labels.push_back(name);
+        if (!bf && !tf) {
+          // The h200 fp8 unit is wgmma's; mma.sync computed what the b200 unit computes (docs/hardware.md).
+          units.push_back(mpsim::mma::matrix_unit("b200", *fin, mpsim::fp32()));
+          labels.push_back("b200");
+        }
+        if (tf) {
+          auto k4 = units.back();
+          k4.block.products = 4;
+          k4.name += "-k4";
+          mpsim::mma::validate(k4);
+          units.push_back(k4);
+          labels.push_back(name + "-k4");
+        }
+      }
+      std::vector<std::vector<double>> model_in(units.size(), std::vector<double>(std::size_t(m) * n));
+      std::vector<std::pair<std::string, const std::vector<double>*>> model_d;
+      for (std::size_t u = 0; u < units.size(); ++u) {
+        mpsim::mma::gemm(units[u], m, n, k, ain.data(), bin.data(), nullptr, model_in[u].data());
+        model_d.emplace_back(labels[u], &model_in[u]);
+      }
+      const auto kernels = bf   ? std::vector<cu::MmaKernel>{cu::MmaKernel::wmma_bf16}
+                           : tf ? std::vector<cu::MmaKernel>{cu::MmaKernel::wmma_tf32, cu::MmaKernel::mma_sync_tf32_k8,
+                                                             cu::MmaKernel::mma_sync_tf32_k4}
+                           : fin == &mpsim::fp8_e4m3() ? std::vector<cu::MmaKernel>{cu::MmaKernel::mma_sync_e4m3_k32}
+                                                       : std::vector<cu::MmaKernel>{cu::MmaKernel::mma_sync_e5m2_k32};
+      for (auto kernel : kernels) {
+        std::vector<float> c(std::size_t(m) * n);
+        const double ms = cu::mma_gemm_f32(kernel, m, n, k, ai, bi, c, 5);
+        report(cu::mma_kernel_name(kernel), c, ref_in, model_d, false, ms);
+        dump(cu::mma_kernel_name(kernel), c);
+      }
     }
   }
   write_outputs(doc, json_path, record, "gemm.json");
 #else
-  (void)shapes, (void)seed, (void)json_path, (void)record;
+  (void)shapes, (void)seed, (void)json_path, (void)record, (void)dump_dir;
 #endif
 }
 
@@ -470,8 +545,41 @@ void bench_cmd(const std::string& json_path, const std::string& record) {
 #if defined(MPSIM_WITH_CUDA)
   cu::require_device("mpsim hw bench");
   const std::uint64_t n = std::uint64_t{1} << 28;  // 1 GiB of floats
-  const double copy = cu::copy_bandwidth_gbs(n * 4);
-  const double conv = cu::convert_bandwidth_gbs(n);
+  // The copy and the conversion variants alternate, round after round (the device's bandwidth drifts by
+  // ~10 % between minutes); each variant's ratio is the median over rounds of its GB/s over that round's copy.
+  // The conversion figure is the best variant by that ratio, named in the output.
+  const auto variants = cu::convert_bandwidth_variants();
+  constexpr int kRounds = 7;
+  std::vector<double> copies;
+  std::vector<std::vector<double>> gbs_of(variants.size()), ratio_of(variants.size());
+  std::vector<std::uint64_t> differing(variants.size(), 0);
+  for (int round = 0; round < kRounds; ++round) {
+    const double copy_round = cu::copy_bandwidth_gbs(n * 4, 3);
+    copies.push_back(copy_round);
+    for (std::size_t v = 0; v < variants.size(); ++v) {
+      const double gbs = cu::convert_bandwidth_gbs(n, 3, v, round == 0 ? &differing[v] : nullptr);
+      gbs_of[v].push_back(gbs);
+      ratio_of[v].push_back(gbs / copy_round);
+    }
+  }
+  auto median = [](std::vector<double> x) {
+    std::sort(x.begin(), x.end());
+    return x[x.size() / 2];
+  };
+  const double copy = median(copies);
+  json variant_docs = json::array();
+  double conv = 0, conv_ratio = 0;
+  std::string conv_variant;
+  for (std::size_t v = 0; v < variants.size(); ++v) {
+    const double gbs = median(gbs_of[v]), ratio = median(ratio_of[v]);
+    variant_docs.push_back({{"variant", variants[v]},
+                            {"gbs", gbs},
+                            {"fraction_of_copy", ratio},
+                            {"fraction_of_copy_rounds", ratio_of[v]},
+                            {"differ_from_scalar_kernel", differing[v]}});
+    if (differing[v]) mpsim::cli::exit_status() = 1;
+    if (ratio > conv_ratio) conv = gbs, conv_ratio = ratio, conv_variant = variants[v];
+  }
   const double hist = cu::histogram_bandwidth_gbs(n);
   // One exhaustive comparison of each kind, GPU-timed.
   mpsim::emu::DevFormat f;
@@ -481,17 +589,26 @@ void bench_cmd(const std::string& json_path, const std::string& record) {
   mpsim::hw::dev_params(mpsim::hw::arith_runs()[0], mpsim::profile_cuda_sm90(), f, r);
   const double add_ms = cu::compare_arith(0, f, r).gpu_ms;
   fmt::print("device-to-device copy:              {:8.1f} GB/s\n", copy);
-  fmt::print("float -> fp16 RN conversion:        {:8.1f} GB/s ({:.1f} % of copy; target >= 95 %)\n", conv,
-             100 * conv / copy);
+  fmt::print("  (median of {} rounds, {:.1f} to {:.1f} GB/s)\n", kRounds,
+             *std::min_element(copies.begin(), copies.end()), *std::max_element(copies.begin(), copies.end()));
+  for (const auto& d : variant_docs)
+    fmt::print("float -> fp16 RN, {:<28} {:8.1f} GB/s ({:.1f} % of copy; {} outputs differ from the scalar kernel)\n",
+               d["variant"].get<std::string>() + ":", d["gbs"].get<double>(), 100 * d["fraction_of_copy"].get<double>(),
+               d["differ_from_scalar_kernel"].get<std::uint64_t>());
+  fmt::print("float -> fp16 RN conversion, best:  {:8.1f} GB/s ({:.1f} % of copy; target >= 95 %)\n", conv,
+             100 * conv_ratio);
   fmt::print("exponent histogram:                 {:8.1f} GB/s ({:.1f} % of copy; target >= 80 %)\n", hist,
              100 * hist / copy);
   fmt::print("2^32 compare, fp16_rn conversion:   {:8.1f} ms GPU (target <= 100 ms)\n", conv_ms);
   fmt::print("2^32 compare, fp16 add:             {:8.1f} ms GPU (target <= 100 ms)\n", add_ms);
   json doc = base_doc("bench", mpsim::profile_cuda_sm90());
   doc["copy_gbs"] = copy;
+  doc["copy_gbs_rounds"] = copies;
   doc["convert_fp16_rn_gbs"] = conv;
+  doc["convert_variant"] = conv_variant;
+  doc["convert_variants"] = variant_docs;
   doc["histogram_gbs"] = hist;
-  doc["convert_fraction_of_copy"] = conv / copy;
+  doc["convert_fraction_of_copy"] = conv_ratio;
   doc["histogram_fraction_of_copy"] = hist / copy;
   doc["compare_fp16_rn_ms"] = conv_ms;
   doc["compare_fp16_add_ms"] = add_ms;
@@ -507,7 +624,7 @@ void setup(CLI::App& app) {
                                 "histogram, benchmarks (needs a CUDA build and device)");
   hw->require_subcommand(1);
   struct Opts {
-    std::string json, record, like = "cuda-sm90";
+    std::string json, record, dump, like = "cuda-sm90";
     std::vector<std::string> runs, shapes{"256x256x256", "1024x1024x1024"};
     bool list = false;
     std::uint64_t seed = 1, count = std::uint64_t{1} << 26;
@@ -546,12 +663,15 @@ void setup(CLI::App& app) {
   unary->add_option("--json", o->json, "Write the results as JSON");
   unary->callback([o] { unary_cmd(o->json); });
 
-  auto* gemm = hw->add_subcommand("gemm", "SIMT, WMMA (fp32/fp16 accumulators) and cuBLAS GEMMs vs the fp32 emulation");
+  auto* gemm = hw->add_subcommand("gemm",
+                                  "SIMT, WMMA (fp16 inputs with fp32/fp16 accumulators; bf16, tf32 inputs) and cuBLAS "
+                                  "GEMMs vs the fp32 emulation and the matrix-unit model");
   gemm->add_option("--shape", o->shapes, "MxNxK (repeatable; default 256x256x256 1024x1024x1024)");
   gemm->add_option("--seed", o->seed, "Seed of the normal(0,1) inputs")->capture_default_str();
   gemm->add_option("--json", o->json, "Write the results as JSON");
   gemm->add_option("--record", o->record, "Also store the JSON under DIR/<device>/");
-  gemm->callback([o] { gemm_cmd(o->shapes, o->seed, o->json, o->record); });
+  gemm->add_option("--dump", o->dump, "Write each kernel's C as raw float32 (row-major) into this existing folder");
+  gemm->callback([o] { gemm_cmd(o->shapes, o->seed, o->json, o->record, o->dump); });
 
   auto* hist = hw->add_subcommand("hist", "Exponent-histogram kernel vs the CPU bins on random float bit patterns");
   hist->add_option("--count", o->count, "Number of floats")->capture_default_str();
