@@ -1,9 +1,10 @@
 #!/bin/bash
-# The GPU checks in one run (about a minute on an H200), from .gpu/ made by scripts/gpu_checks_prepare.sh:
+# The GPU checks in one run (about 85 s on an H200), from .gpu/ made by scripts/gpu_checks_prepare.sh:
 # device info, test_kernels_gpu, every exhaustive conversion and arithmetic run recorded (--record), the
 # recorded-only runs compared on the CPU, the CUDA tests of tests/python/test_torch_device.py, GEMM against
-# the matrix-unit models, unary, histogram, bandwidth, and compute-sanitizer memcheck. Writes $OUT/log.txt
-# and $OUT/rec/<device>/*.json (copy those into data/hardware/<device>/ to keep them).
+# the matrix-unit models, unary, histogram, bandwidth, and compute-sanitizer memcheck. Writes $OUT/log.txt,
+# $OUT/rec/<device>/*.json (copy those into data/hardware/<device>/ to keep them) and $OUT/gemm-dump.tar (each
+# GEMM kernel's raw C at 256^3: `mpsim hw gemm --dump`).
 set -u
 cd "$(dirname "$0")/.."
 G=$PWD/.gpu
@@ -31,7 +32,9 @@ PYTHONPATH=$PWD/python:$G/py PYTHONUNBUFFERED=1 MPSIM_BIN=$G/mpsim timeout 120 p
 step gemm; timeout 240 "$G/mpsim-hw" hw gemm --shape 256x256x256 --shape 1024x1024x1024 --shape 128x128x4096 \
   --record "$REC"
 step "gemm outputs of 256x256x256 (raw float32, for the models to be fitted on a CPU)"
-mkdir -p "$OUT/gemm-dump" && timeout 60 "$G/mpsim-hw" hw gemm --shape 256x256x256 --dump "$OUT/gemm-dump" | tail -n 3
+# One tar (a lent device returns at most 8 files: log.txt, the 5 recordings and this).
+DUMP=$(mktemp -d) && timeout 60 "$G/mpsim-hw" hw gemm --shape 256x256x256 --dump "$DUMP" | tail -n 5 &&
+  tar cf "$OUT/gemm-dump.tar" -C "$DUMP" . && rm -rf "$DUMP"
 step "SASS of the tensor-core kernels (which instructions WMMA and mma.sync became)"
 CUOBJDUMP=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
 [ -x "$CUOBJDUMP" ] && "$CUOBJDUMP" -sass "$G/test_kernels_gpu" | awk '/Function :/ {fn=$3} /HMMA|QMMA|IMMA/ {
