@@ -204,6 +204,14 @@ TEST_CASE("--json - and --csv - write the report to standard output, the summary
     std::printf("hw info --json -: exit %d, %zu bytes on stdout\n", hs, hout.size());
     CHECK(hs == 0);
     CHECK(nlohmann::json::parse(hout)["schema"] == "mpsim-hw-1");
+    // hw gemm --dump into a folder that does not exist: refused by name before any device is looked for (a
+    // build without CUDA refuses the command itself); nothing created.
+    const auto missing = dir / "no-such-folder";
+    const auto [gs, gout, gerr] = run_split("hw gemm --dump " + quote(missing.string()));
+    std::printf("hw gemm --dump <missing>: exit %d: %s", gs, gerr.c_str());
+    CHECK(gs != 0);
+    CHECK((gerr.find("--dump") != std::string::npos || gerr.find("CUDA") != std::string::npos));
+    CHECK(!std::filesystem::exists(missing));
   }
   const auto [status, out, err] = run_split("underflow " + in + " --csv=-");
   CHECK(status == 0);
