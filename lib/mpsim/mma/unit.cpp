@@ -137,7 +137,9 @@ MatrixUnit matrix_unit(std::string_view model, const Format& input, const Format
       b.exponent_floor = out16 ? -21 : -133;
       if (in == In::fp8 && found->gen == Gen::hopper && !out16) {
         // H100TC.m: one block of 32 products, neab -10, results of 13 fraction bits (recorded with C = 0:
-        // wgmma's D = A B; a non-zero C is the published model's, not confirmed by the recordings).
+        // wgmma's D = A B; a non-zero C is the published model's, not confirmed by the recordings). This is
+        // wgmma's fp8 path: mma.sync m16n8k32 fp8 on sm_90 runs as two fp16 HMMAs and computed, on an H200,
+        // what the b200 unit below computes, every element (docs/hardware.md).
         b.products = 32;
         b.align_bits = 13;
         b.result_bits = 13;

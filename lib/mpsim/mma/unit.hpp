@@ -21,7 +21,9 @@
 //
 // Hopper and Blackwell run fp8 with fp16 output, and Blackwell fp8 with fp32 output, as two fp16-path
 // blocks of 16 products whose sum is added to C at the end (Instruction below): a structure found from
-// the recorded results (docs/mma.md), which the published models do not have.
+// the recorded results (docs/mma.md), which the published models do not have. Hopper's fp8 with fp32
+// output is wgmma's path; mma.sync fp8 on an H200 computed the b200 unit's structure instead, and WMMA's
+// tf32 16x16x8 shape adds blocks of 4 products, not the 8 of the tf32 unit (docs/hardware.md).
 #pragma once
 
 #include <cstdint>
