@@ -13,6 +13,7 @@
 #include <deque>
 #include <limits>
 #include <random>
+#include <string_view>
 
 #include "mpsim/error.hpp"
 #include "mpsim/recipe/recipe.hpp"
@@ -432,4 +433,57 @@ TEST_CASE("each recipe's scaling rescues a constructed operand its unscaled cast
     CHECK(q.quantize("l", Role::dgrad_w, x, 16, 64).scales.size() == 1);
     CHECK(q.quantize("l", Role::fprop_w, x, 16, 64).scales.size() == 16);
   }
+}
+
+// The Stats of a block recipe's operand (lib/mpsim/recipe/recipe.cpp stats_of_blocks, a vectorized pass over
+// the bits) against a plain count here over the input and the returned values: zeros, NaN, ±inf, float32
+// subnormals, an outlier, and sizes that leave a tail after the four-lane loop.
+TEST_CASE("block recipes' operand statistics equal a plain count", "[recipe]") {
+  for (const char* spec : {"mxfp8", "mxfp4", "nvfp4"})
+    for (std::size_t cols : {std::size_t{64}, std::size_t{96}, std::size_t{37}}) {
+      const std::size_t rows = 9;
+      std::vector<float> x = operand(rows, cols, 11);
+      x[3] = -0.0f;
+      x[5] = std::bit_cast<float>(0x00000001u);  // the smallest subnormal: the minimum below
+      x[rows * cols - 1] = std::numeric_limits<float>::infinity();
+      x[rows * cols - 2] = -std::numeric_limits<float>::infinity();
+      x[cols + 1] = std::numeric_limits<float>::quiet_NaN();
+      for (std::size_t c = 0; c < cols; ++c) x[4 * cols + c] = static_cast<float>(c % 8) * 0.25f;  // some exact
+      const auto q = Quantizer(parse_recipe(spec)).quantize("l", Role::fprop_x, x, rows, cols);
+      REQUIRE(q.values.size() == x.size());
+      std::uint64_t zero = 0, exact = 0, nan = 0, inf = 0;
+      double hi = 0, lo = INFINITY;
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        const double a = std::fabs(static_cast<double>(x[i]));
+        if (std::isnan(x[i])) ++nan;
+        else if (std::isinf(x[i])) ++inf;
+        else if (a == 0) ++zero;
+        else {
+          exact += q.values[i] == x[i];
+          hi = std::max(hi, a);
+          lo = std::min(lo, a);
+        }
+      }
+      std::printf("%s, %zu x %zu: zero %llu exact %llu max %g min %g; got %llu %llu %g %g\n", spec, rows, cols,
+                  static_cast<unsigned long long>(zero), static_cast<unsigned long long>(exact), hi, lo,
+                  static_cast<unsigned long long>(q.stats.zero_in), static_cast<unsigned long long>(q.stats.exact),
+                  q.stats.max_abs, q.stats.min_abs_nonzero);
+      CHECK(q.stats.count == x.size());
+      CHECK(q.stats.zero_in == zero);
+      CHECK(q.stats.exact == exact);
+      CHECK(q.stats.nan == nan);
+      CHECK(q.stats.inf_in == inf);
+      CHECK(q.stats.rounded == x.size() - zero - nan - inf - exact);
+      CHECK(q.stats.max_abs == hi);
+      CHECK(q.stats.min_abs_nonzero == lo);
+      CHECK(lo == std::bit_cast<float>(0x00000001u));
+      // nvfp4: the NaN makes the tensor scale NaN and every block NaN (so nothing is exact there).
+      if (std::string_view(spec).starts_with("mx")) CHECK(exact > 0);
+    }
+  // All zeros: no extremes.
+  const std::vector<float> z(64, 0.0f);
+  const auto q = Quantizer(parse_recipe("mxfp8")).quantize("l", Role::fprop_x, z, 1, 64);
+  CHECK(q.stats.zero_in == 64);
+  CHECK(q.stats.max_abs == 0);
+  CHECK(q.stats.min_abs_nonzero == 0);
 }

@@ -4,6 +4,9 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include <fmt/format.h>
 
@@ -99,23 +102,60 @@ Stats stats_of_blocks(const BlockStats& b, std::span<const float> x, std::span<c
   s.underflow = b.flushed;
   s.subnormal = b.subnormal;
   s.overflow = b.saturated;
-  // Selects rather than branches: the signs and magnitudes of gradients would defeat a branch predictor.
+  // On the bits and without branches. The counts vectorize (32-bit counters, a chunk at a time: GCC 12 does
+  // not vectorize 64-bit counts of 32-bit data); the extremes stay a scalar loop of selects (SSE2 has no
+  // 32-bit integer max). The magnitude bits of finite floats order as their values do, and a finite non-zero
+  // input equals its value exactly when the bits are equal (no ±0, no NaN among them).
+  auto bits = [](float v) { return std::bit_cast<std::uint32_t>(v); };
   std::uint64_t zero = 0, exact = 0;
-  float hi = 0.0f, lo = std::numeric_limits<float>::infinity();
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    const float a = std::fabs(x[i]);
-    const bool finite = a <= std::numeric_limits<float>::max();  // false for inf and NaN
-    const bool nonzero = finite && a > 0.0f;
-    zero += a == 0.0f;
-    exact += nonzero && values[i] == x[i];
-    hi = finite && a > hi ? a : hi;
-    lo = nonzero && a < lo ? a : lo;
+  for (std::size_t c = 0; c < x.size(); c += std::size_t{1} << 20) {
+    const std::size_t e = std::min(x.size(), c + (std::size_t{1} << 20));
+    std::uint32_t z = 0, ex = 0;
+    for (std::size_t i = c; i < e; ++i) {
+      const std::uint32_t m = bits(x[i]) & 0x7fffffffu;
+      z += m == 0;
+      ex += (m < 0x7f800000u) & (m != 0) & (bits(values[i]) == bits(x[i]));
+    }
+    zero += z;
+    exact += ex;
+  }
+  std::uint32_t hi = 0, lo = 0xffffffffu;
+  std::size_t i0 = 0;
+#if defined(__SSE2__)
+  {  // Four lanes with SSE2's signed compares (every magnitude is below 2^31): max of the finite magnitudes,
+     // min of the finite non-zero ones (0x7fffffff standing for none).
+    const __m128i abs_mask = _mm_set1_epi32(0x7fffffff), inf = _mm_set1_epi32(0x7f800000), none = abs_mask;
+    __m128i vhi = _mm_setzero_si128(), vlo = none;
+    for (; i0 + 4 <= x.size(); i0 += 4) {
+      const __m128i m = _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.data() + i0)), abs_mask);
+      const __m128i finite = _mm_cmpgt_epi32(inf, m);
+      const __m128i mf = _mm_and_si128(m, finite);
+      const __m128i nz = _mm_andnot_si128(_mm_cmpeq_epi32(m, _mm_setzero_si128()), finite);
+      const __m128i mn = _mm_or_si128(_mm_and_si128(nz, m), _mm_andnot_si128(nz, none));
+      const __m128i gt = _mm_cmpgt_epi32(mf, vhi), lt = _mm_cmpgt_epi32(vlo, mn);
+      vhi = _mm_or_si128(_mm_and_si128(gt, mf), _mm_andnot_si128(gt, vhi));
+      vlo = _mm_or_si128(_mm_and_si128(lt, mn), _mm_andnot_si128(lt, vlo));
+    }
+    alignas(16) std::uint32_t h[4], l[4];
+    _mm_store_si128(reinterpret_cast<__m128i*>(h), vhi);
+    _mm_store_si128(reinterpret_cast<__m128i*>(l), vlo);
+    for (int k = 0; k < 4; ++k) {
+      hi = std::max(hi, h[k]);
+      if (l[k] != 0x7fffffffu) lo = std::min(lo, l[k]);
+    }
+  }
+#endif
+  for (std::size_t i = i0; i < x.size(); ++i) {
+    const std::uint32_t m = bits(x[i]) & 0x7fffffffu;
+    const bool finite = m < 0x7f800000u;
+    hi = finite && m > hi ? m : hi;
+    lo = finite && m != 0 && m < lo ? m : lo;
   }
   s.zero_in = zero;
   s.exact = exact;
   s.rounded = s.count - s.zero_in - s.nan - s.inf_in - s.exact;
-  s.max_abs = hi;
-  s.min_abs_nonzero = std::isinf(lo) ? 0.0 : lo;
+  s.max_abs = std::bit_cast<float>(hi);
+  s.min_abs_nonzero = lo == 0xffffffffu ? 0.0 : std::bit_cast<float>(lo);
   return s;
 }
 
