@@ -14,6 +14,13 @@ namespace mpsim::hw {
 
 namespace {
 
+// A non-negative integer field. nlohmann's get<std::uint64_t>() converts a float (1e115, which the fuzzer
+// wrote) with undefined behaviour and a negative integer by wrapping, so only an unsigned JSON integer passes.
+std::uint64_t unsigned_field(const nlohmann::json& v, const std::string& what) {
+  if (!v.is_number_unsigned()) throw Error(fmt::format("{} must be a non-negative integer, got {}", what, v.dump()));
+  return v.get<std::uint64_t>();
+}
+
 nlohmann::json read_json(const std::filesystem::path& path) {
   std::ifstream in(path);
   if (!in) throw Error(path.string() + ": cannot open");
@@ -78,7 +85,7 @@ RunComparison compare_run(const std::string& file, const std::string& kind, cons
     d.profile_vs_ieee = differing_elements(run, profile, profile_ieee(), b, o.detail_inputs, o.threads);
     for (const auto& e : d.profile_vs_ieee) d.inputs.push_back(describe(run, e.index));
     for (const auto& m : rec.value("first_mismatches", nlohmann::json::array())) {
-      const std::uint64_t i = m.at("index").get<std::uint64_t>();
+      const std::uint64_t i = unsigned_field(m.at("index"), where + ": a listed mismatch's index");
       if ((i >> kDigestBlockLog2) != b) continue;
       ListedOutput l;
       l.index = i;
@@ -104,7 +111,7 @@ void check_recording(const nlohmann::json& doc, const std::string& file) {
     if (!doc.is_object()) throw Error(file + ": not a recording of schema mpsim-hw-1 (not a JSON object)");
     const std::string kind = doc.at("kind").get<std::string>();
     if (kind != "convert" && kind != "arith") throw Error(file + ": kind '" + kind + "' holds no digests");
-    if (doc.at("block_elements").get<std::uint64_t>() != kDigestBlock)
+    if (unsigned_field(doc.at("block_elements"), file + ": block_elements") != kDigestBlock)
       throw Error(fmt::format("{}: block_elements must be {}", file, kDigestBlock));
     // The lookups' own messages do not name the file.
     const auto named = [&file](const auto& lookup) {
@@ -129,7 +136,7 @@ void check_recording(const nlohmann::json& doc, const std::string& file) {
           parse_digest_hex(digests[b].get<std::string>(), fmt::format("{} {} block {}", where, key, b));
       }
       for (const auto& m : rec.value("first_mismatches", nlohmann::json::array())) {
-        if (m.at("index").get<std::uint64_t>() >> 32)
+        if (unsigned_field(m.at("index"), where + ": a listed mismatch's index") >> 32)
           throw Error(fmt::format("{}: a listed mismatch's index {} is beyond 2^32", where, m.at("index").dump()));
         parse_hex(m.at("hw"), where);
       }
@@ -154,7 +161,7 @@ std::vector<RunComparison> compare_recording(const std::filesystem::path& dir, c
     check_recording(doc, file);  // a malformed entry fails now, not after minutes of recomputing
     try {
       const std::string kind = doc.at("kind").get<std::string>();
-      if (doc.at("block_elements").get<std::uint64_t>() != kDigestBlock)
+      if (unsigned_field(doc.at("block_elements"), file + ": block_elements") != kDigestBlock)
         throw Error(fmt::format("{}: block_elements must be {}", file, kDigestBlock));
       const Profile& profile = find_profile(doc.at("profile").get<std::string>());
       for (const auto& rec : doc.at("runs")) {
