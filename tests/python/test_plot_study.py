@@ -1,5 +1,6 @@
-"""scripts/plot_study.py on the committed recipe studies (docs/study-recipes-lstm-v8192, docs/study-recipes-ssd-300),
-pooled as docs/study.md draws them, into a temporary folder.
+"""scripts/plot_study.py on the committed studies (docs/study-recipes-lstm-v8192, docs/study-recipes-ssd-300,
+docs/study-recipes-lstm-v8192-400, docs/study-lstm-accumulate-1024), pooled as docs/study.md draws them, into a
+temporary folder.
 
 What it checks, each against values computed here from the study's own files, not from the script:
 - every seed's difference to fp32 the table figure draws equals final_metric - fp32's final_metric of the same
@@ -27,7 +28,8 @@ import pytest
 ROOT = os.environ.get("MPSIM_SOURCE_ROOT", os.path.join(os.path.dirname(__file__), "..", ".."))
 SCRIPT = os.path.join(ROOT, "scripts", "plot_study.py")
 STUDY = os.path.join(ROOT, "docs", "study-recipes-lstm-v8192")
-STUDIES = [STUDY, os.path.join(ROOT, "docs", "study-recipes-ssd-300")]
+STUDIES = [STUDY] + [os.path.join(ROOT, "docs", name) for name in
+                      ("study-recipes-ssd-300", "study-recipes-lstm-v8192-400", "study-lstm-accumulate-1024")]
 COMMITTED = os.path.join(ROOT, "docs", "study-figures")
 
 matplotlib = pytest.importorskip("matplotlib")
@@ -153,7 +155,7 @@ def test_committed_figures_follow_the_summaries(drawn):
     fresh = (drawn / "study-measures.csv").read_text()
     print(f"docs/study-figures/study-measures.csv against a fresh run: {'equal' if committed == fresh else 'DIFFERENT'}")
     assert committed == fresh, "docs/study-figures is stale: rerun scripts/plot_study.py (docs/study.md)"
-    for name in ("study-recipes-lstm-v8192-table.png", "study-recipes-ssd-300-table.png", "study-measures.png"):
+    for name in [f"{os.path.basename(s)}-table.png" for s in STUDIES] + ["study-measures.png"]:
         for folder in (drawn, COMMITTED):
             path = os.path.join(folder, name)
             size = os.path.getsize(path)
