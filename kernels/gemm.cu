@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "check.cuh"
@@ -37,61 +38,28 @@ __global__ void simt_gemm_kernel(const __half* a, const __half* b, float* c, int
   c[static_cast<std::size_t>(i) * n + j] = acc;
 }
 
-template <class Acc>
-__global__ void wmma_gemm_kernel(const __half* a, const __half* b, Acc* c, int m, int n, int k) {
+// Tensor cores through WMMA, one warp per 16x16 tile of C, chaining one mma_sync per K of the shape:
+// fp16 or bf16 inputs (16x16x16, Elem = Store), or tf32 held in floats (16x16x8, Elem = precision::tf32,
+// Store = float). The tf32 inputs are tf32 values already (the host checks), so __float_to_tf32 leaves them
+// as they are; the documentation requires the call before mma_sync.
+template <class Elem, class Store, class Acc, int K>
+__global__ void wmma_gemm_kernel(const Store* a, const Store* b, Acc* c, int m, int n, int k) {
   using namespace nvcuda;
   const int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
   const int tiles_n = n / 16;
   const int ti = warp / tiles_n, tj = warp % tiles_n;
   if (ti >= m / 16) return;
-  wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
-  wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> fb;
-  wmma::fragment<wmma::accumulator, 16, 16, 16, Acc> fc;
+  wmma::fragment<wmma::matrix_a, 16, 16, K, Elem, wmma::row_major> fa;
+  wmma::fragment<wmma::matrix_b, 16, 16, K, Elem, wmma::row_major> fb;
+  wmma::fragment<wmma::accumulator, 16, 16, K, Acc> fc;
   wmma::fill_fragment(fc, static_cast<Acc>(0.f));
-  for (int p = 0; p < k; p += 16) {
+  for (int p = 0; p < k; p += K) {
     wmma::load_matrix_sync(fa, a + static_cast<std::size_t>(ti) * 16 * k + p, k);
     wmma::load_matrix_sync(fb, b + static_cast<std::size_t>(p) * n + tj * 16, n);
-    wmma::mma_sync(fc, fa, fb, fc);
-  }
-  wmma::store_matrix_sync(c + static_cast<std::size_t>(ti) * 16 * n + tj * 16, fc, n, wmma::mem_row_major);
-}
-
-// bf16 inputs, 16x16x16 per mma_sync.
-__global__ void wmma_bf16_gemm_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, float* c, int m, int n, int k) {
-  using namespace nvcuda;
-  const int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
-  const int tiles_n = n / 16;
-  const int ti = warp / tiles_n, tj = warp % tiles_n;
-  if (ti >= m / 16) return;
-  wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
-  wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fb;
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
-  wmma::fill_fragment(fc, 0.f);
-  for (int p = 0; p < k; p += 16) {
-    wmma::load_matrix_sync(fa, a + static_cast<std::size_t>(ti) * 16 * k + p, k);
-    wmma::load_matrix_sync(fb, b + static_cast<std::size_t>(p) * n + tj * 16, n);
-    wmma::mma_sync(fc, fa, fb, fc);
-  }
-  wmma::store_matrix_sync(c + static_cast<std::size_t>(ti) * 16 * n + tj * 16, fc, n, wmma::mem_row_major);
-}
-
-// tf32 inputs held in floats, 16x16x8 per mma_sync. The inputs are tf32 values already (the host checks),
-// so __float_to_tf32 leaves them as they are; the documentation requires the call before mma_sync.
-__global__ void wmma_tf32_gemm_kernel(const float* a, const float* b, float* c, int m, int n, int k) {
-  using namespace nvcuda;
-  const int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
-  const int tiles_n = n / 16;
-  const int ti = warp / tiles_n, tj = warp % tiles_n;
-  if (ti >= m / 16) return;
-  wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> fa;
-  wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> fb;
-  wmma::fragment<wmma::accumulator, 16, 16, 8, float> fc;
-  wmma::fill_fragment(fc, 0.f);
-  for (int p = 0; p < k; p += 8) {
-    wmma::load_matrix_sync(fa, a + static_cast<std::size_t>(ti) * 16 * k + p, k);
-    wmma::load_matrix_sync(fb, b + static_cast<std::size_t>(p) * n + tj * 16, n);
-    for (int t = 0; t < fa.num_elements; ++t) fa.x[t] = wmma::__float_to_tf32(fa.x[t]);
-    for (int t = 0; t < fb.num_elements; ++t) fb.x[t] = wmma::__float_to_tf32(fb.x[t]);
+    if constexpr (std::is_same_v<Elem, wmma::precision::tf32>) {
+      for (int t = 0; t < fa.num_elements; ++t) fa.x[t] = wmma::__float_to_tf32(fa.x[t]);
+      for (int t = 0; t < fb.num_elements; ++t) fb.x[t] = wmma::__float_to_tf32(fb.x[t]);
+    }
     wmma::mma_sync(fc, fa, fb, fc);
   }
   wmma::store_matrix_sync(c + static_cast<std::size_t>(ti) * 16 * n + tj * 16, fc, n, wmma::mem_row_major);
@@ -183,6 +151,40 @@ struct Handle {
   ~Handle() { cublasDestroy(h); }
 };
 
+// The shape checks every GEMM here shares: no empty dimension, 32-bit indexing, buffers of the shape's sizes.
+void check_gemm_shape(const std::string& what, int m, int n, int k, std::size_t a, std::size_t b, std::size_t c) {
+  if (m < 1 || n < 1 || k < 1)
+    throw Error(what + ": shape " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) +
+                " has an empty dimension");
+  const std::uint64_t mk = std::uint64_t(m) * k, kn = std::uint64_t(k) * n, mn = std::uint64_t(m) * n;
+  if (mk >= (1ull << 31) || kn >= (1ull << 31) || mn >= (1ull << 31))
+    throw Error(what + ": a matrix of shape " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) +
+                " exceeds 2^31 elements (32-bit indexing)");
+  if (a != mk || b != kn || c != mn)
+    throw Error(what + ": buffers do not fit the shape (A needs " + std::to_string(mk) + ", B " + std::to_string(kn) +
+                ", C " + std::to_string(mn) + " elements; got " + std::to_string(a) + ", " + std::to_string(b) + ", " +
+                std::to_string(c) + ")");
+}
+
+// One warm-up run (which also leaves the result), then `repeats` timed runs: the median in ms (0 for none).
+template <class Run>
+double time_kernel(const std::string& what, Run&& run_once, int repeats) {
+  run_once();
+  check_launch(what.c_str());
+  std::vector<float> ms;
+  EventTimer t;
+  for (int i = 0; i < repeats; ++i) {
+    t.begin();
+    run_once();
+    check(cudaGetLastError(), what.c_str());
+    ms.push_back(t.end_ms());
+  }
+  check_launch(what.c_str());
+  if (ms.empty()) return 0;
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
 }  // namespace
 
 const char* gemm_name(Gemm g) {
@@ -200,17 +202,8 @@ const char* gemm_name(Gemm g) {
 double gemm(Gemm kind, int m, int n, int k, std::span<const std::uint16_t> a, std::span<const std::uint16_t> b,
             std::span<float> c, int repeats) {
   const std::string what = std::string("gemm ") + gemm_name(kind);
-  if (m < 1 || n < 1 || k < 1)
-    throw Error(what + ": shape " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) +
-                " has an empty dimension");
+  check_gemm_shape(what, m, n, k, a.size(), b.size(), c.size());
   const std::uint64_t mk = std::uint64_t(m) * k, kn = std::uint64_t(k) * n, mn = std::uint64_t(m) * n;
-  if (mk >= (1ull << 31) || kn >= (1ull << 31) || mn >= (1ull << 31))
-    throw Error(what + ": a matrix of shape " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) +
-                " exceeds 2^31 elements (32-bit indexing)");
-  if (a.size() != mk || b.size() != kn || c.size() != mn)
-    throw Error(what + ": buffers do not fit the shape (A needs " + std::to_string(mk) + ", B " + std::to_string(kn) +
-                ", C " + std::to_string(mn) + " elements; got " + std::to_string(a.size()) + ", " +
-                std::to_string(b.size()) + ", " + std::to_string(c.size()) + ")");
   const bool wmma = kind == Gemm::wmma_f32 || kind == Gemm::wmma_f16;
   if (wmma && (m % 16 || n % 16 || k % 16))
     throw Error(what + ": the WMMA kernel needs m, n, k multiples of 16, got " + std::to_string(m) + ", " +
@@ -234,8 +227,9 @@ double gemm(Gemm kind, int m, int n, int k, std::span<const std::uint16_t> a, st
       case Gemm::wmma_f16: {
         const std::uint64_t warps = std::uint64_t(m / 16) * (n / 16);
         const unsigned blocks = static_cast<unsigned>((warps * 32 + 127) / 128);
-        if (kind == Gemm::wmma_f32) wmma_gemm_kernel<float><<<blocks, 128>>>(da.ptr, db.ptr, dc.ptr, m, n, k);
-        else wmma_gemm_kernel<__half><<<blocks, 128>>>(da.ptr, db.ptr, dh.ptr, m, n, k);
+        if (kind == Gemm::wmma_f32)
+          wmma_gemm_kernel<__half, __half, float, 16><<<blocks, 128>>>(da.ptr, db.ptr, dc.ptr, m, n, k);
+        else wmma_gemm_kernel<__half, __half, __half, 16><<<blocks, 128>>>(da.ptr, db.ptr, dh.ptr, m, n, k);
         break;
       }
       default: {
@@ -257,24 +251,13 @@ double gemm(Gemm kind, int m, int n, int k, std::span<const std::uint16_t> a, st
     }
     check(cudaGetLastError(), what.c_str());
   };
-  run_once();  // warm-up (and the result)
-  check_launch(what.c_str());
-  std::vector<float> ms;
-  EventTimer t;
-  for (int i = 0; i < repeats; ++i) {
-    t.begin();
-    run_once();
-    ms.push_back(t.end_ms());
-  }
-  check_launch(what.c_str());
+  const double ms = time_kernel(what, run_once, repeats);
   if (half_out) {
     half_to_float_kernel<<<grid_for(mn, 256), 256>>>(dh.ptr, dc.ptr, static_cast<std::uint32_t>(mn));
     check_launch(what.c_str());
   }
   check(cudaMemcpy(c.data(), dc.ptr, mn * 4, cudaMemcpyDeviceToHost), what.c_str());
-  if (ms.empty()) return 0;
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  return ms;
 }
 
 const char* mma_kernel_name(MmaKernel kernel) {
@@ -296,15 +279,11 @@ double mma_gemm_f32(MmaKernel kernel, int m, int n, int k, std::span<const float
   const bool fp8 = kernel == MmaKernel::mma_sync_e4m3_k32 || kernel == MmaKernel::mma_sync_e5m2_k32;
   const __nv_fp8_interpretation_t fp8_kind = kernel == MmaKernel::mma_sync_e5m2_k32 ? __NV_E5M2 : __NV_E4M3;
   const int tk = fp8 ? 32 : bf ? 16 : kernel == MmaKernel::mma_sync_tf32_k4 ? 4 : 8, tn = wmma ? 16 : 8;
-  if (m < 16 || n < tn || k < tk || m % 16 || n % tn || k % tk)
+  check_gemm_shape(what, m, n, k, a.size(), b.size(), c.size());
+  if (m % 16 || n % tn || k % tk)
     throw Error(what + ": needs m a multiple of 16, n of " + std::to_string(tn) + " and k of " + std::to_string(tk) +
                 ", got " + std::to_string(m) + ", " + std::to_string(n) + ", " + std::to_string(k));
   const std::uint64_t mk = std::uint64_t(m) * k, kn = std::uint64_t(k) * n, mn = std::uint64_t(m) * n;
-  if (mk >= (1ull << 31) || kn >= (1ull << 31) || mn >= (1ull << 31))
-    throw Error(what + ": a matrix exceeds 2^31 elements (32-bit indexing)");
-  if (a.size() != mk || b.size() != kn || c.size() != mn)
-    throw Error(what + ": buffers do not fit the shape (A needs " + std::to_string(mk) + ", B " + std::to_string(kn) +
-                ", C " + std::to_string(mn) + " elements)");
   // Only values the input format holds: the kernel must not round, or the comparison would test the rounding.
   // fp8: the byte from CUDA's host conversion must decode to the value again.
   const char* format = fp8 ? (fp8_kind == __NV_E5M2 ? "fp8_e5m2" : "fp8_e4m3") : bf ? "bf16" : "tf32";
@@ -348,31 +327,24 @@ double mma_gemm_f32(MmaKernel kernel, int m, int n, int k, std::span<const float
     };
     upload(a, ha.ptr);
     upload(b, hb.ptr);
-    run_once = [&] { wmma_bf16_gemm_kernel<<<blocks, 128>>>(ha.ptr, hb.ptr, dc.ptr, m, n, k); };
+    run_once = [&] {
+      wmma_gemm_kernel<__nv_bfloat16, __nv_bfloat16, float, 16><<<blocks, 128>>>(ha.ptr, hb.ptr, dc.ptr, m, n, k);
+    };
   } else {
     check(cudaMemcpy(fa.ptr, a.data(), mk * 4, cudaMemcpyHostToDevice), what.c_str());
     check(cudaMemcpy(fb.ptr, b.data(), kn * 4, cudaMemcpyHostToDevice), what.c_str());
     if (kernel == MmaKernel::wmma_tf32)
-      run_once = [&] { wmma_tf32_gemm_kernel<<<blocks, 128>>>(fa.ptr, fb.ptr, dc.ptr, m, n, k); };
+      run_once = [&] {
+        wmma_gemm_kernel<nvcuda::wmma::precision::tf32, float, float, 8>
+            <<<blocks, 128>>>(fa.ptr, fb.ptr, dc.ptr, m, n, k);
+      };
     else if (kernel == MmaKernel::mma_sync_tf32_k8)
       run_once = [&] { mma_sync_tf32_gemm_kernel<8><<<blocks, 128>>>(fa.ptr, fb.ptr, dc.ptr, m, n, k); };
     else run_once = [&] { mma_sync_tf32_gemm_kernel<4><<<blocks, 128>>>(fa.ptr, fb.ptr, dc.ptr, m, n, k); };
   }
-  run_once();
-  check_launch(what.c_str());
-  std::vector<float> ms;
-  EventTimer t;
-  for (int i = 0; i < repeats; ++i) {
-    t.begin();
-    run_once();
-    check(cudaGetLastError(), what.c_str());
-    ms.push_back(t.end_ms());
-  }
-  check_launch(what.c_str());
+  const double ms = time_kernel(what, run_once, repeats);
   check(cudaMemcpy(c.data(), dc.ptr, mn * 4, cudaMemcpyDeviceToHost), what.c_str());
-  if (ms.empty()) return 0;
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  return ms;
 }
 
 }  // namespace mpsim::cuda

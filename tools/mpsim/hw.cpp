@@ -336,25 +336,24 @@ void gemm_cmd(const std::vector<std::string>& shapes, std::uint64_t seed, const 
     std::vector<std::uint16_t> a(std::size_t(m) * k), b(std::size_t(k) * n);
     for (auto& v : a) v = static_cast<std::uint16_t>(mpsim::round_bits(dist(rng), mpsim::fp16()));
     for (auto& v : b) v = static_cast<std::uint16_t>(mpsim::round_bits(dist(rng), mpsim::fp16()));
-    // The emulation: fp32 accumulation in order p = 0..k-1, one fma rounding per step (the SIMT kernel's order).
-    std::vector<float> af(a.size()), bf(b.size()), ref(std::size_t(m) * n);
-    for (std::size_t i = 0; i < a.size(); ++i) af[i] = static_cast<float>(mpsim::decode(a[i], mpsim::fp16()));
-    for (std::size_t i = 0; i < b.size(); ++i) bf[i] = static_cast<float>(mpsim::decode(b[i], mpsim::fp16()));
-    for (int i = 0; i < m; ++i)
-      for (int j = 0; j < n; ++j) {
-        float acc = 0.f;
-        for (int p = 0; p < k; ++p) acc = std::fma(af[std::size_t(i) * k + p], bf[std::size_t(p) * n + j], acc);
-        ref[std::size_t(i) * n + j] = acc;
-      }
+    // The emulation: fp32 accumulation in order p = 0..k-1, one fma rounding per step (the SIMT kernel's order),
+    // which is the library's "exact-fp32" unit.
+    auto fp32_chain = [&](const mpsim::Format& in, const std::vector<double>& A, const std::vector<double>& B) {
+      std::vector<double> d(std::size_t(m) * n);
+      mpsim::mma::gemm(mpsim::mma::matrix_unit("exact-fp32", in, mpsim::fp32()), m, n, k, A.data(), B.data(), nullptr,
+                       d.data());
+      return std::vector<float>(d.begin(), d.end());
+    };
+    std::vector<double> ad(a.size()), bd(b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) ad[i] = mpsim::decode(a[i], mpsim::fp16());
+    for (std::size_t i = 0; i < b.size(); ++i) bd[i] = mpsim::decode(b[i], mpsim::fp16());
+    const std::vector<float> ref = fp32_chain(mpsim::fp16(), ad, bd);
     const bool tiles = m % 16 == 0 && n % 16 == 0 && k % 16 == 0;
     // The matrix-unit model (lib/mpsim/mma) of the Hopper tensor cores, fp32 and fp16 outputs: each kernel's
     // D compared with it bit for bit (the WMMA kernels chain one mma per 16 of K, as the model chains its
     // instructions; cuBLAS picks its own kernels, so its column is a finding, not a check). One unit: unit.cpp
     // gives h100 and h200 the same Hopper parameters, so computing both would only repeat the work.
     const std::vector<std::string> models = {"h200"};
-    std::vector<double> ad(a.size()), bd(b.size());
-    for (std::size_t i = 0; i < a.size(); ++i) ad[i] = af[i];
-    for (std::size_t i = 0; i < b.size(); ++i) bd[i] = bf[i];
     std::vector<std::vector<double>> model_f32, model_f16;
     for (const auto& name : models)
       for (bool half : {false, true}) {
@@ -439,14 +438,8 @@ void gemm_cmd(const std::vector<std::string>& shapes, std::uint64_t seed, const 
       std::vector<float> ai(a.size()), bi(b.size());
       for (auto& v : ai) v = static_cast<float>(mpsim::round(static_cast<double>(dist_in(rng_in)), *fin));
       for (auto& v : bi) v = static_cast<float>(mpsim::round(static_cast<double>(dist_in(rng_in)), *fin));
-      std::vector<float> ref_in(std::size_t(m) * n);
-      for (int i = 0; i < m; ++i)
-        for (int j = 0; j < n; ++j) {
-          float acc = 0.f;
-          for (int p = 0; p < k; ++p) acc = std::fma(ai[std::size_t(i) * k + p], bi[std::size_t(p) * n + j], acc);
-          ref_in[std::size_t(i) * n + j] = acc;
-        }
       const std::vector<double> ain(ai.begin(), ai.end()), bin(bi.begin(), bi.end());
+      const std::vector<float> ref_in = fp32_chain(*fin, ain, bin);
       std::vector<mpsim::mma::MatrixUnit> units;
       std::vector<std::string> labels;
       for (const auto& name : models) {

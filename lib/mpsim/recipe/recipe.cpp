@@ -102,60 +102,61 @@ Stats stats_of_blocks(const BlockStats& b, std::span<const float> x, std::span<c
   s.underflow = b.flushed;
   s.subnormal = b.subnormal;
   s.overflow = b.saturated;
-  // On the bits and without branches. The counts vectorize (32-bit counters, a chunk at a time: GCC 12 does
-  // not vectorize 64-bit counts of 32-bit data); the extremes stay a scalar loop of selects (SSE2 has no
-  // 32-bit integer max). The magnitude bits of finite floats order as their values do, and a finite non-zero
-  // input equals its value exactly when the bits are equal (no ±0, no NaN among them).
+  // One pass over the bits, without branches. SSE2 four lanes at a time (signed compares suffice: every
+  // magnitude is below 2^31; a compare's all-ones lane is -1, so subtracting it counts), 32-bit lane counters
+  // flushed every 2^20 groups; the rest one at a time. The magnitude bits of finite floats order as their
+  // values do, and a finite non-zero input equals its value exactly when the bits are equal (no ±0, no NaN
+  // among them). max: of the finite magnitudes; min: of the finite non-zero ones (0x7fffffff: none).
   auto bits = [](float v) { return std::bit_cast<std::uint32_t>(v); };
   std::uint64_t zero = 0, exact = 0;
-  for (std::size_t c = 0; c < x.size(); c += std::size_t{1} << 20) {
-    const std::size_t e = std::min(x.size(), c + (std::size_t{1} << 20));
-    std::uint32_t z = 0, ex = 0;
-    for (std::size_t i = c; i < e; ++i) {
-      const std::uint32_t m = bits(x[i]) & 0x7fffffffu;
-      z += m == 0;
-      ex += (m < 0x7f800000u) & (m != 0) & (bits(values[i]) == bits(x[i]));
-    }
-    zero += z;
-    exact += ex;
-  }
-  std::uint32_t hi = 0, lo = 0xffffffffu;
-  std::size_t i0 = 0;
+  std::uint32_t hi = 0, lo = 0x7fffffffu;
+  std::size_t i = 0;
 #if defined(__SSE2__)
-  {  // Four lanes with SSE2's signed compares (every magnitude is below 2^31): max of the finite magnitudes,
-     // min of the finite non-zero ones (0x7fffffff standing for none).
+  {
     const __m128i abs_mask = _mm_set1_epi32(0x7fffffff), inf = _mm_set1_epi32(0x7f800000), none = abs_mask;
-    __m128i vhi = _mm_setzero_si128(), vlo = none;
-    for (; i0 + 4 <= x.size(); i0 += 4) {
-      const __m128i m = _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.data() + i0)), abs_mask);
-      const __m128i finite = _mm_cmpgt_epi32(inf, m);
-      const __m128i mf = _mm_and_si128(m, finite);
-      const __m128i nz = _mm_andnot_si128(_mm_cmpeq_epi32(m, _mm_setzero_si128()), finite);
-      const __m128i mn = _mm_or_si128(_mm_and_si128(nz, m), _mm_andnot_si128(nz, none));
-      const __m128i gt = _mm_cmpgt_epi32(mf, vhi), lt = _mm_cmpgt_epi32(vlo, mn);
-      vhi = _mm_or_si128(_mm_and_si128(gt, mf), _mm_andnot_si128(gt, vhi));
-      vlo = _mm_or_si128(_mm_and_si128(lt, mn), _mm_andnot_si128(lt, vlo));
+    const __m128i zero4 = _mm_setzero_si128();
+    __m128i vhi = zero4, vlo = none;
+    while (i + 4 <= x.size()) {
+      __m128i vzero = zero4, vexact = zero4;
+      for (std::size_t g = 0; g < (std::size_t{1} << 20) && i + 4 <= x.size(); ++g, i += 4) {
+        const __m128i xb = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.data() + i));
+        const __m128i vb = _mm_loadu_si128(reinterpret_cast<const __m128i*>(values.data() + i));
+        const __m128i m = _mm_and_si128(xb, abs_mask);
+        const __m128i finite = _mm_cmpgt_epi32(inf, m);
+        const __m128i is_zero = _mm_cmpeq_epi32(m, zero4);
+        const __m128i nz = _mm_andnot_si128(is_zero, finite);
+        vzero = _mm_sub_epi32(vzero, is_zero);
+        vexact = _mm_sub_epi32(vexact, _mm_and_si128(nz, _mm_cmpeq_epi32(vb, xb)));
+        const __m128i mf = _mm_and_si128(m, finite);
+        const __m128i mn = _mm_or_si128(_mm_and_si128(nz, m), _mm_andnot_si128(nz, none));
+        const __m128i gt = _mm_cmpgt_epi32(mf, vhi), lt = _mm_cmpgt_epi32(vlo, mn);
+        vhi = _mm_or_si128(_mm_and_si128(gt, mf), _mm_andnot_si128(gt, vhi));
+        vlo = _mm_or_si128(_mm_and_si128(lt, mn), _mm_andnot_si128(lt, vlo));
+      }
+      alignas(16) std::uint32_t z[4], e[4];
+      _mm_store_si128(reinterpret_cast<__m128i*>(z), vzero);
+      _mm_store_si128(reinterpret_cast<__m128i*>(e), vexact);
+      for (int l = 0; l < 4; ++l) zero += z[l], exact += e[l];
     }
     alignas(16) std::uint32_t h[4], l[4];
     _mm_store_si128(reinterpret_cast<__m128i*>(h), vhi);
     _mm_store_si128(reinterpret_cast<__m128i*>(l), vlo);
-    for (int k = 0; k < 4; ++k) {
-      hi = std::max(hi, h[k]);
-      if (l[k] != 0x7fffffffu) lo = std::min(lo, l[k]);
-    }
+    for (int k = 0; k < 4; ++k) hi = std::max(hi, h[k]), lo = std::min(lo, l[k]);
   }
 #endif
-  for (std::size_t i = i0; i < x.size(); ++i) {
-    const std::uint32_t m = bits(x[i]) & 0x7fffffffu;
-    const bool finite = m < 0x7f800000u;
+  for (; i < x.size(); ++i) {
+    const std::uint32_t b = bits(x[i]), m = b & 0x7fffffffu;
+    const bool finite = m < 0x7f800000u, nonzero = finite && m != 0;
+    zero += m == 0;
+    exact += nonzero && bits(values[i]) == b;
     hi = finite && m > hi ? m : hi;
-    lo = finite && m != 0 && m < lo ? m : lo;
+    lo = nonzero && m < lo ? m : lo;
   }
   s.zero_in = zero;
   s.exact = exact;
   s.rounded = s.count - s.zero_in - s.nan - s.inf_in - s.exact;
   s.max_abs = std::bit_cast<float>(hi);
-  s.min_abs_nonzero = lo == 0xffffffffu ? 0.0 : std::bit_cast<float>(lo);
+  s.min_abs_nonzero = lo == 0x7fffffffu ? 0.0 : std::bit_cast<float>(lo);
   return s;
 }
 
